@@ -56,6 +56,76 @@ class LookupResult:
             for name, value in self.sequence_lengths.items()}
 
 
+class LookupStep:
+  """The lookups of one step, table by table on demand (see
+  `HostEmbeddingEngine.begin_lookup`)."""
+
+  def __init__(self, engine, parsed, checks, batch_size):
+    self._engine = engine
+    self.batch_size = batch_size  # int64 scalar tensor
+    self.static_batch_size = next(
+        (item.flat.static_batch_size for item in parsed.values()
+         if item.flat.static_batch_size is not None), None)
+    self._parsed = parsed
+    self._checks = checks
+    # Every write of the step waits for every input check of every table:
+    # the validated ids and weights carry their range/position checks.
+    self._validated = [item.flat.ids for item in parsed.values()]
+    self._validated += [item.flat.weights for item in parsed.values()
+                        if item.flat.weights is not None]
+    self.activations = collections.OrderedDict()
+    self.sequence_lengths = collections.OrderedDict()
+    self.tables = collections.OrderedDict()
+
+  def add_checks(self, checks):
+    """More check ops that gate the lookups and every write of the step;
+    only before the first table is looked up."""
+    if self.tables:
+      raise RuntimeError(
+          "LookupStep.add_checks: tables were already looked up.")
+    self._checks = self._checks + list(checks)
+
+  def table(self, name):
+    """Gathers table `name` for all its features (once); returns its
+    `TableLookup`."""
+    if name not in self.tables:
+      model = self._engine.model
+      table = model.tables[name]
+      with tf.control_dependencies(self._checks):
+        lookup = self._engine._lookup_table(
+            table, [self._parsed[f] for f in table.features])
+        for item in lookup.features:
+          rows = tf.gather(lookup.rows, lookup.index_parts[item.name])
+          self.activations[item.name] = lookup.plans[item.name].combine(rows)
+          if item.lengths is not None:
+            self.sequence_lengths[item.name] = item.lengths
+      self.tables[name] = lookup
+    return self.tables[name]
+
+  def activation(self, feature):
+    """The activation of `feature` ([B, D], or [B, L, D] for sequences)."""
+    self.table(self._engine.model.features[feature].table)
+    return self.activations[feature]
+
+  def sequence_length(self, feature):
+    """min(length, L) per example of sequence feature `feature`."""
+    self.table(self._engine.model.features[feature].table)
+    return self.sequence_lengths[feature]
+
+  def result(self):
+    """Looks up the remaining tables; returns the step's `LookupResult`."""
+    for name in self._engine.model.tables:
+      self.table(name)
+    tables = collections.OrderedDict(
+        (name, self.tables[name]) for name in self._engine.model.tables)
+    plan_checks = [
+        check for lookup in tables.values() for plan in lookup.plans.values()
+        for check in plan.checks
+    ]
+    return LookupResult(self.activations, self.sequence_lengths, tables,
+                        self._checks + self._validated + plan_checks)
+
+
 class HostEmbeddingEngine:
   """Tables, lookups and sparse optimizer updates of an `EmbeddingConfig`.
 
@@ -93,34 +163,56 @@ class HostEmbeddingEngine:
 
   # --- variables -------------------------------------------------------------
 
-  def create_variables(self):
-    """Creates the table (and, when training, slot) variables once."""
-    if self.tables is not None:
+  def set_variable_name(self, table_name, variable_name):
+    """Names a table's variable before it exists (columns register the name
+    their plain CPU lookup would use, so checkpoints match TF's CPU path)."""
+    if table_name not in self.variable_names:
+      raise ValueError(
+          f"HostEmbeddingEngine: unknown table {table_name!r}; tables are "
+          f"{list(self.model.tables)}.")
+    current = self.variable_names[table_name]
+    if self.tables is not None and table_name in self.tables:
+      if current != variable_name:
+        raise ValueError(
+            f"Table {table_name!r} already has its variable {current!r}; a "
+            f"column now asks for it as {variable_name!r}. Use all columns "
+            "of one table in the same layer and variable scope.")
       return
+    self.variable_names[table_name] = variable_name
+
+  def create_variables(self):
+    """Creates every table's (and, when training, slot) variables once."""
+    for name in self.model.tables:
+      self._table_variables(name)
+
+  def _table_variables(self, name):
+    """Creates the variables of one table on first use; returns the table."""
+    if self.tables is None:
+      self.tables = collections.OrderedDict()
+      self.slots = collections.OrderedDict()
+      if self.model.pipeline_execution_with_tensor_core and (
+          self.config.is_training):
+        self._pending = {}
+    if name in self.tables:
+      return self.tables[name]
     strategy = self.model.partition_strategy
-    self.tables = collections.OrderedDict()
-    self.slots = collections.OrderedDict()
-    for name, table in self.model.tables.items():
-      var_name = self.variable_names[name]
-      self.tables[name] = storage.create_table(
-          var_name, table.vocabulary_size, table.dimension, table.initializer,
-          self.num_shards, strategy, self.shard_device_fn)
-      optimizer = self.config.optimizer_for(name)
-      self.slots[name] = collections.OrderedDict()
-      if optimizer is None:
-        continue
+    table = self.model.tables[name]
+    var_name = self.variable_names[name]
+    self.tables[name] = storage.create_table(
+        var_name, table.vocabulary_size, table.dimension, table.initializer,
+        self.num_shards, strategy, self.shard_device_fn)
+    optimizer = self.config.optimizer_for(name)
+    self.slots[name] = collections.OrderedDict()
+    if optimizer is not None:
       for spec in optimizer.slot_specs():
         self.slots[name][spec.name] = storage.create_table(
             f"{var_name}/{spec.suffix}", table.vocabulary_size,
             table.dimension, tf.compat.v1.constant_initializer(
                 spec.initial_value), self.num_shards, strategy,
             self.shard_device_fn)
-    if self.model.pipeline_execution_with_tensor_core and (
-        self.config.is_training):
-      self._pending = {
-          name: _PendingUpdate(self.variable_names[name], table.dimension)
-          for name, table in self.model.tables.items()
-      }
+    if self._pending is not None:
+      self._pending[name] = _PendingUpdate(var_name, table.dimension)
+    return self.tables[name]
 
   def variables(self):
     """All partition variables (tables then slots), for savers and tests."""
@@ -142,7 +234,17 @@ class HostEmbeddingEngine:
     (static L and dimension); `sequence_lengths` map sequence features to
     min(length, L).
     """
-    self.create_variables()
+    return self.begin_lookup(features).result()
+
+  def begin_lookup(self, features, extra_checks=()):
+    """Parses and checks every feature now; gathers each table on demand.
+
+    Returns a `LookupStep`: `activation(feature)` looks up the feature's
+    table (creating its variables, under the name registered so far) the
+    first time one of its features is asked for; `result()` looks up the
+    rest and returns the `LookupResult`. `extra_checks` (ops) gate the
+    lookups and every write of the step like the engine's own input checks.
+    """
     if not isinstance(features, dict):
       raise TypeError(
           "HostEmbeddingEngine.lookup: `features` must be a dict; got "
@@ -151,39 +253,15 @@ class HostEmbeddingEngine:
     for name, feature in self.model.features.items():
       parsed[name] = inputs_lib.parse_feature(
           feature, self.model.tables[feature.table], features)
-    _, checks = inputs_lib.check_batch_sizes(parsed)
-    # Every write of the step waits for every input check of every table:
-    # the validated ids and weights carry their range/position checks.
-    validated = [item.flat.ids for item in parsed.values()]
-    validated += [item.flat.weights for item in parsed.values()
-                  if item.flat.weights is not None]
-    activations = collections.OrderedDict()
-    lengths = collections.OrderedDict()
-    tables = collections.OrderedDict()
-    with tf.control_dependencies(checks):
-      for name, table in self.model.tables.items():
-        tables[name] = self._lookup_table(table, [parsed[f] for f in
-                                                  table.features])
-        for item in tables[name].features:
-          plan = tables[name].plans[item.name]
-          rows = tf.gather(tables[name].rows, tables[name].index_parts[
-              item.name])
-          activations[item.name] = plan.combine(rows)
-          if item.lengths is not None:
-            lengths[item.name] = item.lengths
-    plan_checks = [
-        check for lookup in tables.values() for plan in lookup.plans.values()
-        for check in plan.checks
-    ]
-    return LookupResult(activations, lengths, tables,
-                        checks + validated + plan_checks)
+    batch_size, checks = inputs_lib.check_batch_sizes(parsed)
+    return LookupStep(self, parsed, checks + list(extra_checks), batch_size)
 
   def _lookup_table(self, table, items):
     ids = tf.concat([item.flat.ids for item in items], axis=0)
     unique_ids, index = tf.unique(ids)
     sizes = [tf.shape(item.flat.ids)[0] for item in items]
     parts = tf.split(index, tf.stack(sizes), num=len(items))
-    rows = self.tables[table.name].gather(unique_ids)
+    rows = self._table_variables(table.name).gather(unique_ids)
     plans = {
         item.name: column_lookup.make_plan(
             item.flat, item.combiner, table.dimension,
@@ -272,7 +350,7 @@ class HostEmbeddingEngine:
   def flush(self):
     """Applies the update held by pipelining (a no-op without pipelining)."""
     self.create_variables()
-    if self._pending is None:
+    if not self._pending:
       return tf.no_op(name="embedding_flush")
     return tf.group(*[self._apply_pending(name) for name in self._pending],
                     name="embedding_flush")

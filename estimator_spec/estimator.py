@@ -1,0 +1,748 @@
+"""`TPUEstimator` and `TPUEstimatorSpec`: TPU-embedding models on the host.
+
+`TPUEstimator` takes the arguments of TF 2.15's
+`tf.compat.v1.estimator.tpu.TPUEstimator` and runs the model on the host
+embedding engine (SEMANTICS.md), so a model written for TPUs trains its
+tables as a TPU would, on CPU (and GPU):
+
+* TRAIN: the engine looks up every table once per step; the columns in
+  model_fn (or, with the dict form of the spec, `features[name]`) return its
+  activations. The user's optimizer trains the dense variables; the tables are
+  trained only by the spec's optimization parameters, with clipping, gradient
+  multiplier and learning-rate functions. The activation gradients come from
+  the user's own backward pass (see `_GradientTap`), so the dense backward
+  pass runs once per step.
+* EVAL and PREDICT: lookups only, from the same variables.
+* export: the serving graph does plain lookups (gather and combine) from the
+  trained tables; it holds no optimizer, slot or pipelining state.
+"""
+import collections
+import inspect
+import math
+
+import tensorflow as tf
+
+from tpu_embedding_columns import context
+
+from estimator_spec import config as config_lib
+from estimator_spec import interop
+from estimator_spec import spec as spec_lib
+from estimator_spec.engine import engine as engine_lib
+
+ModeKeys = tf.estimator.ModeKeys
+
+_FLUSH_COLLECTION = "estimator_spec.embedding_flush"
+
+
+class ExportSavedModelApiVersion:
+  """The `export_saved_model_api_version` values of TF's TPUEstimator."""
+  V1 = 1
+  V2 = 2
+
+
+_SPEC_FIELDS = ("mode", "predictions", "loss", "train_op", "eval_metrics",
+                "export_outputs", "scaffold_fn", "host_call", "training_hooks",
+                "evaluation_hooks", "prediction_hooks")
+
+
+class TPUEstimatorSpec(
+    collections.namedtuple("TPUEstimatorSpec", _SPEC_FIELDS)):
+  """What a TPUEstimator model_fn returns.
+
+  As TF's `TPUEstimatorSpec`: `eval_metrics` is `(metric_fn, tensors)` with
+  `tensors` a list (positional) or dict (keyword arguments) of tensors;
+  `host_call` is `(fn, tensors)` in the same form, run on the host every
+  training step; `scaffold_fn` is a callable returning a `Scaffold`.
+  """
+
+  def __new__(cls, mode, predictions=None, loss=None, train_op=None,
+              eval_metrics=None, export_outputs=None, scaffold_fn=None,
+              host_call=None, training_hooks=None, evaluation_hooks=None,
+              prediction_hooks=None):
+    for name, value in (("eval_metrics", eval_metrics),
+                        ("host_call", host_call)):
+      if value is not None:
+        _check_fn_and_tensors(name, value)
+    if scaffold_fn is not None and not callable(scaffold_fn):
+      raise TypeError(
+          "TPUEstimatorSpec: `scaffold_fn` must be a callable returning a "
+          f"tf.compat.v1.train.Scaffold; got {type(scaffold_fn).__name__}.")
+    for name, hooks in (("training_hooks", training_hooks),
+                        ("evaluation_hooks", evaluation_hooks),
+                        ("prediction_hooks", prediction_hooks)):
+      for hook in hooks or ():
+        if not isinstance(hook, tf.compat.v1.train.SessionRunHook):
+          raise TypeError(
+              f"TPUEstimatorSpec: `{name}` must hold SessionRunHooks; got "
+              f"{type(hook).__name__}.")
+    return super().__new__(cls, mode, predictions, loss, train_op,
+                           eval_metrics, export_outputs, scaffold_fn,
+                           host_call, tuple(training_hooks or ()),
+                           tuple(evaluation_hooks or ()),
+                           tuple(prediction_hooks or ()))
+
+  def as_estimator_spec(self):
+    """The equivalent `tf.estimator.EstimatorSpec` on the host."""
+    return _to_estimator_spec(self)
+
+
+def _check_fn_and_tensors(name, value):
+  if not (isinstance(value, (tuple, list)) and len(value) == 2 and
+          callable(value[0]) and isinstance(value[1], (tuple, list, dict))):
+    raise TypeError(
+        f"TPUEstimatorSpec: `{name}` must be a pair (fn, tensors) with "
+        "tensors a list or dict of tensors; got "
+        f"{type(value).__name__}: {value!r}.")
+
+
+def _call_with(fn_and_tensors):
+  fn, tensors = fn_and_tensors
+  if isinstance(tensors, dict):
+    return fn(**tensors)
+  return fn(*tensors)
+
+
+def _is_tpu_spec(spec):
+  """TPUEstimatorSpec of ours or of TF (the same fields)."""
+  return all(hasattr(spec, f) for f in ("eval_metrics", "scaffold_fn",
+                                        "host_call"))
+
+
+def _to_estimator_spec(spec):
+  if isinstance(spec, tf.estimator.EstimatorSpec):
+    return spec
+  if not _is_tpu_spec(spec):
+    raise TypeError(
+        "model_fn must return a TPUEstimatorSpec or a tf.estimator."
+        f"EstimatorSpec; got {type(spec).__name__}.")
+  scaffold = spec.scaffold_fn() if spec.scaffold_fn is not None else None
+  if scaffold is not None and not isinstance(scaffold,
+                                             tf.compat.v1.train.Scaffold):
+    raise TypeError(
+        "TPUEstimatorSpec.scaffold_fn must return a tf.compat.v1.train."
+        f"Scaffold; got {type(scaffold).__name__}.")
+  eval_metric_ops = None
+  if spec.eval_metrics is not None:
+    eval_metric_ops = _call_with(spec.eval_metrics)
+  training_hooks = list(spec.training_hooks or ())
+  if spec.host_call is not None and spec.mode == ModeKeys.TRAIN:
+    training_hooks.append(_HostCallHook(_call_with(spec.host_call)))
+  return tf.estimator.EstimatorSpec(
+      mode=spec.mode,
+      predictions=spec.predictions,
+      loss=spec.loss,
+      train_op=spec.train_op,
+      eval_metric_ops=eval_metric_ops,
+      export_outputs=spec.export_outputs,
+      scaffold=scaffold,
+      training_hooks=training_hooks,
+      evaluation_hooks=list(spec.evaluation_hooks or ()),
+      prediction_hooks=list(spec.prediction_hooks or ()))
+
+
+class _HostCallHook(tf.compat.v1.train.SessionRunHook):
+  """Runs a host_call's ops with every training step, as TPUEstimator does
+  with the outfeed; initializes and flushes summary writers it uses."""
+
+  def __init__(self, outputs):
+    if outputs is None:
+      outputs = []
+    elif not isinstance(outputs, (list, tuple)):
+      outputs = [outputs]
+    self._outputs = list(outputs)
+    self._init = None
+    self._flush = None
+
+  def begin(self):
+    # Graph-mode tf.summary writers register their creation ops here; the
+    # writer resource is each op's first input.
+    self._init = tf.compat.v1.get_collection("_SUMMARY_WRITER_V2")
+    writers = [op.inputs[0] for op in self._init if op.inputs]
+    self._flush = tf.group(*[
+        tf.raw_ops.FlushSummaryWriter(writer=w) for w in writers
+    ]) if writers else None
+
+  def after_create_session(self, session, coord):
+    del coord
+    if self._init:
+      session.run(self._init)
+
+  def before_run(self, run_context):
+    return tf.compat.v1.train.SessionRunArgs(self._outputs)
+
+  def end(self, session):
+    if self._flush is not None:
+      session.run(self._flush)
+
+
+class _FlushListener(tf.compat.v1.train.CheckpointSaverListener):
+  """Applies the update pipelining holds before each checkpoint."""
+
+  def begin(self):
+    self._flush = tf.compat.v1.get_collection(_FLUSH_COLLECTION)
+
+  def before_save(self, session, global_step_value):
+    del global_step_value
+    if self._flush:
+      session.run(self._flush)
+
+
+class _FlushAtEndHook(tf.compat.v1.train.SessionRunHook):
+  """Applies a held update when training ends (also without checkpoints)."""
+
+  def __init__(self, flush_op):
+    self._flush = flush_op
+
+  def end(self, session):
+    session.run(self._flush)
+
+
+class _GradientTap:
+  """Gets d loss / d activation from the user's own backward pass.
+
+  Each activation passes through an identity whose second input is a scalar
+  "anchor" variable the user's optimizer finds (collection
+  TRAINABLE_RESOURCE_VARIABLES, which `Optimizer.compute_gradients` reads but
+  `tf.compat.v1.trainable_variables()` does not). When the optimizer
+  differentiates the loss, the identity's gradient function receives the
+  activation's gradient and records it; the anchor itself gets no gradient,
+  so it has no slots and never changes. The anchor is a local variable: it
+  is not in checkpoints.
+  """
+
+  def __init__(self):
+    with tf.compat.v1.name_scope(None):
+      self.anchor = tf.compat.v1.Variable(
+          0.0,
+          name="tpu_embedding_gradient_anchor",
+          trainable=False,
+          use_resource=True,
+          collections=[
+              tf.compat.v1.GraphKeys.LOCAL_VARIABLES,
+              tf.compat.v1.GraphKeys.TRAINABLE_RESOURCE_VARIABLES
+          ])
+    self.tapped = collections.OrderedDict()    # feature -> tapped tensor
+    self.recorded = collections.defaultdict(list)
+
+  def tap(self, feature, activation):
+    if feature in self.tapped:
+      return self.tapped[feature]
+    recorded = self.recorded[feature]
+
+    @tf.custom_gradient
+    def identity(value, anchor):
+      del anchor
+
+      def grad(dy):
+        recorded.append(dy)
+        return None, None
+
+      return tf.identity(value), grad
+
+    tapped = identity(activation, self.anchor.read_value())
+    self.tapped[feature] = tapped
+    return tapped
+
+  def gradients(self, loss):
+    """{feature: gradient or None}: recorded when the user's optimizer ran
+    exactly one backward pass through every tap, else from `loss`."""
+    features = list(self.tapped)
+    counts = {len(self.recorded.get(f, ())) for f in features}
+    if counts == {1}:
+      return {f: self.recorded[f][0] for f in features}
+    if loss is None:
+      return {f: None for f in features}
+    grads = tf.gradients(loss, [self.tapped[f] for f in features])
+    return dict(zip(features, grads))
+
+
+class _EngineSource(context.ActivationSource):
+  """Feeds the columns in model_fn from one engine step."""
+
+  def __init__(self, engine, step, tap):
+    self._engine = engine
+    self._step = step
+    self._tap = tap
+    self.used = collections.OrderedDict()
+
+  def _feature(self, column):
+    model = self._engine.model
+    feature = model.features.get(column.feature_key)
+    if feature is None or feature.column is None or (
+        feature.table != column.table_name) or (
+            model.tables[feature.table].dimension != column.dimension) or (
+                feature.max_sequence_length != column.max_sequence_length):
+      configured = sorted(
+          f.column.name for f in model.features.values()
+          if f.column is not None)
+      raise ValueError(
+          f"model_fn uses embedding column {column.name!r} (feature "
+          f"{column.feature_key!r}, table {column.table_name!r}), which is "
+          "not in the embedding_config_spec's feature_columns (configured: "
+          f"{configured}). Add it to EmbeddingConfigSpec(feature_columns=...)"
+          " or use the spec's own column objects.")
+    return feature
+
+  def register_variable(self, column, variable_name):
+    feature = self._feature(column)
+    self._engine.set_variable_name(feature.table, variable_name)
+
+  def dense_activation(self, column):
+    feature = self._feature(column)
+    self.used[feature.name] = column
+    return self._tap(feature.name, self._step.activation(feature.name))
+
+  def sequence_activation(self, column):
+    feature = self._feature(column)
+    self.used[feature.name] = column
+    return (self._tap(feature.name, self._step.activation(feature.name)),
+            self._step.sequence_length(feature.name))
+
+
+def _fn_args(fn):
+  try:
+    return set(inspect.signature(fn).parameters)
+  except (TypeError, ValueError):
+    return set()
+
+
+def _topology(config):
+  """(hosts, cores, on_tpu_layout) the tables are laid out for.
+
+  Tables are split over the parameter-server tasks of a cluster (one "core"
+  per task), or else over the TPU hosts the RunConfig's
+  `tpu_config.num_shards` implies (8 cores per host), so that a checkpoint
+  of a TPU run, `mod` layout included, reads back as the TPU wrote it.
+  Default: one host with one core.
+  """
+  cluster_spec = getattr(config, "cluster_spec", None)
+  if cluster_spec is not None and "ps" in cluster_spec.jobs:
+    num_ps = cluster_spec.num_tasks("ps")
+    return num_ps, num_ps, False
+  tpu_config = getattr(config, "tpu_config", None)
+  cores = getattr(tpu_config, "num_shards", None) or 1
+  return max(1, math.ceil(cores / 8)), cores, True
+
+
+class TPUEstimator(tf.compat.v1.estimator.Estimator):
+  """TF 2.15's TPUEstimator, run on the host embedding engine.
+
+  Arguments are those of `tf.compat.v1.estimator.tpu.TPUEstimator`:
+
+  Args:
+    model_fn: `model_fn(features, labels, mode, params[, config])` returning
+      a `TPUEstimatorSpec` (or a `tf.estimator.EstimatorSpec`).
+    model_dir, config, params, warm_start_from: as for `Estimator`; `config`
+      may be `tf.compat.v1.estimator.tpu.RunConfig` or a plain `RunConfig`.
+      `params` must not hold 'batch_size' or 'use_tpu'; model_fn and
+      input_fn find the batch size of the call's mode and `use_tpu` there.
+    use_tpu: True runs on a TPU when the RunConfig names one (not yet
+      available: raises); without a TPU, on the host engine (as False).
+    train_batch_size, eval_batch_size, predict_batch_size: global batch
+      sizes. A training batch must have exactly `train_batch_size` examples
+      (a TPU step has a fixed shape).
+    batch_axis: how input tensors would be split across TPU cores; checked
+      for form. On the host the whole batch runs as one replica.
+    eval_on_tpu: evaluate on the TPU; on the host engine, evaluation runs
+      there as well.
+    export_to_tpu, export_to_cpu: which serving graphs `export_saved_model`
+      writes. The CPU graph is written when `export_to_cpu` is True; a TPU
+      serving graph needs a TPU run (not yet available), so on the host
+      `export_to_tpu` alone is refused and with `export_to_cpu` a warning
+      says no TPU graph was written.
+    embedding_config_spec: an `estimator_spec.EmbeddingConfigSpec`.
+    export_saved_model_api_version: `ExportSavedModelApiVersion.V1` or `V2`
+      (how the TPU serving graph would call model_fn; checked for value).
+  """
+
+  def __init__(self,
+               model_fn=None,
+               model_dir=None,
+               config=None,
+               params=None,
+               use_tpu=True,
+               train_batch_size=None,
+               eval_batch_size=None,
+               predict_batch_size=None,
+               batch_axis=None,
+               eval_on_tpu=True,
+               export_to_tpu=True,
+               export_to_cpu=True,
+               warm_start_from=None,
+               embedding_config_spec=None,
+               export_saved_model_api_version=ExportSavedModelApiVersion.V1):
+    owner = "TPUEstimator"
+    if model_fn is None or not callable(model_fn):
+      raise TypeError(f"{owner}: `model_fn` must be a callable; got "
+                      f"{type(model_fn).__name__}.")
+    if params is not None and not isinstance(params, dict):
+      raise TypeError(f"{owner}: `params` must be a dict; got "
+                      f"{type(params).__name__}.")
+    for reserved in ("batch_size", "use_tpu"):
+      if params and reserved in params:
+        raise ValueError(
+            f"{owner}: `params` must not contain {reserved!r}; TPUEstimator "
+            "sets it for model_fn and input_fn. Pass batch sizes as "
+            "train_batch_size/eval_batch_size/predict_batch_size.")
+    for name, value in (("use_tpu", use_tpu), ("eval_on_tpu", eval_on_tpu),
+                        ("export_to_tpu", export_to_tpu),
+                        ("export_to_cpu", export_to_cpu)):
+      if not isinstance(value, bool):
+        raise TypeError(f"{owner}: `{name}` must be a bool; got "
+                        f"{type(value).__name__}: {value!r}.")
+    sizes = {}
+    for name, value in (("train_batch_size", train_batch_size),
+                        ("eval_batch_size", eval_batch_size),
+                        ("predict_batch_size", predict_batch_size)):
+      if value is not None and (isinstance(value, bool) or
+                                not isinstance(value, int) or value < 1):
+        raise ValueError(f"{owner}: `{name}` must be a positive int; got "
+                         f"{value!r}.")
+      sizes[name] = value
+    if batch_axis is not None and not isinstance(batch_axis,
+                                                 (tuple, list, dict)):
+      raise TypeError(
+          f"{owner}: `batch_axis` must be None or a tuple/list/dict of ints "
+          f"matching the input_fn's structure; got {batch_axis!r}.")
+    if export_saved_model_api_version not in (ExportSavedModelApiVersion.V1,
+                                              ExportSavedModelApiVersion.V2):
+      raise ValueError(
+          f"{owner}: `export_saved_model_api_version` must be "
+          "ExportSavedModelApiVersion.V1 or V2; got "
+          f"{export_saved_model_api_version!r}.")
+    if not (export_to_cpu or export_to_tpu):
+      raise ValueError(
+          f"{owner}: export_to_cpu and export_to_tpu are both False; "
+          "export_saved_model would write nothing.")
+    if embedding_config_spec is not None:
+      if not isinstance(embedding_config_spec, spec_lib.EmbeddingConfigSpec):
+        raise TypeError(
+            f"{owner}: `embedding_config_spec` must be an estimator_spec."
+            f"EmbeddingConfigSpec; got {type(embedding_config_spec)!r}. A "
+            "spec built with TF's classes converts with estimator_spec."
+            "interop.from_tensorflow.")
+      if train_batch_size is None:
+        raise ValueError(
+            f"{owner}: `train_batch_size` is required with an "
+            "embedding_config_spec (the TPU embedding configuration is "
+            "built for a fixed batch size).")
+    if use_tpu and _tpu_reachable(config):
+      raise NotImplementedError(
+          f"{owner}(use_tpu=True): the RunConfig names a TPU "
+          f"({_tpu_description(config)}). Running on a TPU is not available "
+          "in this version of estimator_spec; pass use_tpu=False to train "
+          "on the host embedding engine, which computes what the TPU would.")
+    self._user_model_fn = model_fn
+    self._embedding_spec = embedding_config_spec
+    self._batch_sizes = {
+        ModeKeys.TRAIN: sizes["train_batch_size"],
+        ModeKeys.EVAL: sizes["eval_batch_size"],
+        ModeKeys.PREDICT: sizes["predict_batch_size"],
+    }
+    self.use_tpu = use_tpu
+    self.eval_on_tpu = eval_on_tpu
+    self.export_to_tpu = export_to_tpu
+    self.export_to_cpu = export_to_cpu
+    self.batch_axis = batch_axis
+    self.export_saved_model_api_version = export_saved_model_api_version
+    self.train_batch_size = train_batch_size
+    self.eval_batch_size = eval_batch_size
+    self.predict_batch_size = predict_batch_size
+    super().__init__(
+        model_fn=self._host_model_fn,
+        model_dir=model_dir,
+        config=config,
+        params=params,
+        warm_start_from=warm_start_from)
+    if embedding_config_spec is not None:
+      # Checks the spec against the topology now, not at the first step.
+      self._embedding_config(ModeKeys.TRAIN, self.config)
+
+  def _assert_members_are_not_overridden(self):
+    # train/predict/export_saved_model are extended below, as TF's
+    # TPUEstimator extends them.
+    pass
+
+  # --- Estimator API ---------------------------------------------------------
+
+  def train(self, input_fn, hooks=None, steps=None, max_steps=None,
+            saving_listeners=None):
+    listeners = list(saving_listeners or [])
+    if (self._embedding_spec is not None and
+        self._embedding_spec.pipeline_execution_with_tensor_core and
+        (self.config.save_checkpoints_steps or
+         self.config.save_checkpoints_secs)):
+      listeners.append(_FlushListener())
+    return super().train(
+        input_fn, hooks=hooks, steps=steps, max_steps=max_steps,
+        saving_listeners=listeners)
+
+  def export_saved_model(self, export_dir_base, serving_input_receiver_fn,
+                         assets_extra=None, as_text=False,
+                         checkpoint_path=None,
+                         experimental_mode=ModeKeys.PREDICT):
+    if not self.export_to_cpu:
+      raise ValueError(
+          "TPUEstimator.export_saved_model: export_to_cpu=False asks for a "
+          "TPU serving graph only, which needs a TPU run (not available in "
+          "this version). Use export_to_cpu=True.")
+    if self.export_to_tpu:
+      tf.compat.v1.logging.warning(
+          "TPUEstimator.export_saved_model: no TPU serving graph written "
+          "(the model runs on the host engine); the SavedModel has the CPU "
+          "serving graph.")
+    return super().export_saved_model(
+        export_dir_base, serving_input_receiver_fn, assets_extra=assets_extra,
+        as_text=as_text, checkpoint_path=checkpoint_path,
+        experimental_mode=experimental_mode)
+
+  def _call_input_fn(self, input_fn, mode, input_context=None):
+    args = _fn_args(input_fn)
+    kwargs = {}
+    if "mode" in args:
+      kwargs["mode"] = mode
+    if "params" in args:
+      kwargs["params"] = self._params_for(mode)
+    if "config" in args:
+      kwargs["config"] = self.config
+    if input_context is not None and "input_context" in args:
+      kwargs["input_context"] = input_context
+    with tf.compat.v1.device("/cpu:0"):
+      return input_fn(**kwargs)
+
+  def _params_for(self, mode):
+    params = self.params
+    batch_size = self._batch_sizes.get(mode)
+    if batch_size is not None:
+      params["batch_size"] = batch_size
+    params["use_tpu"] = False
+    return params
+
+  # --- model_fn on the host --------------------------------------------------
+
+  def _embedding_config(self, mode, config):
+    hosts, cores, tpu_layout = _topology(config)
+    batch = self._batch_sizes.get(mode) or self._batch_sizes[ModeKeys.TRAIN]
+    if batch % cores and not (tpu_layout and mode == ModeKeys.TRAIN):
+      # Only the configuration proto splits the batch over cores; the host
+      # runs it whole. Parameter-server "cores" and serving batches need
+      # not divide it, so the proto's batch is rounded up there.
+      batch = cores * math.ceil(batch / cores)
+    return config_lib.EmbeddingConfig(
+        self._embedding_spec, batch_size=batch, num_hosts=hosts,
+        num_cores=cores, mode=mode)
+
+  def _host_model_fn(self, features, labels, mode, config, params):
+    params = dict(params)
+    batch_size = self._batch_sizes.get(mode)
+    if batch_size is not None:
+      params["batch_size"] = batch_size
+    params["use_tpu"] = False
+    user_args = _fn_args(self._user_model_fn)
+    kwargs = {}
+    if "labels" in user_args:
+      kwargs["labels"] = labels
+    elif labels is not None:
+      raise ValueError(
+          "TPUEstimator: input_fn returned labels but model_fn does not take "
+          "a `labels` argument.")
+    if "mode" in user_args:
+      kwargs["mode"] = mode
+    if "params" in user_args:
+      kwargs["params"] = params
+    if "config" in user_args:
+      kwargs["config"] = config
+
+    if self._embedding_spec is None:
+      with interop.single_replica():
+        spec = self._user_model_fn(features=features, **kwargs)
+      return _to_estimator_spec(spec)
+    return self._embedding_model_fn(features, labels, mode, config, kwargs)
+
+  def _embedding_model_fn(self, features, labels, mode, config, kwargs):
+    if not isinstance(features, dict):
+      raise TypeError(
+          "TPUEstimator: with an embedding_config_spec, input_fn must give "
+          f"features as a dict; got {type(features).__name__}.")
+    emb_config = self._embedding_config(mode, config)
+    model = emb_config.model
+    shard_device_fn = None
+    if config.cluster_spec is not None and (
+        "ps" in config.cluster_spec.jobs):
+      shard_device_fn = lambda i: f"/job:ps/task:{i}"
+    engine = engine_lib.HostEmbeddingEngine(
+        emb_config, num_shards=emb_config.num_hosts,
+        shard_device_fn=shard_device_fn)
+    training = mode == ModeKeys.TRAIN
+    step = engine.begin_lookup(features)
+    checks = []
+    if training:
+      expected = self._batch_sizes[ModeKeys.TRAIN]
+      static = step.static_batch_size
+      if static is not None and static != expected:
+        raise ValueError(
+            f"TPUEstimator: a training batch has {static} examples; "
+            f"train_batch_size is {expected}. A TPU step has a fixed batch: "
+            "make input_fn batch with params['batch_size'] and "
+            "drop_remainder=True.")
+      checks.append(
+          tf.debugging.assert_equal(
+              step.batch_size, tf.constant(expected, tf.int64),
+              message=(f"TPUEstimator: a training batch does not have "
+                       f"train_batch_size={expected} examples; no variable "
+                       "was updated. Batch with drop_remainder=True.")))
+    labels, label_checks = _check_labels(labels, step)
+    step.add_checks(checks + label_checks)
+    if "labels" in kwargs:
+      kwargs["labels"] = labels
+
+    if training:
+      global_step = tf.compat.v1.train.get_or_create_global_step()
+      step_value = global_step.read_value()
+      tap = _GradientTap()
+      # Lookups (and so every update of the step) follow the read of the
+      # global step, which the user's train op increments.
+      tap_fn = _after(step_value, tap.tap)
+    else:
+      tap_fn = lambda feature, activation: activation
+    source = _EngineSource(engine, step, tap_fn)
+    model_features = features
+    if not _uses_columns(model):
+      model_features = _dict_form_features(features, model, step, tap_fn)
+    ops_before = len(tf.compat.v1.get_default_graph().get_operations())
+    with context.activation_source(source), interop.single_replica():
+      user_spec = self._user_model_fn(features=model_features, **kwargs)
+    spec = _to_estimator_spec(user_spec)
+    if not _uses_columns(model):
+      for name in model.features:
+        source.used[name] = None
+    unused = [f for f in model.features if f not in source.used]
+    if mode != ModeKeys.TRAIN:
+      return spec
+    if unused:
+      raise ValueError(
+          "TPUEstimator: model_fn never uses the embedding columns of "
+          f"features {unused}, which the embedding_config_spec configures. "
+          "Every configured column must feed the model (a TPU step looks up "
+          "and trains every table); remove unused columns from the spec.")
+    if spec.loss is None or spec.train_op is None:
+      raise ValueError("TPUEstimator: in TRAIN mode model_fn must return a "
+                       "loss and a train_op.")
+    gradients = tap.gradients(spec.loss)
+    missing = [f for f, g in gradients.items() if g is None]
+    if missing:
+      raise ValueError(
+          f"TPUEstimator: the loss does not depend on the activations of "
+          f"features {missing}, so their tables get no gradient. Every "
+          "configured column must feed the loss.")
+    result = step.result()
+    update = engine.apply_gradients(result, gradients, step_value)
+    _order_after(step_value, global_step, ops_before)
+    train_op = tf.group(spec.train_op, update, name="train_with_embedding")
+    hooks = list(spec.training_hooks)
+    if model.pipeline_execution_with_tensor_core:
+      flush = engine.flush()
+      tf.compat.v1.add_to_collection(_FLUSH_COLLECTION, flush)
+      hooks.append(_FlushAtEndHook(flush))
+    return spec._replace(train_op=train_op, training_hooks=hooks)
+
+
+def _after(tensor, tap_fn):
+
+  def tap(feature, activation):
+    with tf.control_dependencies([tensor]):
+      activation = tf.identity(activation)
+    return tap_fn(feature, activation)
+
+  return tap
+
+
+def _order_after(step_value, global_step, first_op):
+  """Makes every write of the global step that model_fn created wait for
+  `step_value`, so that the engine's learning-rate functions and gradient
+  multiplier see the step as it was at the start of the step."""
+  graph = tf.compat.v1.get_default_graph()
+  target = (global_step.handle if hasattr(global_step, "handle") else
+            global_step.op.outputs[0]).name
+  for op in graph.get_operations()[first_op:]:
+    if op.type in ("AssignAddVariableOp", "AssignVariableOp", "AssignAdd",
+                   "Assign") and op.inputs and op.inputs[0].name == target:
+      op._add_control_input(step_value.op)  # pylint: disable=protected-access
+
+
+def _uses_columns(model):
+  return any(f.column is not None for f in model.features.values())
+
+
+def _dict_form_features(features, model, step, tap):
+  """features with each configured feature's activation in place of its
+  ids (and `<name>_seq_length_` for sequence features), weights removed, as
+  TPUEstimator hands them to model_fn on a TPU."""
+  result = dict(features)
+  for name, feature in model.features.items():
+    result[name] = tap(name, step.activation(name))
+    if feature.is_sequence:
+      result[f"{name}_seq_length_"] = step.sequence_length(name)
+    if feature.weight_key is not None:
+      result.pop(feature.weight_key, None)
+  return result
+
+
+def _check_labels(labels, step):
+  """Labels must have one row per example: static check, or a run-time one
+  that gates every write of the step."""
+  if labels is None:
+    return None, []
+  flat = tf.nest.flatten(labels)
+  checks = []
+  for i, tensor in enumerate(flat):
+    if isinstance(tensor, (tf.SparseTensor, tf.RaggedTensor)):
+      continue
+    tensor = tf.convert_to_tensor(tensor)
+    where = "labels" if len(flat) == 1 else f"labels (entry {i})"
+    if tensor.shape.rank == 0:
+      raise ValueError(
+          f"TPUEstimator: {where} is a scalar; labels need one row per "
+          "example (shape [batch, ...]).")
+    static = tensor.shape[0] if tensor.shape.rank is not None else None
+    if static is not None and step.static_batch_size is not None and (
+        static != step.static_batch_size):
+      raise ValueError(
+          f"TPUEstimator: {where} has {static} rows but the features have "
+          f"{step.static_batch_size} examples; labels need one row per "
+          "example.")
+    checks.append(
+        tf.debugging.assert_equal(
+            tf.shape(tensor, out_type=tf.int64)[0], step.batch_size,
+            message=(f"TPUEstimator: {where} do not have one row per "
+                     "example; no variable was updated.")))
+  if not checks:
+    return labels, []
+  with tf.control_dependencies(checks):
+    checked = [
+        t if isinstance(t, (tf.SparseTensor, tf.RaggedTensor)) else
+        tf.identity(t) for t in flat
+    ]
+  return tf.nest.pack_sequence_as(labels, checked), checks
+
+
+def _tpu_reachable(config):
+  cluster = getattr(config, "cluster", None)
+  master = getattr(config, "master", "") or ""
+  if cluster is not None:
+    return True
+  if master and master not in ("local", "") and not master.startswith(
+      "grpc://localhost"):
+    return bool(getattr(config, "tpu_config", None))
+  return bool(tf.config.list_logical_devices("TPU"))
+
+
+def _tpu_description(config):
+  cluster = getattr(config, "cluster", None)
+  if cluster is not None:
+    return f"cluster {type(cluster).__name__}"
+  master = getattr(config, "master", "")
+  return f"master {master!r}" if master else "a local TPU device"
+
+
+__all__ = ["TPUEstimator", "TPUEstimatorSpec", "ExportSavedModelApiVersion"]
