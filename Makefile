@@ -17,7 +17,7 @@ $(STAMP): setup.py
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m examples.describe_dlrm
+	$(PY) -m examples.train_ctr
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -8,6 +8,9 @@ from estimator_spec.config import EVAL
 from estimator_spec.config import PREDICT
 from estimator_spec.config import TRAIN
 from estimator_spec.config import EmbeddingConfig
+from estimator_spec.estimator import ExportSavedModelApiVersion
+from estimator_spec.estimator import TPUEstimator
+from estimator_spec.estimator import TPUEstimatorSpec
 from estimator_spec.model import EmbeddingModel
 from estimator_spec.optimizers import ALL_OPTIMIZERS
 from estimator_spec.optimizers import AdagradMomentumParameters
@@ -32,5 +35,5 @@ __all__ = [
     "FtrlParameters", "MomentumParameters", "ProximalAdagradParameters",
     "ProximalYogiParameters", "RMSPropParameters",
     "StochasticGradientDescentParameters", "ALL_OPTIMIZERS", "TRAIN", "EVAL",
-    "PREDICT"
+    "PREDICT", "TPUEstimator", "TPUEstimatorSpec", "ExportSavedModelApiVersion"
 ]

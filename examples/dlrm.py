@@ -34,9 +34,11 @@ def warmup_then_decay(global_step):
       tf.maximum(step, 100.0) / 100.0)
 
 
-def build_columns(scale=1.0):
+def build_columns(scale=1.0, api=tpu_embedding_columns):
   """Returns (embedding columns, numeric columns). `scale` shrinks every
-  vocabulary (for quick runs) while keeping the structure."""
+  vocabulary (for quick runs) while keeping the structure. `api` is the
+  module with `embedding_column`/`shared_embedding_columns` (this project's,
+  or TF's `tf.compat.v1.tpu.experimental` for comparisons)."""
 
   def vocab(size):
     return max(4, int(size * scale))
@@ -46,7 +48,7 @@ def build_columns(scale=1.0):
     categorical = fc.categorical_column_with_identity(name, vocab(size))
     big = size >= 100_000
     columns.append(
-        tpu_embedding_columns.embedding_column(
+        api.embedding_column(
             categorical,
             dimension=EMBEDDING_DIM,
             combiner="mean",
@@ -54,12 +56,12 @@ def build_columns(scale=1.0):
 
   # A hashed string feature and a vocabulary-list feature (strings on input).
   columns.append(
-      tpu_embedding_columns.embedding_column(
+      api.embedding_column(
           fc.categorical_column_with_hash_bucket("url_domain",
                                                  vocab(200_000)),
           dimension=EMBEDDING_DIM))
   columns.append(
-      tpu_embedding_columns.embedding_column(
+      api.embedding_column(
           fc.categorical_column_with_vocabulary_list(
               "day_of_week", ["mon", "tue", "wed", "thu", "fri", "sat",
                               "sun"]),
@@ -67,7 +69,7 @@ def build_columns(scale=1.0):
 
   # Weighted bag of query terms (weights: tf-idf).
   columns.append(
-      tpu_embedding_columns.embedding_column(
+      api.embedding_column(
           fc.weighted_categorical_column(
               fc.categorical_column_with_identity("query_terms",
                                                   vocab(100_000)),
@@ -79,7 +81,7 @@ def build_columns(scale=1.0):
   # history is a sequence feature.
   items = vocab(400_000)
   columns.extend(
-      tpu_embedding_columns.shared_embedding_columns(
+      api.shared_embedding_columns(
           [
               fc.categorical_column_with_identity("item_id", items),
               fc.sequence_categorical_column_with_identity(
@@ -93,7 +95,7 @@ def build_columns(scale=1.0):
 
   # User and ad category share a table.
   columns.extend(
-      tpu_embedding_columns.shared_embedding_columns(
+      api.shared_embedding_columns(
           [
               fc.categorical_column_with_identity("user_category", 1_000),
               fc.categorical_column_with_identity("ad_category", 1_000),
@@ -103,7 +105,7 @@ def build_columns(scale=1.0):
 
   # Recent search queries as a sequence of term ids.
   columns.append(
-      tpu_embedding_columns.embedding_column(
+      api.embedding_column(
           fc.sequence_categorical_column_with_identity(
               "recent_queries", vocab(50_000)),
           dimension=EMBEDDING_DIM,
@@ -125,3 +127,92 @@ def build_spec(scale=1.0, partition_strategy="div", pipelining=False):
       clipping_limit=10.0,
       pipeline_execution_with_tensor_core=pipelining,
       partition_strategy=partition_strategy)
+
+
+def input_fn_for(features, labels, shuffle=True, repeat=True):
+  """An input_fn over numpy arrays (examples.ctr_data.generate), batched by
+  params['batch_size'] with drop_remainder, as a TPUEstimator input_fn is."""
+
+  def input_fn(params):
+    dataset = tf.data.Dataset.from_tensor_slices((features, labels))
+    if shuffle:
+      dataset = dataset.shuffle(10_000, seed=1)
+    if repeat:
+      dataset = dataset.repeat()
+    return dataset.batch(params["batch_size"], drop_remainder=True).prefetch(
+        2)
+
+  return input_fn
+
+
+def _mlp(x, units, name):
+  for i, width in enumerate(units):
+    activation = tf.nn.relu if i < len(units) - 1 else None
+    x = tf.compat.v1.layers.dense(x, width, activation=activation,
+                                  name=f"{name}_{i}")
+  return x
+
+
+def model_fn_for(columns, numeric_columns, learning_rate=0.01,
+                 spec_class=None):
+  """The DLRM-style model_fn of a TPUEstimator user: a bottom MLP over the
+  numeric features, embeddings from the columns (DenseFeatures for single
+  values, SequenceFeatures for histories, mean-pooled over their lengths),
+  pairwise dot-product interactions, a top MLP, log loss, AUC.
+
+  `spec_class` is the TPUEstimatorSpec class (default: estimator_spec's).
+  """
+  if spec_class is None:
+    from estimator_spec.estimator import TPUEstimatorSpec  # pylint: disable=g-import-not-at-top
+    spec_class = TPUEstimatorSpec
+  dense_columns = [c for c in columns if not _is_sequence(c)]
+  sequence_columns = [c for c in columns if _is_sequence(c)]
+
+  def model_fn(features, labels, mode, params):
+    del params
+    numeric = tf.compat.v1.feature_column.input_layer(features,
+                                                      numeric_columns)
+    bottom = _mlp(numeric, [64, EMBEDDING_DIM], "bottom")
+    embedded = tf.compat.v1.keras.layers.DenseFeatures(dense_columns)(
+        features)
+    vectors = [bottom] + tf.split(embedded, len(dense_columns), axis=1)
+    for column in sequence_columns:
+      sequence, lengths = tf.keras.experimental.SequenceFeatures([column])(
+          features)
+      count = tf.maximum(tf.cast(lengths, tf.float32), 1.0)[:, None]
+      vectors.append(tf.reduce_sum(sequence, axis=1) / count)
+    stacked = tf.stack(vectors, axis=1)                   # [B, F, D]
+    products = tf.matmul(stacked, stacked, transpose_b=True)  # [B, F, F]
+    num = len(vectors)
+    upper = [i * num + j for i in range(num) for j in range(i + 1, num)]
+    pairs = tf.gather(tf.reshape(products, [-1, num * num]), upper, axis=1)
+    logits = _mlp(tf.concat([bottom, pairs], axis=1), [128, 64, 1], "top")
+    probabilities = tf.sigmoid(logits)
+    if mode == tf.estimator.ModeKeys.PREDICT:
+      return spec_class(
+          mode=mode, predictions={"probability": probabilities,
+                                  "logit": logits})
+    loss = tf.compat.v1.losses.sigmoid_cross_entropy(labels, logits)
+
+    def metric_fn(labels, probabilities):
+      return {
+          "auc": tf.compat.v1.metrics.auc(labels, probabilities,
+                                          num_thresholds=1000),
+          "click_rate": tf.compat.v1.metrics.mean(labels),
+      }
+
+    train_op = None
+    if mode == tf.estimator.ModeKeys.TRAIN:
+      optimizer = tf.compat.v1.tpu.CrossShardOptimizer(
+          tf.compat.v1.train.AdamOptimizer(learning_rate))
+      train_op = optimizer.minimize(
+          loss, global_step=tf.compat.v1.train.get_global_step())
+    return spec_class(
+        mode=mode, loss=loss, train_op=train_op,
+        eval_metrics=(metric_fn, [labels, probabilities]))
+
+  return model_fn
+
+
+def _is_sequence(column):
+  return column.get_max_sequence_length() > 0
