@@ -452,7 +452,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
         model_fn=self._host_model_fn,
         model_dir=model_dir,
         config=config,
-        params=params,
+        params=params or {},
         warm_start_from=warm_start_from)
     if embedding_config_spec is not None:
       # Checks the spec against the topology now, not at the first step.

@@ -165,18 +165,15 @@ class HostEmbeddingEngine:
 
   def set_variable_name(self, table_name, variable_name):
     """Names a table's variable before it exists (columns register the name
-    their plain CPU lookup would use, so checkpoints match TF's CPU path)."""
+    their plain CPU lookup would use, so checkpoints match TF's CPU path).
+    Once the variable exists, later names are ignored."""
     if table_name not in self.variable_names:
       raise ValueError(
           f"HostEmbeddingEngine: unknown table {table_name!r}; tables are "
           f"{list(self.model.tables)}.")
-    current = self.variable_names[table_name]
     if self.tables is not None and table_name in self.tables:
-      if current != variable_name:
-        raise ValueError(
-            f"Table {table_name!r} already has its variable {current!r}; a "
-            f"column now asks for it as {variable_name!r}. Use all columns "
-            "of one table in the same layer and variable scope.")
+      # A shared table is created once, where it is first used, and reused
+      # from other layers and scopes (as TF's shared columns do).
       return
     self.variable_names[table_name] = variable_name
 
@@ -195,6 +192,12 @@ class HostEmbeddingEngine:
         self._pending = {}
     if name in self.tables:
       return self.tables[name]
+    # Variables are created on first use, possibly inside the step's
+    # control dependencies; their initializers must not inherit them.
+    with tf.control_dependencies(None):
+      return self._create_table_variables(name)
+
+  def _create_table_variables(self, name):
     strategy = self.model.partition_strategy
     table = self.model.tables[name]
     var_name = self.variable_names[name]
