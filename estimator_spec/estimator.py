@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from tpu_embedding_columns import context
 
+from estimator_spec import checkpoints
 from estimator_spec import config as config_lib
 from estimator_spec import interop
 from estimator_spec import spec as spec_lib
@@ -618,7 +619,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
         source.used[name] = None
     unused = [f for f in model.features if f not in source.used]
     if mode != ModeKeys.TRAIN:
-      return spec
+      return _with_layout_aware_saver(spec, engine, config, training=False)
     if unused:
       raise ValueError(
           "TPUEstimator: model_fn never uses the embedding columns of "
@@ -644,7 +645,27 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
       flush = engine.flush()
       tf.compat.v1.add_to_collection(_FLUSH_COLLECTION, flush)
       hooks.append(_FlushAtEndHook(flush))
-    return spec._replace(train_op=train_op, training_hooks=hooks)
+    spec = spec._replace(train_op=train_op, training_hooks=hooks)
+    return _with_layout_aware_saver(spec, engine, config, training=True)
+
+
+def _with_layout_aware_saver(spec, engine, config, training):
+  """Gives the spec's Scaffold a `checkpoints.LayoutAwareSaver` (unless
+  the model brings its own saver): checkpoints of other topologies and of
+  TF's CPU path restore into the engine's tables correctly."""
+  scaffold = spec.scaffold
+  if scaffold is not None and scaffold.saver is not None:
+    return spec
+  saver = checkpoints.LayoutAwareSaver(
+      engine,
+      allow_missing_slots=training,
+      sharded=True,
+      max_to_keep=config.keep_checkpoint_max,
+      keep_checkpoint_every_n_hours=config.keep_checkpoint_every_n_hours,
+      save_relative_paths=True)
+  return spec._replace(scaffold=tf.compat.v1.train.Scaffold(
+      saver=saver, copy_from_scaffold=scaffold) if scaffold is not None else
+                       tf.compat.v1.train.Scaffold(saver=saver))
 
 
 def _after(tensor, tap_fn):

@@ -359,3 +359,185 @@ def _assert_checkpoint_matches(path, form, shards, strategy, expected, step):
     np.testing.assert_allclose(accumulator,
                                expected[table]["slots"]["accumulator"],
                                rtol=2e-5, atol=1e-6, err_msg=table)
+
+
+# --- every column kind through train / evaluate / predict / export ----------
+
+_VOCAB_WORDS = ["red", "green", "blue", "cyan", "black"]
+
+
+def _all_kinds_columns(vocab_file):
+  """(engine columns, other columns) covering every categorical kind."""
+  ident = fc.categorical_column_with_identity("ident", 20)
+  columns = [
+      tec.embedding_column(ident, 2, combiner="sum"),
+      tec.embedding_column(
+          fc.categorical_column_with_hash_bucket("hashed", 17), 2),
+      tec.embedding_column(
+          fc.categorical_column_with_vocabulary_list("color", _VOCAB_WORDS),
+          2, combiner="sqrtn"),
+      tec.embedding_column(
+          fc.categorical_column_with_vocabulary_file("word", vocab_file,
+                                                     num_oov_buckets=2), 2),
+      tec.embedding_column(
+          fc.crossed_column(["color", "hashed"], hash_bucket_size=23), 2),
+      tec.embedding_column(
+          fc.bucketized_column(fc.numeric_column("price"), [1.0, 5.0, 10.0]),
+          2),
+      tec.embedding_column(
+          fc.weighted_categorical_column(
+              fc.categorical_column_with_identity("wid", 9), "wid_weight"),
+          2),
+      tec.embedding_column(
+          fc.sequence_categorical_column_with_hash_bucket("history", 31), 2,
+          max_sequence_length=4),
+  ]
+  columns += tec.shared_embedding_columns(
+      [fc.categorical_column_with_identity("item", 15),
+       fc.sequence_categorical_column_with_identity("clicks", 15)], 2,
+      max_sequence_lengths=[0, 3])
+  # A tensor-core column: a dense lookup the user's optimizer trains.
+  tensor_core = tec.embedding_column(
+      fc.categorical_column_with_identity("tc", 6), 2,
+      embedding_lookup_device="tpu_tensor_core", tensor_core_shape=[None, 2])
+  return columns, tensor_core
+
+
+def _all_kinds_data(n):
+  rng = np.random.RandomState(5)
+  words = np.array(["alpha", "beta", "gamma", "zeta", ""], dtype=object)
+  colors = np.array(_VOCAB_WORDS + ["pink", ""], dtype=object)
+  features = {
+      "ident": rng.randint(-1, 20, (n, 3)),
+      "hashed": np.char.add("h", rng.randint(0, 40, (n, 2)).astype(str)
+                           ).astype(object),
+      "color": colors[rng.randint(0, 7, (n, 2))],
+      "word": words[rng.randint(0, 5, (n, 2))],
+      "price": rng.uniform(0, 12, (n, 1)).astype(np.float32),
+      "wid": rng.randint(0, 9, (n, 2)),
+      "wid_weight": rng.uniform(0.5, 2, (n, 2)).astype(np.float32),
+      "history": np.char.add("x", rng.randint(0, 50, (n, 5)).astype(str)
+                            ).astype(object),
+      "item": rng.randint(0, 15, (n, 1)),
+      "clicks": np.where(rng.uniform(size=(n, 4)) < 0.7,
+                         rng.randint(0, 15, (n, 4)), -1),
+      "tc": rng.randint(0, 6, (n, 2)),
+  }
+  labels = rng.randint(0, 2, (n, 1)).astype(np.float32)
+  return features, labels
+
+
+def _classifier_model_fn(columns, tensor_core, extra_metrics=True):
+  dense = [c for c in columns if c.get_max_sequence_length() == 0]
+  sequence = [c for c in columns if c.get_max_sequence_length() > 0]
+
+  def model_fn(features, labels, mode, params, config):
+    del config
+    assert params["use_tpu"] is False
+    parts = [tf.compat.v1.feature_column.input_layer(
+        features, dense + [tensor_core])]
+    for column in sequence:
+      values, lengths = tf.keras.experimental.SequenceFeatures([column])(
+          features)
+      parts.append(tf.reduce_sum(values, 1) / tf.maximum(
+          tf.cast(lengths, tf.float32), 1.0)[:, None])
+    logits = tf.compat.v1.layers.dense(tf.concat(parts, 1), 1)
+    if mode == tf.estimator.ModeKeys.PREDICT:
+      return TPUEstimatorSpec(mode, predictions={"logits": logits},
+                              export_outputs={
+                                  "serving_default":
+                                      tf.estimator.export.PredictOutput(
+                                          {"logits": logits})})
+    loss = tf.compat.v1.losses.sigmoid_cross_entropy(labels, logits)
+    optimizer = tf.compat.v1.tpu.CrossShardOptimizer(
+        tf.compat.v1.train.AdagradOptimizer(0.1))
+    train_op = optimizer.minimize(loss, tf.compat.v1.train.get_global_step())
+    metric_fn = lambda labels, logits: {
+        "accuracy": tf.compat.v1.metrics.accuracy(labels, tf.cast(
+            logits > 0, tf.float32))}
+    return TPUEstimatorSpec(
+        mode, loss=loss, train_op=train_op,
+        eval_metrics=(metric_fn, {"labels": labels, "logits": logits}))
+
+  return model_fn
+
+
+def _numpy_input_fn(features, labels, shuffle=False, repeat=True):
+
+  def input_fn(params):
+    dataset = tf.data.Dataset.from_tensor_slices((features, labels))
+    if shuffle:
+      dataset = dataset.shuffle(64, seed=3)
+    if repeat:
+      dataset = dataset.repeat()
+    return dataset.batch(params["batch_size"], drop_remainder=True)
+
+  return input_fn
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pipelining,strategy,shards", [(False, "div", 1),
+                                                        (True, "mod", 2)])
+def test_every_column_kind_trains_evaluates_predicts_exports(
+    tmp_path, pipelining, strategy, shards):
+  vocab_file = tmp_path / "words.txt"
+  vocab_file.write_text("alpha\nbeta\ngamma\n")
+  columns, tensor_core = _all_kinds_columns(str(vocab_file))
+  spec = es.EmbeddingConfigSpec(
+      feature_columns=columns + [tensor_core],
+      optimization_parameters=es.AdagradParameters(0.5),
+      pipeline_execution_with_tensor_core=pipelining,
+      partition_strategy=strategy)
+  features, labels = _all_kinds_data(64)
+  model_dir = tmp_path / "model"
+  estimator = TPUEstimator(
+      model_fn=_classifier_model_fn(columns, tensor_core),
+      config=_run_config(model_dir, shards),
+      use_tpu=False, train_batch_size=16, eval_batch_size=16,
+      predict_batch_size=8, embedding_config_spec=spec)
+  estimator.train(_numpy_input_fn(features, labels, shuffle=True), steps=6)
+  reader = tf.train.load_checkpoint(str(model_dir))
+  stored = reader.get_variable_to_shape_map()
+  assert reader.get_tensor("global_step") == 6
+  # Every engine table trained by the spec's Adagrad: its accumulator left
+  # the initial 0.1 exactly at the rows the data touched.
+  for column in columns:
+    var = (column.shared_embedding_collection_name if hasattr(
+        column, "shared_embedding_collection_name") else
+           ("sequence_features" if column.get_max_sequence_length() else
+            "input_layer") + f"/{column.name}/embedding_weights")
+    assert var in stored and f"{var}/Adagrad" in stored, (column.name,
+                                                          sorted(stored))
+    accumulator = reader.get_tensor(f"{var}/Adagrad")
+    assert (accumulator > 0.1).any() and (accumulator == 0.1).any() or (
+        accumulator > 0.1).all(), column.name
+  # The tensor-core column is a dense variable of the user's optimizer.
+  tc_var = "input_layer/tc_embedding/embedding_weights"
+  assert f"{tc_var}/Adagrad" in stored
+
+  metrics = estimator.evaluate(_numpy_input_fn(features, labels), steps=2)
+  assert set(metrics) >= {"accuracy", "loss", "global_step"}
+  predictions = list(estimator.predict(
+      _numpy_input_fn(features, labels, repeat=False),
+      yield_single_examples=False))
+  first = predictions[0]["logits"]
+  assert first.shape == (8, 1) and np.isfinite(first).all()
+
+  def serving():
+    inputs = {
+        k: tf.compat.v1.placeholder(
+            tf.string if v.dtype == object else tf.as_dtype(v.dtype),
+            [None, v.shape[1]], name=k) for k, v in features.items()
+    }
+    return tf.estimator.export.ServingInputReceiver(inputs, inputs)
+
+  export_dir = estimator.export_saved_model(str(tmp_path / "export"),
+                                            serving).decode()
+  with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+    meta = tf.compat.v1.saved_model.load(session, ["serve"], export_dir)
+    signature = meta.signature_def["serving_default"]
+    feed = {signature.inputs[k].name: v[:8] for k, v in features.items()}
+    served = session.run(signature.outputs["logits"].name, feed)
+    names = [v.name for v in tf.compat.v1.global_variables()]
+  np.testing.assert_allclose(served, first, rtol=1e-6, atol=1e-6)
+  assert not [n for n in names if "Adagrad" in n or "pipelined" in n], names

@@ -8,9 +8,11 @@ End-to-end tests through the Estimator API, with tiny models:
   and training continued on either side from one checkpoint gives the same
   variables (same optimizer on both sides, so TF's CPU fallback, which trains
   the tables with the user's optimizer, computes the TPU update here);
+* `div`-sharded tables (3 partitions) move between TF and ours;
 * `mod`-sharded tables (3 shards from `TPUConfig(num_shards=24)`) are stored
-  in mod partition order and read back correctly (NumPy oracle: TF refuses
-  `mod` off the TPU);
+  in mod partition order and read back correctly, also by an estimator laid
+  out for another number of shards (NumPy oracle: TF refuses `mod` off the
+  TPU);
 * `export_saved_model` writes a SavedModel plain TensorFlow serves, with no
   optimizer, slot or pipelining state, for `div` and `mod`;
 * the dict form of the spec (`table_to_config_dict`/`feature_to_config_dict`)
@@ -21,7 +23,8 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import shutil  # pylint: disable=g-import-not-at-top
+import re  # pylint: disable=g-import-not-at-top
+import shutil
 import subprocess
 import sys
 
@@ -246,17 +249,22 @@ def interop_model_fn(columns, spec_class, user_optimizer):
       optimizer = user_optimizer()
       if params["use_tpu"]:
         optimizer = v1.tpu.CrossShardOptimizer(optimizer)
-      train_op = optimizer.minimize(loss, global_step=v1.train.get_global_step())
+      train_op = optimizer.minimize(loss,
+                                    global_step=v1.train.get_global_step())
     return spec_class(mode=mode, loss=loss, train_op=train_op)
 
   return model_fn
 
 
-def make_estimator(impl, model_dir, user_opt, spec_opt):
-  """TF's TPUEstimator with TF's columns, or ours with ours."""
+def make_estimator(impl, model_dir, user_opt, spec_opt, num_shards=None):
+  """TF's TPUEstimator with TF's columns, or ours with ours; `num_shards`
+  TPU cores (ours lays its tables out for them; 24 cores = 3 shards)."""
   columns = interop_columns(impl)
-  run_config = TF_EST_TPU.RunConfig(model_dir=str(model_dir))
-  common = dict(config=run_config, use_tpu=False, train_batch_size=B,
+  run_config = TF_EST_TPU.RunConfig(
+      model_dir=str(model_dir),
+      tpu_config=TF_EST_TPU.TPUConfig(num_shards=num_shards))
+  batch = SHARDED_BATCH if num_shards else B
+  common = dict(config=run_config, use_tpu=False, train_batch_size=batch,
                 eval_batch_size=B, predict_batch_size=B)
   if impl == "tf":
     spec = TF_EST_TPU.experimental.EmbeddingConfigSpec(
@@ -298,12 +306,26 @@ def _check_interop_checkpoint(values, optimizer, global_step):
 
 
 # ---------------------------------------------------------------------------
-# 1. TF -> ours.
+# 1. TF -> ours. Training continued on both sides from one checkpoint is
+# compared with the optimizer that has slots (the slots TF's dense optimizer
+# made for the tables must restore as the spec's slots).
+
+
+def _assert_same_variables(got_dir, expected_dir, optimizer, global_step):
+  got, expected = checkpoint_values(got_dir), checkpoint_values(expected_dir)
+  _check_interop_checkpoint(got, optimizer, global_step)
+  assert_same_checkpoint_layout(got, expected)
+  for name, value in expected.items():
+    np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6,
+                               err_msg=name)
+  return got
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("optimizer", ["adagrad", "sgd"])
-def test_tf_checkpoint_restores_in_our_estimator(tmp_path, optimizer):
+@pytest.mark.parametrize("optimizer,continue_training", [("adagrad", True),
+                                                         ("sgd", False)])
+def test_tf_checkpoint_restores_in_our_estimator(tmp_path, optimizer,
+                                                 continue_training):
   features, labels = interop_data()
   tf_dir = tmp_path / "tf"
   tf_est = make_estimator("tf", tf_dir, optimizer, optimizer)
@@ -314,12 +336,8 @@ def test_tf_checkpoint_restores_in_our_estimator(tmp_path, optimizer):
   ours = make_estimator("ours", tf_dir, optimizer, optimizer)
   assert_predictions_close(predict_all(ours, features),
                            predict_all(tf_est, features))
-  np.testing.assert_allclose(
-      ours.evaluate(eval_input_fn(features, labels))["loss"],
-      tf_est.evaluate(eval_input_fn(features, labels))["loss"], rtol=1e-6)
-  # Predicting and evaluating wrote nothing.
-  assert checkpoint_values(tf_dir).keys() == tf_ckpt.keys()
-
+  if not continue_training:
+    return
   # Training continues from TF's checkpoint (global step, dense variables,
   # tables and the slots TF's dense optimizer made for them) as TF's does.
   ours_dir = tmp_path / "ours"
@@ -327,14 +345,32 @@ def test_tf_checkpoint_restores_in_our_estimator(tmp_path, optimizer):
   ours = make_estimator("ours", ours_dir, optimizer, optimizer)
   ours.train(train_input_fn(features, labels), max_steps=5)
   tf_est.train(train_input_fn(features, labels), max_steps=5)
-  ours_after, tf_after = checkpoint_values(ours_dir), checkpoint_values(tf_dir)
-  _check_interop_checkpoint(ours_after, optimizer, global_step=5)
-  assert_same_checkpoint_layout(ours_after, tf_after)
-  for name, value in tf_after.items():
-    np.testing.assert_allclose(ours_after[name], value, rtol=1e-5, atol=1e-6,
-                               err_msg=name)
+  ours_after = _assert_same_variables(ours_dir, tf_dir, optimizer, 5)
   for table in EXPECTED_TABLES:  # the continued steps changed the tables
     assert not np.array_equal(ours_after[table], tf_ckpt[table]), table
+
+
+@pytest.mark.slow
+def test_training_continues_from_tf_checkpoint_without_table_slots(tmp_path):
+  """TF's CPU path trained the tables with the user's SGD (no slots); our
+  estimator, whose spec trains them with Adagrad, continues from that
+  checkpoint: the missing accumulators start at their initial value."""
+  features, labels = interop_data()
+  tf_est = make_estimator("tf", tmp_path, "sgd", "adagrad")
+  tf_est.train(train_input_fn(features, labels), max_steps=2)
+  before = checkpoint_values(tmp_path)
+  assert not [n for n in before if n.endswith("/Adagrad")]
+  ours = make_estimator("ours", tmp_path, "sgd", "adagrad")
+  ours.train(train_input_fn(features, labels), max_steps=3)
+  after = checkpoint_values(tmp_path)
+  assert int(after["global_step"]) == 3
+  for table in EXPECTED_TABLES:
+    accumulator = after[f"{table}/Adagrad"]
+    # One Adagrad step from 0.1 on the touched rows, 0.1 elsewhere.
+    assert (accumulator >= 0.1).all() and (accumulator > 0.1).any(), table
+    changed = np.any(after[table] != before[table], axis=1)
+    np.testing.assert_array_equal(changed, np.any(accumulator > 0.1,
+                                                  axis=1), err_msg=table)
 
 
 # ---------------------------------------------------------------------------
@@ -342,55 +378,67 @@ def test_tf_checkpoint_restores_in_our_estimator(tmp_path, optimizer):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("optimizer", ["adagrad", "sgd"])
-def test_our_checkpoint_restores_in_tf_estimator(tmp_path, optimizer):
+@pytest.mark.parametrize("optimizer,continue_training", [("adagrad", True),
+                                                         ("sgd", False)])
+def test_our_checkpoint_restores_in_tf_estimator(tmp_path, optimizer,
+                                                 continue_training):
   features, labels = interop_data(seed=1)
   ours_dir = tmp_path / "ours"
   ours = make_estimator("ours", ours_dir, optimizer, optimizer)
   ours.train(train_input_fn(features, labels), max_steps=3)
-  ours_ckpt = checkpoint_values(ours_dir)
   # Tables under TF's CPU names, slots under SEMANTICS.md names.
-  _check_interop_checkpoint(ours_ckpt, optimizer, global_step=3)
+  _check_interop_checkpoint(checkpoint_values(ours_dir), optimizer,
+                            global_step=3)
 
   tf_est = make_estimator("tf", ours_dir, optimizer, optimizer)
-  ours_predictions = predict_all(ours, features)
-  assert_predictions_close(predict_all(tf_est, features), ours_predictions)
+  assert_predictions_close(predict_all(tf_est, features),
+                           predict_all(ours, features))
   np.testing.assert_allclose(
       tf_est.evaluate(eval_input_fn(features, labels))["loss"],
       ours.evaluate(eval_input_fn(features, labels))["loss"], rtol=1e-6)
-
+  if not continue_training:
+    return
   # TF's estimator continues training from our checkpoint as ours does.
   tf_dir = tmp_path / "tf"
   shutil.copytree(ours_dir, tf_dir)
   tf_est = make_estimator("tf", tf_dir, optimizer, optimizer)
   tf_est.train(train_input_fn(features, labels), max_steps=5)
   ours.train(train_input_fn(features, labels), max_steps=5)
-  ours_after, tf_after = checkpoint_values(ours_dir), checkpoint_values(tf_dir)
-  _check_interop_checkpoint(tf_after, optimizer, global_step=5)
-  assert_same_checkpoint_layout(tf_after, ours_after)
-  for name, value in ours_after.items():
-    np.testing.assert_allclose(tf_after[name], value, rtol=1e-5, atol=1e-6,
-                               err_msg=name)
+  _assert_same_variables(tf_dir, ours_dir, optimizer, 5)
 
 
-@pytest.mark.parametrize("user_opt,spec_opt", [("adagrad", "sgd"),
-                                               ("sgd", "adagrad")])
-def test_tf_predicts_from_our_checkpoint_with_other_slots(
-    tmp_path, user_opt, spec_opt):
-  """The user's dense optimizer and the embedding optimizer differ: our
-  checkpoint holds the dense slots of the one and the table slots of the
-  other; TF's estimator predicts from it all the same."""
+@pytest.mark.slow
+def test_div_sharded_checkpoints_move_between_tf_and_ours(tmp_path):
+  """Ours with 3 `div` table shards (partitioned variables) writes each
+  table as one row-order tensor that TF's unpartitioned CPU path restores,
+  and restores TF's tensors into its partitions."""
+  features, labels = interop_data(n=2 * SHARDED_BATCH, seed=3)
+  ours = make_estimator("ours", tmp_path, "sgd", "sgd", num_shards=24)
+  ours.train(train_input_fn(features, labels), max_steps=1)
+  graph = (tmp_path / "graph.pbtxt").read_text()
+  assert "b_c_shared_embedding/part_2" in graph
+  assert "b_c_shared_embedding/part_3" not in graph
+  tf_est = make_estimator("tf", tmp_path, "sgd", "sgd", num_shards=24)
+  assert_predictions_close(predict_all(tf_est, features),
+                           predict_all(ours, features))
+  tf_est.train(train_input_fn(features, labels), max_steps=2)
+  _check_interop_checkpoint(checkpoint_values(tmp_path), "sgd", 2)
+  assert_predictions_close(predict_all(ours, features),
+                           predict_all(tf_est, features))
+
+
+@pytest.mark.slow
+def test_tf_predicts_from_our_checkpoint_without_table_slots(tmp_path):
+  """The user's dense optimizer has slots, the embedding optimizer (SGD) has
+  none: the user's optimizer never sees the tables, so our checkpoint has
+  slots for the dense variables only, and TF's estimator predicts from it."""
   features, labels = interop_data(seed=2)
-  ours = make_estimator("ours", tmp_path, user_opt, spec_opt)
+  ours = make_estimator("ours", tmp_path, "adagrad", "sgd")
   ours.train(train_input_fn(features, labels), max_steps=2)
   names = set(checkpoint_values(tmp_path))
-  table_slots = {f"{t}/Adagrad" for t in EXPECTED_TABLES}
-  dense_slots = {"out/kernel/Adagrad", "out/bias/Adagrad"}
-  if spec_opt == "adagrad":
-    assert table_slots <= names and not dense_slots & names
-  else:
-    assert dense_slots <= names and not table_slots & names
-  tf_est = make_estimator("tf", tmp_path, user_opt, spec_opt)
+  assert {"out/kernel/Adagrad", "out/bias/Adagrad"} <= names
+  assert not [n for n in names if "Adagrad" in n and not n.startswith("out/")]
+  tf_est = make_estimator("tf", tmp_path, "adagrad", "sgd")
   assert_predictions_close(predict_all(tf_est, features),
                            predict_all(ours, features))
 
@@ -409,9 +457,14 @@ def sharded_columns():
   ]
 
 
-def linear_model_fn(features, labels, mode, params):
+def linear_model_fn(columns):
   """logits = [act_m, act_z] @ kernel + bias (kernel starts at ones)."""
-  x = v1.keras.layers.DenseFeatures(params["columns"])(features)
+  return lambda features, labels, mode: _linear_model(columns, features,
+                                                      labels, mode)
+
+
+def _linear_model(columns, features, labels, mode):
+  x = v1.keras.layers.DenseFeatures(columns)(features)
   logits = v1.layers.dense(x, 1, name="out",
                            kernel_initializer=v1.ones_initializer())
   if mode == PREDICT:
@@ -422,9 +475,10 @@ def linear_model_fn(features, labels, mode, params):
   return es.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
 
 
-def sharded_estimator(model_dir, strategy, columns, pipelining=False,
-                      user_opt="sgd", spec_opt="sgd", model_fn=None,
-                      predict_batch_size=8):
+def sharded_estimator(model_dir, strategy, columns, model_fn,
+                      pipelining=False, spec_opt="sgd"):
+  """Our TPUEstimator with 3 table shards: num_shards=24 TPU cores are 3
+  hosts of 8."""
   spec = es.EmbeddingConfigSpec(
       feature_columns=columns,
       optimization_parameters=OPTIMIZERS[spec_opt][1](),
@@ -434,10 +488,9 @@ def sharded_estimator(model_dir, strategy, columns, pipelining=False,
       model_dir=str(model_dir),
       tpu_config=TF_EST_TPU.TPUConfig(num_shards=24))
   return es.TPUEstimator(
-      model_fn=model_fn or linear_model_fn, config=config,
-      params={"columns": columns}, use_tpu=False,
-      train_batch_size=SHARDED_BATCH, eval_batch_size=8,
-      predict_batch_size=predict_batch_size, embedding_config_spec=spec)
+      model_fn=model_fn, config=config, use_tpu=False,
+      train_batch_size=SHARDED_BATCH, eval_batch_size=4,
+      predict_batch_size=4, embedding_config_spec=spec)
 
 
 TRAINED_Z_IDS = (4, 11, 13)
@@ -453,9 +506,13 @@ def test_mod_sharded_tables_save_and_restore(tmp_path):
   }
   labels = rng.randn(n, 1).astype(np.float32)
   columns = sharded_columns()
-  est = sharded_estimator(tmp_path, "mod", columns)
+  est = sharded_estimator(tmp_path, "mod", columns,
+                          linear_model_fn(columns))
   est.train(train_input_fn(features, labels), max_steps=2)
 
+  graph = (tmp_path / "graph.pbtxt").read_text()
+  assert "dense_features/m_embedding/embedding_weights/part_2" in graph
+  assert "dense_features/m_embedding/embedding_weights/part_3" not in graph
   layout = es.ShardLayout(V, 3, "mod")
   assert layout.sizes == (7, 7, 6)
   ckpt = checkpoint_values(tmp_path)
@@ -477,19 +534,18 @@ def test_mod_sharded_tables_save_and_restore(tmp_path):
   # The row-order tables as the model sees them: one id per example.
   one_hot = {"m": np.arange(V, dtype=np.int64)[:, None],
              "z": np.arange(V, dtype=np.int64)[:, None]}
-  seen = predict_all(est, one_hot, predict_input_fn(one_hot))["x"]
-  rows_m, rows_z = seen[:, :D], seen[:, D:]
+  looked_up = predict_all(est, one_hot, predict_input_fn(one_hot))["x"]
+  rows_m, rows_z = looked_up[:, :D], looked_up[:, D:]
   for name, rows in ((m_name, rows_m), (z_name, rows_z)):
     np.testing.assert_array_equal(ckpt[name],
                                   np.concatenate(layout.split(rows)))
   # Not the identity permutation: the stored tensor is not in row order.
   assert not np.array_equal(ckpt[m_name], rows_m)
-  np.testing.assert_array_equal(layout.join(np.split(ckpt[m_name], [7, 14])),
-                                rows_m)
 
-  # Predictions: NumPy sum combiner over the row-order tables, linear head.
-  row_m = layout.join(np.split(ckpt[m_name], np.cumsum(layout.sizes)[:-1]))
-  row_z = layout.join(np.split(ckpt[z_name], np.cumsum(layout.sizes)[:-1]))
+  # Predictions: NumPy sum combiner over the row-order tables (from the
+  # checkpoint alone), linear head.
+  row_m = layout.join(np.split(ckpt[m_name], layout.offsets[1:]))
+  row_z = layout.join(np.split(ckpt[z_name], layout.offsets[1:]))
 
   def numpy_x(ids, table):
     return np.stack([table[r[r >= 0]].sum(axis=0) for r in ids])
@@ -503,7 +559,9 @@ def test_mod_sharded_tables_save_and_restore(tmp_path):
                              atol=1e-6)
 
   # A second estimator restores the checkpoint and predicts the same.
-  again = sharded_estimator(tmp_path, "mod", sharded_columns())
+  columns = sharded_columns()
+  again = sharded_estimator(tmp_path, "mod", columns,
+                            linear_model_fn(columns))
   assert_predictions_close(predict_all(again, features), predicted, rtol=0,
                            atol=0)
   # And continues training from it: untouched rows of the zero table stay
@@ -513,6 +571,41 @@ def test_mod_sharded_tables_save_and_restore(tmp_path):
   assert int(after["global_step"]) == 3
   assert sorted(np.flatnonzero(np.any(after[z_name] != 0,
                                       axis=1))) == expected_positions
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("reader_cores", [16, None])
+def test_mod_checkpoint_restores_under_another_topology(tmp_path,
+                                                        reader_cores):
+  """A checkpoint of 3 `mod` shards (24 cores), read by an estimator laid
+  out for 2 shards (16 cores) or 1 (no TPUConfig, e.g. an evaluation or
+  export job with a plain RunConfig), must give the same rows: the stored
+  tensor is in 3-shard partition order (SEMANTICS.md section 2: read both
+  layouts correctly and convert between them). Failing that, restoring must
+  refuse; it must not silently permute rows."""
+  rng = np.random.RandomState(8)
+  n = SHARDED_BATCH
+  features = {"m": padded_ids(rng, n, 2), "z": padded_ids(rng, n, 1)}
+  labels = rng.randn(n, 1).astype(np.float32)
+  columns = sharded_columns()
+  writer = sharded_estimator(tmp_path, "mod", columns,
+                             linear_model_fn(columns))
+  writer.train(train_input_fn(features, labels), max_steps=1)
+  expected = predict_all(writer, features)
+
+  columns = sharded_columns()
+  spec = es.EmbeddingConfigSpec(
+      feature_columns=columns,
+      optimization_parameters=es.StochasticGradientDescentParameters(0.1),
+      partition_strategy="mod")
+  reader = es.TPUEstimator(
+      model_fn=linear_model_fn(columns),
+      config=TF_EST_TPU.RunConfig(
+          model_dir=str(tmp_path),
+          tpu_config=TF_EST_TPU.TPUConfig(num_shards=reader_cores)),
+      use_tpu=False, train_batch_size=48, predict_batch_size=4,
+      embedding_config_spec=spec)
+  assert_predictions_close(predict_all(reader, features), expected)
 
 
 # ---------------------------------------------------------------------------
@@ -533,8 +626,12 @@ def export_columns():
   return [a, w, b, c], [s]
 
 
-def export_model_fn(features, labels, mode, params):
-  dense_columns, sequence_columns = params["columns"]
+def export_model_fn(dense_columns, sequence_columns):
+  return lambda features, labels, mode: _export_model(
+      dense_columns, sequence_columns, features, labels, mode)
+
+
+def _export_model(dense_columns, sequence_columns, features, labels, mode):
   dense = v1.keras.layers.DenseFeatures(dense_columns)(features)
   seq, lengths = tf.keras.experimental.SequenceFeatures(sequence_columns)(
       features)
@@ -587,17 +684,18 @@ def _assert_serving_state_free(export_dir, variables, ops, train_ckpt):
 @pytest.mark.parametrize("strategy", ["div", "mod"])
 def test_export_saved_model_serves_what_predict_gives(tmp_path, strategy):
   features, labels = export_data(2 * SHARDED_BATCH, seed=4)
-  columns = export_columns()
+  dense_columns, sequence_columns = export_columns()
   model_dir = tmp_path / "model"
-  est = sharded_estimator(model_dir, strategy, columns, pipelining=True,
-                          user_opt="adagrad", spec_opt="adagrad",
-                          model_fn=export_model_fn)
+  est = sharded_estimator(model_dir, strategy,
+                          dense_columns + sequence_columns,
+                          export_model_fn(dense_columns, sequence_columns),
+                          pipelining=True, spec_opt="adagrad")
   est.train(train_input_fn(features, labels), max_steps=2)
   train_ckpt = checkpoint_values(model_dir)
   assert "dense_features/a_embedding/embedding_weights/Adagrad" in train_ckpt
 
-  parse_spec = v1.feature_column.make_parse_example_spec(columns[0] +
-                                                         columns[1])
+  parse_spec = v1.feature_column.make_parse_example_spec(dense_columns +
+                                                         sequence_columns)
   export_dir = est.export_saved_model(
       str(tmp_path / "export"),
       tf.estimator.export.build_parsing_serving_input_receiver_fn(
@@ -614,7 +712,11 @@ def test_export_saved_model_serves_what_predict_gives(tmp_path, strategy):
     np.testing.assert_allclose(served[key], predicted[key], rtol=1e-6,
                                atol=1e-6, err_msg=key)
   # The sequence feature was truncated to L in both.
-  assert predicted["lengths"].max() <= L
+  lengths = (serve_features["s"] >= 0).sum(axis=1)
+  assert lengths.max() > L  # the data has sequences to truncate
+  np.testing.assert_array_equal(predicted["lengths"], np.minimum(lengths, L))
+  # Training ran with pipelining (its graph held the pipelining state).
+  assert "pipelined" in (model_dir / "graph.pbtxt").read_text()
   _assert_serving_state_free(export_dir, variables, ops, train_ckpt)
 
   if strategy == "div":
@@ -692,8 +794,13 @@ def dict_input_fn(features, labels=None, repeat=False):
   return input_fn
 
 
-def dict_model_fn(features, labels, mode, params):
-  seen = params["seen"]
+def dict_model_fn(seen):
+  """model_fn of the dict form; records what it finds in `features`."""
+  return lambda features, labels, mode: _dict_model(seen, features, labels,
+                                                    mode)
+
+
+def _dict_model(seen, features, labels, mode):
   seen.append((mode, {k: (v.shape.as_list() if isinstance(v, tf.Tensor) else
                           type(v).__name__) for k, v in features.items()}))
   x = tf.concat([
@@ -738,9 +845,9 @@ def numpy_dict_model(features, ckpt):
 def test_dict_form_spec_train_evaluate_predict_export(tmp_path):
   seen = []
   est = es.TPUEstimator(
-      model_fn=dict_model_fn,
+      model_fn=dict_model_fn(seen),
       config=TF_EST_TPU.RunConfig(model_dir=str(tmp_path / "model")),
-      params={"seen": seen}, use_tpu=False, train_batch_size=B,
+      use_tpu=False, train_batch_size=B,
       eval_batch_size=B, predict_batch_size=B,
       embedding_config_spec=dict_spec())
   # Training touches ids < 12 only.
@@ -758,14 +865,14 @@ def test_dict_form_spec_train_evaluate_predict_export(tmp_path):
     np.testing.assert_array_equal(ckpt[table][12:], first[table][12:])
 
   # model_fn saw activations in place of ids, weights removed.
-  train_shapes = [shapes for mode, shapes in seen if mode == TRAIN]
-  assert train_shapes
-  for shapes in train_shapes:
-    assert shapes["item"] == [B, D]
-    assert shapes["user"] == [B, 2]
-    assert shapes["history"] == [B, DICT_L, D]
-    assert shapes["history_seq_length_"][0] in (B, None)
-    assert "item_w" not in shapes
+  assert [mode for mode, _ in seen] == [TRAIN, TRAIN]
+  for _, shapes in seen:
+    assert shapes == {
+        "item": [B, D],
+        "user": [B, 2],
+        "history": [B, DICT_L, D],
+        "history_seq_length_": [B],
+    }
 
   eval_x, eval_y = dict_data(8, seed=7)
   expected = numpy_dict_model(eval_x, ckpt)
@@ -796,5 +903,16 @@ def test_dict_form_spec_train_evaluate_predict_export(tmp_path):
   for key, value in predicted.items():
     np.testing.assert_allclose(served[key], value, rtol=1e-6, atol=1e-6,
                                err_msg=key)
-  assert sorted(variables) == ["global_step", "out/bias", "out/kernel",
-                               "t_items", "t_users"]
+  # Evaluate, predict and the serving graph fed model_fn the same way (the
+  # serving batch size is not static).
+  assert [mode for mode, _ in seen[2:]] == [
+      tf.estimator.ModeKeys.EVAL, PREDICT, PREDICT]
+  for _, shapes in seen[2:]:
+    assert sorted(shapes) == ["history", "history_seq_length_", "item", "user"]
+    assert shapes["item"][1:] == [D] and shapes["user"][1:] == [2]
+    assert shapes["history"][1:] == [DICT_L, D]
+  assert seen[-1][1]["item"][0] is None
+  # Tables are (one-partition) partitioned variables: `<table>/part_0`.
+  assert sorted(re.sub(r"/part_\d+$", "", v) for v in variables) == [
+      "global_step", "out/bias", "out/kernel", "t_items", "t_users"
+  ]

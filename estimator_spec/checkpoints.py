@@ -1,0 +1,154 @@
+"""Restoring engine tables from checkpoints of other runs.
+
+A table's checkpoint tensor holds its rows in the order of the partitions
+that wrote it: row order for `div` (any number of partitions) and for one
+partition; for `mod` over n partitions, rows r with r % n == 0 first, then
+r % n == 1, ... (as a TPU with n hosts writes it). Plain restoring into a
+different `mod` layout would silently permute rows.
+
+`LayoutAwareSaver` is the saver the estimator gives its Scaffold: saving is
+a plain `Saver`'s; restoring checks every engine variable against the
+checkpoint and, when the checkpoint was written with another partition
+count (another TPU topology, TF's CPU path, or a plain evaluation job), reads
+the tensor, re-lays its rows out for this run and assigns it. Slot
+variables missing from a checkpoint (one written by TF's CPU path, where
+the tables were dense variables of the user's optimizer) start from their
+initial values, and the restore says so.
+"""
+import collections
+
+import numpy as np
+import tensorflow as tf
+
+from estimator_spec import sharding
+
+
+def stored_partitions(checkpoint_path):
+  """{tensor name: number of partitions it was saved in} for one checkpoint.
+
+  Partitioned variables are saved as slices of one tensor; the reader's
+  debug listing names each slice. (TF 2.15's listing format: a slice line
+  starts with b'\\x00', then the name, then b'\\x00\\x01'.)
+  """
+  reader = tf.compat.v1.train.NewCheckpointReader(checkpoint_path)
+  counts = collections.Counter()
+  for line in reader.debug_string().split(b"\n"):
+    if line.startswith(b"\x00"):
+      end = line.find(b"\x00\x01", 1)
+      if end > 0:
+        counts[line[1:end].decode("utf-8", "replace")] += 1
+  result = {name: 1 for name in reader.get_variable_to_shape_map()}
+  result.update(counts)
+  return result
+
+
+class _EngineVariable:
+  """One engine table or slot: its partitions, layout and restore ops."""
+
+  def __init__(self, rows, initializer_op):
+    self.name = rows.name
+    self.layout = rows.layout
+    self.partitions = rows.partitions
+    self.initializer = initializer_op
+    self.placeholders = []
+    self.assigns = []
+    with tf.control_dependencies(None), tf.name_scope("embedding_restore"):
+      for partition in self.partitions:
+        value = tf.compat.v1.placeholder(tf.float32, partition.shape)
+        self.placeholders.append(value)
+        self.assigns.append(partition.assign(value, read_value=False))
+
+
+class LayoutAwareSaver(tf.compat.v1.train.Saver):
+  """A `Saver` whose `restore` re-lays out engine tables (see module doc).
+
+  Args:
+    engine: the `HostEmbeddingEngine` of the graph.
+    allow_missing_slots: initialize slots the checkpoint lacks (training).
+    **kwargs: for `tf.compat.v1.train.Saver`.
+  """
+
+  def __init__(self, engine, allow_missing_slots, **kwargs):
+    self._variables = []
+    engine_ids = set()
+    tables = engine.tables or {}
+    for name, rows in tables.items():
+      entries = [(rows, False)] + [
+          (slot, True) for slot in engine.slots[name].values()
+      ]
+      for variable_rows, is_slot in entries:
+        entry = _EngineVariable(
+            variable_rows,
+            tf.group(*[p.initializer for p in variable_rows.partitions]))
+        entry.is_slot = is_slot
+        self._variables.append(entry)
+        engine_ids.update(id(p) for p in variable_rows.partitions)
+    self._allow_missing_slots = allow_missing_slots
+    others = [
+        v for v in tf.compat.v1.global_variables() if id(v) not in engine_ids
+    ] + tf.compat.v1.get_collection(
+        tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS)
+    other_kwargs = {k: v for k, v in kwargs.items() if k in (
+        "sharded", "save_relative_paths")}
+    # Built now (a var_list saver cannot defer); model_fn has created every
+    # variable by the time the estimator builds this saver.
+    self._others = tf.compat.v1.train.Saver(
+        var_list=others, **other_kwargs) if others else None
+    super().__init__(**kwargs)
+
+  def restore(self, sess, save_path):
+    if save_path is None:
+      return super().restore(sess, save_path)
+    stored = stored_partitions(save_path)
+    plan = []
+    for entry in self._variables:
+      count = stored.get(entry.name)
+      if count is None:
+        if not (entry.is_slot and self._allow_missing_slots):
+          raise tf.errors.NotFoundError(
+              None, None,
+              f"Checkpoint {save_path} has no tensor {entry.name!r} "
+              f"(embedding {'slot' if entry.is_slot else 'table'}); it was "
+              "written for another model or embedding_config_spec.")
+        plan.append(("init", entry, None))
+      elif (entry.layout.strategy == "mod" and
+            count != entry.layout.num_partitions):
+        plan.append(("convert", entry, count))
+    if not plan:
+      return super().restore(sess, save_path)
+    if self._others is not None:
+      self._others.restore(sess, save_path)
+    reader = tf.compat.v1.train.NewCheckpointReader(save_path)
+    planned = {id(entry) for _, entry, _ in plan}
+    for entry in self._variables:
+      if id(entry) not in planned:
+        _assign_rows(sess, entry, reader.get_tensor(entry.name), entry.layout)
+    for action, entry, count in plan:
+      if action == "init":
+        tf.compat.v1.logging.warning(
+            "Checkpoint %s has no %s (a checkpoint of TF's CPU path, whose "
+            "optimizer had no such slot); it starts from its initial "
+            "value.", save_path, entry.name)
+        sess.run(entry.initializer)
+      else:
+        tf.compat.v1.logging.info(
+            "Restoring %s from %d partitions (%s layout) into %d.",
+            entry.name, count, entry.layout.strategy,
+            entry.layout.num_partitions)
+        written = sharding.ShardLayout(entry.layout.vocabulary_size, count,
+                                       entry.layout.strategy)
+        stored_rows = reader.get_tensor(entry.name)
+        rows = written.join(np.split(stored_rows,
+                                     np.cumsum(written.sizes)[:-1]))
+        _assign_rows(sess, entry, np.concatenate(entry.layout.split(rows)),
+                     entry.layout)
+    return None
+
+
+def _assign_rows(sess, entry, stored, layout):
+  """Assigns a tensor already in this run's stored (partition) order."""
+  feed = {}
+  for placeholder, offset, size in zip(entry.placeholders, layout.offsets,
+                                       layout.sizes):
+    feed[placeholder] = stored[offset:offset + size]
+  sess.run(entry.assigns, feed)
