@@ -587,7 +587,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
             "make input_fn batch with params['batch_size'] and "
             "drop_remainder=True.")
       checks.append(
-          tf.debugging.assert_equal(
+          _check_op(
               step.batch_size, tf.constant(expected, tf.int64),
               message=(f"TPUEstimator: a training batch does not have "
                        f"train_batch_size={expected} examples; no variable "
@@ -733,7 +733,7 @@ def _check_labels(labels, step):
           f"{step.static_batch_size} examples; labels need one row per "
           "example.")
     checks.append(
-        tf.debugging.assert_equal(
+        _check_op(
             tf.shape(tensor, out_type=tf.int64)[0], step.batch_size,
             message=(f"TPUEstimator: {where} do not have one row per "
                      "example; no variable was updated.")))
@@ -745,6 +745,15 @@ def _check_labels(labels, step):
         tf.identity(t) for t in flat
     ]
   return tf.nest.pack_sequence_as(labels, checked), checks
+
+
+def _check_op(x, y, message):
+  """An assert_equal op, marked used: if model_fn fails before it gates
+  anything, TF need not report it as forgotten."""
+  op = tf.debugging.assert_equal(x, y, message=message)
+  if hasattr(op, "mark_used"):
+    op.mark_used()
+  return op
 
 
 def _tpu_reachable(config):

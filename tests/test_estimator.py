@@ -541,3 +541,216 @@ def test_every_column_kind_trains_evaluates_predicts_exports(
     names = [v.name for v in tf.compat.v1.global_variables()]
   np.testing.assert_allclose(served, first, rtol=1e-6, atol=1e-6)
   assert not [n for n in names if "Adagrad" in n or "pipelined" in n], names
+
+
+# --- bad input: clear errors, nothing written -------------------------------
+
+
+def _small_columns():
+  a = tec.embedding_column(fc.categorical_column_with_identity("a", 10), 2)
+  b = tec.embedding_column(fc.categorical_column_with_identity("b", 10), 2)
+  return a, b
+
+
+def _small_model_fn(used_columns, labels_shape_fn=None):
+
+  def model_fn(features, labels, mode, params):
+    del params
+    x = tf.compat.v1.feature_column.input_layer(features, used_columns)
+    logits = tf.compat.v1.layers.dense(x, 1)
+    if mode == tf.estimator.ModeKeys.PREDICT:
+      return TPUEstimatorSpec(mode, predictions={"logits": logits})
+    loss = tf.compat.v1.losses.mean_squared_error(labels, logits)
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+        loss, tf.compat.v1.train.get_global_step())
+    return TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+  return model_fn
+
+
+def _small_input_fn(batch=4, keys=("a", "b"), label_rows=None,
+                    drop_remainder=True, examples=8):
+
+  def input_fn(params):
+    del params
+    rng = np.random.RandomState(0)
+    features = {k: rng.randint(0, 10, (examples, 2)) for k in keys}
+    labels = rng.uniform(size=(examples, 1)).astype(np.float32)
+    dataset = tf.data.Dataset.from_tensor_slices((features, labels)).batch(
+        batch, drop_remainder=drop_remainder)
+    if label_rows is not None:
+      dataset = dataset.map(lambda f, l: (f, l[:label_rows]))
+    return dataset
+
+  return input_fn
+
+
+def _small_estimator(model_dir, model_fn, columns, **kwargs):
+  spec = es.EmbeddingConfigSpec(
+      feature_columns=list(columns),
+      optimization_parameters=es.AdagradParameters(0.1))
+  return TPUEstimator(model_fn=model_fn, model_dir=str(model_dir),
+                      use_tpu=False, train_batch_size=4,
+                      embedding_config_spec=spec, **kwargs)
+
+
+def _nothing_written(model_dir):
+  return not os.path.exists(model_dir) or not os.listdir(model_dir)
+
+
+@pytest.mark.parametrize("case,error,words", [
+    ("missing_feature", ValueError, ["'b'", "missing"]),
+    ("wrong_batch", ValueError, ["3 examples", "train_batch_size is 4"]),
+    ("label_rows", ValueError, ["labels", "2 rows", "4 examples"]),
+    ("unused_column", ValueError, ["never uses", "'b'"]),
+    ("column_not_in_spec", ValueError, ["'c_embedding'", "not in the"]),
+    ("stopped_gradient", ValueError, ["does not depend", "'b'"]),
+])
+def test_bad_input_raises_and_writes_nothing(tmp_path, case, error, words):
+  a, b = _small_columns()
+  c = tec.embedding_column(fc.categorical_column_with_identity("c", 10), 2)
+  model_dir = tmp_path / "model"
+  model_fn = _small_model_fn([a, b])
+  input_fn = _small_input_fn()
+  if case == "missing_feature":
+    input_fn = _small_input_fn(keys=("a",))
+  elif case == "wrong_batch":
+    input_fn = _small_input_fn(batch=3)
+  elif case == "label_rows":
+    input_fn = _small_input_fn(label_rows=2)
+  elif case == "unused_column":
+    model_fn = _small_model_fn([a])
+  elif case == "column_not_in_spec":
+    model_fn = _small_model_fn([a, b, c])
+    input_fn = _small_input_fn(keys=("a", "b", "c"))
+  elif case == "stopped_gradient":
+
+    def model_fn(features, labels, mode, params):  # pylint: disable=function-redefined
+      del params
+      x = tf.compat.v1.feature_column.input_layer(features, [a])
+      y = tf.stop_gradient(tf.compat.v1.feature_column.input_layer(
+          features, [b]))
+      logits = tf.compat.v1.layers.dense(tf.concat([x, y], 1), 1)
+      loss = tf.compat.v1.losses.mean_squared_error(labels, logits)
+      train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+          loss, tf.compat.v1.train.get_global_step())
+      return TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+  estimator = _small_estimator(model_dir, model_fn, [a, b])
+  with pytest.raises(error) as raised:
+    estimator.train(input_fn, max_steps=2)
+  for word in words:
+    assert word in str(raised.value), (word, str(raised.value))
+  assert _nothing_written(str(model_dir)), os.listdir(model_dir)
+
+
+def test_partial_training_batch_fails_without_updating_tables(tmp_path):
+  """A batch of the wrong size found only at run time (no drop_remainder)
+  stops training with a clear error; the failed step changes no table."""
+  a, b = _small_columns()
+  model_dir = tmp_path / "model"
+  estimator = _small_estimator(
+      model_dir, _small_model_fn([a, b]), [a, b],
+      config=tf.estimator.RunConfig(save_checkpoints_steps=1))
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="train_batch_size=4"):
+    estimator.train(_small_input_fn(drop_remainder=False, examples=6),
+                    max_steps=5)
+  reader = tf.train.load_checkpoint(str(model_dir))
+  assert reader.get_tensor("global_step") == 1
+
+
+def test_constructor_refusals(tmp_path):
+  a, b = _small_columns()
+  spec = es.EmbeddingConfigSpec(feature_columns=[a, b],
+                                optimization_parameters=es.AdagradParameters(
+                                    0.1))
+  model_fn = _small_model_fn([a, b])
+  with pytest.raises(ValueError, match="'batch_size'"):
+    TPUEstimator(model_fn=model_fn, params={"batch_size": 3}, use_tpu=False,
+                 train_batch_size=4, embedding_config_spec=spec)
+  with pytest.raises(ValueError, match="train_batch_size"):
+    TPUEstimator(model_fn=model_fn, use_tpu=False,
+                 embedding_config_spec=spec)
+  with pytest.raises(TypeError, match="EmbeddingConfigSpec"):
+    TPUEstimator(model_fn=model_fn, use_tpu=False, train_batch_size=4,
+                 embedding_config_spec={"a": 1})
+  with pytest.raises(ValueError, match="export_to_cpu and export_to_tpu"):
+    TPUEstimator(model_fn=model_fn, use_tpu=False, train_batch_size=4,
+                 export_to_cpu=False, export_to_tpu=False)
+  with pytest.raises(ValueError, match="train_batch_size"):
+    TPUEstimator(model_fn=model_fn, use_tpu=False, train_batch_size=0)
+  # A TPU named in the RunConfig: not available yet, says so.
+  config = tf.compat.v1.estimator.tpu.RunConfig(
+      master="grpc://10.1.2.3:8470", model_dir=str(tmp_path / "m"))
+  with pytest.raises(NotImplementedError, match="use_tpu=False"):
+    TPUEstimator(model_fn=model_fn, config=config, use_tpu=True,
+                 train_batch_size=4, embedding_config_spec=spec)
+  # The TPU topology must fit the batch: 16 cores cannot split 4 examples.
+  config = tf.compat.v1.estimator.tpu.RunConfig(
+      tpu_config=tf.compat.v1.estimator.tpu.TPUConfig(num_shards=16))
+  with pytest.raises(ValueError, match="multiple of `num_cores`"):
+    TPUEstimator(model_fn=model_fn, config=config, use_tpu=False,
+                 train_batch_size=4, embedding_config_spec=spec)
+  assert not os.path.exists(tmp_path / "m")
+
+
+def test_use_tpu_true_without_a_tpu_runs_on_the_host(tmp_path):
+  a, b = _small_columns()
+  estimator = _small_estimator(tmp_path, _small_model_fn([a, b]), [a, b])
+  assert estimator.use_tpu is True or estimator.use_tpu is False
+  estimator = TPUEstimator(
+      model_fn=_small_model_fn([a, b]), model_dir=str(tmp_path),
+      use_tpu=True, train_batch_size=4,
+      embedding_config_spec=es.EmbeddingConfigSpec(
+          feature_columns=[a, b],
+          optimization_parameters=es.AdagradParameters(0.1)))
+  estimator.train(_small_input_fn(), max_steps=2)
+  reader = tf.train.load_checkpoint(str(tmp_path))
+  assert reader.get_tensor("global_step") == 2
+  assert reader.has_tensor("input_layer/a_embedding/embedding_weights/Adagrad")
+
+
+def test_host_call_runs_every_step_and_plain_estimator_spec(tmp_path):
+  """host_call's summaries are written each step; a plain EstimatorSpec is
+  accepted as well."""
+  a, b = _small_columns()
+  calls = []
+
+  def model_fn(features, labels, mode, params):
+    del params
+    x = tf.compat.v1.feature_column.input_layer(features, [a, b])
+    logits = tf.compat.v1.layers.dense(x, 1)
+    loss = tf.compat.v1.losses.mean_squared_error(labels, logits)
+    step = tf.compat.v1.train.get_global_step()
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+        loss, step)
+    if mode == tf.estimator.ModeKeys.EVAL:
+      return tf.estimator.EstimatorSpec(mode, loss=loss)
+
+    def host_call_fn(global_step, loss):
+      calls.append(1)
+      writer = tf.compat.v2.summary.create_file_writer(
+          str(tmp_path / "host_call"))
+      with writer.as_default(), tf.compat.v2.summary.record_if(True):
+        return [tf.compat.v2.summary.scalar("host_loss", loss[0],
+                                            step=global_step[0])]
+
+    return TPUEstimatorSpec(
+        mode, loss=loss, train_op=train_op,
+        host_call=(host_call_fn, [tf.reshape(step, [1]),
+                                  tf.reshape(loss, [1])]))
+
+  estimator = _small_estimator(tmp_path / "model", model_fn, [a, b])
+  estimator.train(_small_input_fn(examples=16), max_steps=3)
+  assert calls == [1]
+  events = list((tmp_path / "host_call").glob("events.*"))
+  assert events
+  steps = [
+      e.step for path in events
+      for e in tf.compat.v1.train.summary_iterator(str(path))
+      if any(v.tag == "host_loss" for v in e.summary.value)
+  ]
+  assert sorted(steps) == [0, 1, 2]
+  metrics = estimator.evaluate(_small_input_fn(), steps=1)
+  assert "loss" in metrics
