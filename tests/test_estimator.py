@@ -754,3 +754,46 @@ def test_host_call_runs_every_step_and_plain_estimator_spec(tmp_path):
   assert sorted(steps) == [0, 1, 2]
   metrics = estimator.evaluate(_small_input_fn(), steps=1)
   assert "loss" in metrics
+
+
+class _GraphProbe(tf.compat.v1.train.SessionRunHook):
+  """Records the op names of the training graph."""
+
+  def __init__(self):
+    self.names = []
+
+  def begin(self):
+    self.names = [op.name for op in
+                  tf.compat.v1.get_default_graph().get_operations()]
+
+
+@pytest.mark.parametrize("wrap_cross_shard", [False, True])
+def test_dense_backward_pass_runs_once(tmp_path, wrap_cross_shard):
+  """The activation gradients come from the user's own optimizer call: the
+  training graph has one backward pass (one `gradients` scope) and no
+  CrossReplicaSum op."""
+  a, b = _small_columns()
+  probe = _GraphProbe()
+
+  def model_fn(features, labels, mode, params):
+    del params
+    x = tf.compat.v1.feature_column.input_layer(features, [a, b])
+    logits = tf.compat.v1.layers.dense(x, 1)
+    loss = tf.compat.v1.losses.mean_squared_error(labels, logits)
+    optimizer = tf.compat.v1.train.AdamOptimizer(0.1)
+    if wrap_cross_shard:
+      optimizer = tf.compat.v1.tpu.CrossShardOptimizer(optimizer)
+    train_op = optimizer.minimize(loss, tf.compat.v1.train.get_global_step())
+    return TPUEstimatorSpec(mode, loss=loss, train_op=train_op,
+                            training_hooks=[probe])
+
+  estimator = _small_estimator(tmp_path, model_fn, [a, b])
+  estimator.train(_small_input_fn(), max_steps=2)
+  scopes = {n.split("/")[0] for n in probe.names if n.startswith("gradients")}
+  assert scopes == {"gradients"}, scopes
+  assert not [n for n in probe.names if "CrossReplicaSum" in n]
+  # The anchor the gradients pass through is neither saved nor trained.
+  stored = tf.train.load_checkpoint(str(tmp_path)).get_variable_to_shape_map()
+  assert not [n for n in stored if "anchor" in n]
+  assert "input_layer/a_embedding/embedding_weights/Adagrad" in stored
+  assert "input_layer/a_embedding/embedding_weights/Adam" not in stored
