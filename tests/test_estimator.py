@@ -797,3 +797,44 @@ def test_dense_backward_pass_runs_once(tmp_path, wrap_cross_shard):
   assert not [n for n in stored if "anchor" in n]
   assert "input_layer/a_embedding/embedding_weights/Adagrad" in stored
   assert "input_layer/a_embedding/embedding_weights/Adam" not in stored
+
+
+def test_scaffold_fn_and_prediction_hooks(tmp_path):
+  a, b = _small_columns()
+  initialized = []
+  predicted = []
+
+  class CountHook(tf.compat.v1.train.SessionRunHook):
+
+    def after_run(self, run_context, run_values):
+      predicted.append(1)
+
+  def model_fn(features, labels, mode, params):
+    del params
+    x = tf.compat.v1.feature_column.input_layer(features, [a, b])
+    logits = tf.compat.v1.layers.dense(x, 1)
+
+    def scaffold_fn():
+      return tf.compat.v1.train.Scaffold(
+          init_fn=lambda scaffold, session: initialized.append(mode))
+
+    if mode == tf.estimator.ModeKeys.PREDICT:
+      return TPUEstimatorSpec(mode, predictions={"logits": logits},
+                              prediction_hooks=[CountHook()],
+                              scaffold_fn=scaffold_fn)
+    loss = tf.compat.v1.losses.mean_squared_error(labels, logits)
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+        loss, tf.compat.v1.train.get_global_step())
+    return TPUEstimatorSpec(mode, loss=loss, train_op=train_op,
+                            scaffold_fn=scaffold_fn)
+
+  estimator = _small_estimator(tmp_path, model_fn, [a, b],
+                               predict_batch_size=4)
+  estimator.train(_small_input_fn(), max_steps=1)
+  # A fresh start runs the scaffold's init_fn (a restore would not).
+  assert initialized == [tf.estimator.ModeKeys.TRAIN]
+  outputs = list(estimator.predict(_small_input_fn(),
+                                   yield_single_examples=False))
+  assert len(outputs) == 2 and len(predicted) == 2
+  # The scaffold keeps the user's fields and gets the layout-aware saver.
+  assert outputs[0]["logits"].shape == (4, 1)
