@@ -23,6 +23,7 @@ import math
 import tensorflow as tf
 
 from tpu_embedding_columns import context
+from tpu_embedding_columns import lookup as column_lookup
 
 from estimator_spec import checkpoints
 from estimator_spec import config as config_lib
@@ -748,12 +749,8 @@ def _check_labels(labels, step):
 
 
 def _check_op(x, y, message):
-  """An assert_equal op, marked used: if model_fn fails before it gates
-  anything, TF need not report it as forgotten."""
-  op = tf.debugging.assert_equal(x, y, message=message)
-  if hasattr(op, "mark_used"):
-    op.mark_used()
-  return op
+  """A check that x == y (one Assert op)."""
+  return column_lookup.check(tf.equal(x, y), message, [x, y])
 
 
 def _tpu_reachable(config):

@@ -12,6 +12,25 @@ import tensorflow as tf
 COMBINERS = ("sum", "mean", "sqrtn")
 
 
+def check(condition, message, data=()):
+  """One Assert op: fails with `message` (and `data`) when the boolean
+  tensor `condition` is not all true. (tf.debugging.assert_* build a guard
+  cond and static-shape machinery per call; this runs as a single op.)"""
+  condition = tf.reduce_all(condition)
+  return tf.raw_ops.Assert(condition=condition,
+                           data=[tf.constant(message)] + list(data),
+                           summarize=8)
+
+
+def gate(checks):
+  """One op that depends on every check: ops that must wait for many checks
+  depend on this (one control edge each) instead of on all of them."""
+  checks = [c for c in checks if c is not None]
+  if not checks:
+    return None
+  return tf.group(*checks)
+
+
 class FlatIds:
   """The ids of one feature in flat form, after validation.
 
@@ -54,37 +73,37 @@ def flatten_ids(sparse_ids, sparse_weights, vocabulary_size, *, feature,
   if sparse_weights is not None:
     weights = tf.cast(sparse_weights.values, tf.float32)
     with tf.control_dependencies([
-        tf.debugging.assert_equal(
-            tf.shape(weights, out_type=tf.int64), tf.shape(ids,
-                                                           out_type=tf.int64),
-            message=(f"Feature {feature!r} (table {table!r}): weights do not "
-                     "match the ids (different number of values)."))
+        check(
+            tf.equal(tf.size(weights), tf.size(ids)),
+            f"Feature {feature!r} (table {table!r}): weights do not match "
+            "the ids (different number of values).")
     ]):
       weights = tf.identity(weights)
-  checks = [
-      tf.debugging.assert_less(
-          ids, tf.constant(vocabulary_size, tf.int64),
-          message=(f"Feature {feature!r} (table {table!r}): id out of range "
-                   f"[0, {vocabulary_size}).")),
-  ]
-  if not drop_negative:
-    checks.append(
-        tf.debugging.assert_non_negative(
-            ids,
-            message=(f"Feature {feature!r} (table {table!r}): negative id "
-                     "with use_safe_embedding_lookup=False.")))
-  with tf.control_dependencies(checks):
+  vocabulary = tf.constant(vocabulary_size, tf.int64)
+  if drop_negative:
+    in_range = tf.less(ids, vocabulary)
+    message = f"id out of range [0, {vocabulary_size})"
+  else:
+    in_range = tf.logical_and(tf.less(ids, vocabulary),
+                              tf.greater_equal(ids, 0))
+    message = (f"id out of range [0, {vocabulary_size}) (negative ids are "
+               "refused with use_safe_embedding_lookup=False)")
+  with tf.control_dependencies([
+      check(in_range, f"Feature {feature!r} (table {table!r}): {message}; "
+            "smallest and largest id of the batch:",
+            [tf.reduce_min(ids), tf.reduce_max(ids)])
+  ]):
     ids = tf.identity(ids)
   example = indices[:, 0]
   rank = tf.compat.dimension_value(sparse_ids.dense_shape.shape[0])
   position = indices[:, 1] if rank != 1 else tf.zeros_like(example)
   if drop_negative:
-    keep = tf.math.greater_equal(ids, 0)
-    ids = tf.boolean_mask(ids, keep)
-    example = tf.boolean_mask(example, keep)
-    position = tf.boolean_mask(position, keep)
+    keep = tf.reshape(tf.where(tf.math.greater_equal(ids, 0)), [-1])
+    ids = tf.gather(ids, keep)
+    example = tf.gather(example, keep)
+    position = tf.gather(position, keep)
     if weights is not None:
-      weights = tf.boolean_mask(weights, keep)
+      weights = tf.gather(weights, keep)
   static_shape = tf.get_static_value(sparse_ids.dense_shape)
   static_batch = None if static_shape is None else int(static_shape[0])
   return FlatIds(example, position, ids, weights, sparse_ids.dense_shape[0],
@@ -182,10 +201,10 @@ def make_plan(flat, combiner, dimension, max_sequence_length=0, *,
       counts = tf.math.unsorted_segment_sum(
           tf.ones_like(segment), segment, num_segments)
       checks.append(
-          tf.debugging.assert_less_equal(
-              counts, 1,
-              message=(f"Feature {feature!r} (table {table!r}): combiner=None "
-                       "takes exactly one id per example.")))
+          check(
+              tf.less_equal(counts, 1),
+              f"Feature {feature!r} (table {table!r}): combiner=None takes "
+              "exactly one id per example."))
       combiner = "sum"
   scale = combiner_scale(flat.weights, segment, num_segments, combiner)
   factor = flat.weights
@@ -207,10 +226,9 @@ def sequence_lengths(sparse_ids, max_sequence_length):
 
 def truncate_positions(flat, max_ids):
   """Keeps the ids at positions < max_ids (tensor-core padding semantics)."""
-  keep = tf.math.less(flat.position, max_ids)
-  weights = None if flat.weights is None else tf.boolean_mask(
-      flat.weights, keep)
+  keep = tf.reshape(tf.where(tf.math.less(flat.position, max_ids)), [-1])
+  weights = None if flat.weights is None else tf.gather(flat.weights, keep)
   return FlatIds(
-      tf.boolean_mask(flat.example, keep), tf.boolean_mask(
-          flat.position, keep), tf.boolean_mask(flat.ids, keep), weights,
-      flat.batch_size, flat.static_batch_size)
+      tf.gather(flat.example, keep), tf.gather(flat.position, keep),
+      tf.gather(flat.ids, keep), weights, flat.batch_size,
+      flat.static_batch_size)

@@ -76,6 +76,7 @@ class LookupStep:
     self.activations = collections.OrderedDict()
     self.sequence_lengths = collections.OrderedDict()
     self.tables = collections.OrderedDict()
+    self._gate = None
 
   def add_checks(self, checks):
     """More check ops that gate the lookups and every write of the step;
@@ -84,6 +85,7 @@ class LookupStep:
       raise RuntimeError(
           "LookupStep.add_checks: tables were already looked up.")
     self._checks = self._checks + list(checks)
+    self._gate = None
 
   def table(self, name):
     """Gathers table `name` for all its features (once); returns its
@@ -91,7 +93,9 @@ class LookupStep:
     if name not in self.tables:
       model = self._engine.model
       table = model.tables[name]
-      with tf.control_dependencies(self._checks):
+      if self._gate is None:
+        self._gate = column_lookup.gate(self._checks)
+      with tf.control_dependencies([self._gate] if self._gate else []):
         lookup = self._engine._lookup_table(
             table, [self._parsed[f] for f in table.features])
         for item in lookup.features:
@@ -316,7 +320,7 @@ class HostEmbeddingEngine:
               f"Gradient of feature {item.name!r} (table {name!r}) has shape "
               f"{grad.shape}; the activation has shape {expected}.")
         checks.append(
-            tf.debugging.assert_all_finite(
+            tf.debugging.check_numerics(
                 grad, f"Gradient of feature {item.name!r} (table {name!r}) "
                 "is not finite; no table was updated.").op)
         contributions.append(lookup.plans[item.name].backprop(grad))
@@ -329,7 +333,7 @@ class HostEmbeddingEngine:
       accumulated[name] = summed
 
     updates = []
-    with tf.control_dependencies(checks):
+    with tf.control_dependencies([column_lookup.gate(checks)]):
       if self._pending is None:
         for name, lookup in result.tables.items():
           updates.append(

@@ -166,15 +166,14 @@ def check_batch_sizes(parsed):
         + ", ".join(f"{k}={v}" for k, v in sorted(static.items())) +
         "; every feature of a step must have the same batch size.")
   first = items[0]
+  if len(items) == 1:
+    return first.flat.batch_size, []
+  sizes = tf.stack([item.flat.batch_size for item in items])
+  names = ", ".join(repr(item.name) for item in items)
   checks = [
-      tf.debugging.assert_equal(
-          item.flat.batch_size, first.flat.batch_size,
-          message=(f"Features {first.name!r} and {item.name!r} have "
-                   "different batch sizes."))
-      for item in items[1:]
+      column_lookup.check(
+          tf.equal(sizes, first.flat.batch_size),
+          f"Features {names} do not all have the same batch size; their "
+          "batch sizes:", [sizes])
   ]
-  for check in checks:
-    # Used by the step's writes; if the caller stops before building them,
-    # TF need not report the checks as forgotten.
-    getattr(check, "mark_used", lambda: None)()
   return first.flat.batch_size, checks
