@@ -143,26 +143,31 @@ def combiner_scale(weights, segment, num_segments, combiner):
 class Plan:
   """How the ids of one feature combine into its activation, and back.
 
-  Each id i contributes `factor[i] * row(id_i)` to output segment
-  `segment[i]`: the example (non-sequence) or the (example, position) slot
-  (sequence). The forward pass sums contributions per segment; the backward
-  pass sends `grad[segment[i]] * factor[i]` to id i (SEMANTICS.md 4.2).
-  factor = weight * combiner scale, or None when every factor is 1.
+  Output segment s (the example, or the (example, position) slot of a
+  sequence feature) is `scale[s] * sum of weight[i] * row(id_i)` over the
+  ids i in it; the backward pass sends `scale[segment[i]] * weight[i] *
+  grad[segment[i]]` to id i (SEMANTICS.md 4.2). `weights` (per id) and
+  `scale` (per segment: the combiner's 1/sum(w) or 1/sqrt(sum(w^2))) are None
+  when they are all 1.
   """
 
-  def __init__(self, segment, num_segments, factor, output_shape, checks):
+  def __init__(self, segment, num_segments, weights, scale, output_shape,
+               checks):
     self.segment = segment
     self.num_segments = num_segments
-    self.factor = factor
+    self.weights = weights
+    self.scale = scale
     self.output_shape = output_shape
     self.checks = checks
 
   def combine(self, rows):
     """Rows [N, D] of the ids -> activation [B, D] or [B, L, D]."""
-    if self.factor is not None:
-      rows = rows * tf.expand_dims(self.factor, 1)
+    if self.weights is not None:
+      rows = rows * tf.expand_dims(self.weights, 1)
     with tf.control_dependencies(self.checks):
       out = tf.math.unsorted_segment_sum(rows, self.segment, self.num_segments)
+    if self.scale is not None:
+      out = out * tf.expand_dims(self.scale, 1)
     out = tf.reshape(out, [-1] + self.output_shape)
     out.set_shape([None] + self.output_shape)
     return out
@@ -170,9 +175,12 @@ class Plan:
   def backprop(self, grad):
     """Activation gradient -> per-id gradient contributions [N, D]."""
     dimension = self.output_shape[-1]
-    contributions = tf.gather(tf.reshape(grad, [-1, dimension]), self.segment)
-    if self.factor is not None:
-      contributions = contributions * tf.expand_dims(self.factor, 1)
+    grad = tf.reshape(grad, [-1, dimension])
+    if self.scale is not None:
+      grad = grad * tf.expand_dims(self.scale, 1)
+    contributions = tf.gather(grad, self.segment)
+    if self.weights is not None:
+      contributions = contributions * tf.expand_dims(self.weights, 1)
     return contributions
 
 
@@ -207,11 +215,8 @@ def make_plan(flat, combiner, dimension, max_sequence_length=0, *,
               "exactly one id per example."))
       combiner = "sum"
   scale = combiner_scale(flat.weights, segment, num_segments, combiner)
-  factor = flat.weights
-  if scale is not None:
-    per_id = tf.gather(scale, segment)
-    factor = per_id if factor is None else factor * per_id
-  return Plan(segment, num_segments, factor, output_shape, checks)
+  return Plan(segment, num_segments, flat.weights, scale, output_shape,
+              checks)
 
 
 def sequence_lengths(sparse_ids, max_sequence_length):
