@@ -13,39 +13,55 @@ accumulator 0.1, weights clipped to +-5, clipping_limit 10):
   embedding optimizer: the user's optimizer trains the tables as ordinary
   variables.
 
-Workloads:
+Workloads (throughput: examples/s of steady-state training steps):
 
-1. `dlrm`: the example model (examples/dlrm.py: 26 embedding features,
-   shared, sequence and weighted columns, 13 numeric features, DLRM
-   interactions, Adam as the model's optimizer) on examples/ctr_data.py data.
-   TF's side runs the model_fn with `CrossShardOptimizer` left out (it has
-   no CPU kernel under TF's TPUEstimator(use_tpu=False); ours runs it as
-   one replica). TF 2.15's v1 Adam, given the tables' sparse gradients,
-   still decays its moments and moves EVERY row of every table each step.
-2. `wide26`: 26 single-id features (`categorical_column_with_identity`),
-   each its own table of 100,000 x 16, Zipf ids, DenseFeatures -> MLP
-   (64, 1). The model's optimizer is Adagrad by default (`--wide-optimizer`):
-   TF's sparse Adagrad then updates only the rows a batch touches, which is
-   the strongest TF baseline.
-3. `startup`: 1,000 features over 100 tables (100 `shared_embedding_columns`
-   groups of 10 identity columns, vocabulary 1,000, dimension 8),
-   DenseFeatures -> logit: seconds from calling train() until the first step
-   has run (a hook's after_run), for one step.
+* `dlrm`: the example model (examples/dlrm.py: 26 embedding features,
+  shared, sequence and weighted columns, 13 numeric features, DLRM
+  interactions, Adam as the model's optimizer) on examples/ctr_data.py data,
+  vocabularies at `--dlrm-scale` (0.05, as the demo), batch `--dlrm-batch`
+  (1024). TF's side runs the model_fn with `CrossShardOptimizer` left out
+  (TF's CrossReplicaSum has no CPU kernel under TF's
+  TPUEstimator(use_tpu=False); ours runs it as one replica). Given the
+  tables' sparse gradients, TF 2.15's v1 Adam still decays its moments and
+  moves EVERY row of every table each step.
+* `dlrm-full`: the same at the vocabularies examples/dlrm.py defines
+  (scale 1.0, up to 1,000,000 rows per table), where TF's dense Adam over
+  whole tables dominates its step.
+* `dlrm-ex`: the same with the example's own input_fn (`dlrm.input_fn_for`:
+  per-example shuffle, then batch). Its tf.data work (about 70 ms of CPU per
+  batch of 1024 here) is the same on both sides and shares the CPUs with the
+  step, so this ratio is diluted; the other workloads use pre-batched numpy
+  data cycled through `Dataset.from_tensor_slices` (no per-example input
+  work), so that the training step itself is measured.
+* `wide26`: 26 single-id features (`categorical_column_with_identity`),
+  each its own table of 100,000 x 16, Zipf ids, batch 1024,
+  DenseFeatures -> MLP (64, 1). The model's optimizer is Adagrad by default
+  (`--wide-optimizer`): TF's sparse Adagrad then updates only the rows a
+  batch touches, which is the strongest TF baseline.
+
+Startup (`startup`): N features over N/10 tables (`shared_embedding_columns`
+groups of 10 identity columns, vocabulary 1,000, dimension 8),
+DenseFeatures -> logit, batch 64: seconds from calling train() until the
+first step has run (a hook's after_run), one step. Default N = 100 and
+1,000 (`--startup-features`). A run still without a first step
+`--startup-limit` seconds after train(), or whose RSS passes
+`--rss-limit-mb`, is stopped and reported as "> seconds".
 
 Every run is its own child process (multiprocessing, 'spawn'), with a fresh
 model_dir, and with checkpoints, summaries and step logging switched off on
 both sides. Throughput runs alternate ours, TF, ours, TF, ... A hook records
 the wall time after each step; the first `--warmup` steps are discarded and
 a run's rate is the examples of the remaining steps over their wall time
-(the median of the per-step times is printed too). A side's rate is the
-median over its rounds. Peak RSS is the child's own ru_maxrss (largest over
-its rounds).
+(the median step time is printed too). A side's rate is the median over its
+rounds. Peak RSS is the child's own ru_maxrss (largest over its rounds;
+for a stopped child, the VmHWM last seen).
 
 Usage: .venv/bin/python -m bench.e2e_bench [--quick] [--rounds N] ...
 """
 import argparse
 import multiprocessing
 import os
+import queue as queue_lib
 import resource
 import shutil
 import statistics
@@ -81,7 +97,9 @@ fc = tf.feature_column
 
 
 def _column_api(side):
-  return tpu_embedding_columns if side == OURS else tf.compat.v1.tpu.experimental
+  if side == OURS:
+    return tpu_embedding_columns
+  return tf.compat.v1.tpu.experimental
 
 
 def _spec_class(side):
@@ -114,8 +132,7 @@ def _estimator(side, model_fn, model_dir, batch_size, spec):
       save_checkpoints_steps=None,
       save_checkpoints_secs=None,
       save_summary_steps=None,
-      log_step_count_steps=None,
-      keep_checkpoint_max=1)
+      log_step_count_steps=None)
   estimator_class = (estimator_spec.TPUEstimator if side == OURS else
                      tf.compat.v1.estimator.tpu.TPUEstimator)
   return estimator_class(
@@ -166,7 +183,7 @@ def _mlp_model_fn(columns, spec_class, optimizer, hidden):
   return model_fn
 
 
-# --- workloads -----------------------------------------------------------------
+# --- workloads ---------------------------------------------------------------
 
 
 def _zipf_ids(rng, vocabulary, shape, exponent):
@@ -188,6 +205,35 @@ def _identity_data(names, vocabulary, num_examples, exponent, seed):
   return features, labels.astype(np.float32).reshape(-1, 1)
 
 
+def _batched_input_fn(features, labels):
+  """An input_fn yielding the data's consecutive batches of
+  params['batch_size'] examples, pre-batched in numpy, cycled: almost no
+  per-step input work, so the step itself is measured."""
+
+  def input_fn(params):
+    batch = params["batch_size"]
+    count = len(labels) // batch
+    if count < 1:
+      raise ValueError(f"{len(labels)} examples < one batch of {batch}")
+
+    def split(array):
+      array = np.asarray(array)[:count * batch]
+      return array.reshape((count, batch) + array.shape[1:])
+
+    dataset = tf.data.Dataset.from_tensor_slices(
+        ({k: split(v) for k, v in features.items()}, split(labels)))
+    return dataset.repeat().prefetch(2)
+
+  return input_fn
+
+
+def _input_fn(job, features, labels):
+  if job.get("input") == "example":
+    # The example's own input_fn: per-example shuffle, then batch.
+    return dlrm.input_fn_for(features, labels)
+  return _batched_input_fn(features, labels)
+
+
 def _build_dlrm(side, job):
   scale = job["scale"]
   features, labels = ctr_data.generate(job["examples"], scale, seed=0)
@@ -199,7 +245,7 @@ def _build_dlrm(side, job):
     spec = _embedding_spec(TF, columns)
     model_fn = _without_cross_shard_optimizer(
         dlrm.model_fn_for(columns, numeric, spec_class=_spec_class(TF)))
-  return model_fn, spec, dlrm.input_fn_for(features, labels)
+  return model_fn, spec, _input_fn(job, features, labels)
 
 
 def _build_wide(side, job):
@@ -215,7 +261,7 @@ def _build_wide(side, job):
   model_fn = _mlp_model_fn(columns, _spec_class(side), job["optimizer"],
                            hidden=(64,))
   return (model_fn, _embedding_spec(side, columns),
-          dlrm.input_fn_for(features, labels))
+          _input_fn(job, features, labels))
 
 
 def _build_startup(side, job):
@@ -236,7 +282,7 @@ def _build_startup(side, job):
             shared_embedding_collection_name=f"table_{g:03d}"))
   model_fn = _mlp_model_fn(columns, _spec_class(side), "adagrad", hidden=())
   return (model_fn, _embedding_spec(side, columns),
-          dlrm.input_fn_for(features, labels, shuffle=False))
+          _input_fn(job, features, labels))
 
 
 _BUILDERS = {"dlrm": _build_dlrm, "wide26": _build_wide,
@@ -256,21 +302,19 @@ class _StepTimes(tf.compat.v1.train.SessionRunHook):
     self.times.append(time.perf_counter())
 
 
-def _run(job):
-  """Builds the estimator of `job` and trains job['steps'] steps."""
+def _run(job, queue):
+  """Builds the estimator of `job` and trains job['steps'] steps; tells the
+  parent (through `queue`) when train() is called."""
   warnings.filterwarnings("ignore", category=UserWarning)
   tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
   model_fn, spec, input_fn = _BUILDERS[job["workload"]](job["side"], job)
-  model_dir = tempfile.mkdtemp(prefix=f"e2e_{job['workload']}_{job['side']}_")
-  try:
-    estimator = _estimator(job["side"], model_fn, model_dir, job["batch"],
-                           spec)
-    hook = _StepTimes()
-    start = time.perf_counter()
-    estimator.train(input_fn, max_steps=job["steps"], hooks=[hook])
-    end = time.perf_counter()
-  finally:
-    shutil.rmtree(model_dir, ignore_errors=True)
+  estimator = _estimator(job["side"], model_fn, job["model_dir"], job["batch"],
+                         spec)
+  hook = _StepTimes()
+  queue.put({"event": "train", "at": time.monotonic()})
+  start = time.perf_counter()
+  estimator.train(input_fn, max_steps=job["steps"], hooks=[hook])
+  end = time.perf_counter()
   times = hook.times
   result = {"first_step_s": times[0] - start, "train_s": end - start,
             "steps": len(times)}
@@ -285,125 +329,231 @@ def _run(job):
 
 def _child(job, queue):
   try:
-    result = _run(job)
+    result = _run(job, queue)
     result["max_rss_mb"] = resource.getrusage(
         resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    queue.put(result)
+    queue.put(dict(result, event="result"))
   except BaseException:  # pylint: disable=broad-except
-    queue.put({"error": traceback.format_exc()})
+    queue.put({"event": "error", "error": traceback.format_exc()})
 
 
-def run_in_child(job):
+def _peak_rss_mb(pid):
+  """VmHWM of a live process (Linux), else None."""
+  try:
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+      for line in status:
+        if line.startswith("VmHWM:"):
+          return int(line.split()[1]) / 1024.0
+  except (OSError, ValueError):
+    pass
+  return None
+
+
+def run_in_child(job, time_limit=None, rss_limit_mb=None):
+  """Runs `job` in a fresh 'spawn' child process; returns its result dict.
+
+  With `time_limit` (seconds after the child calls train()) or
+  `rss_limit_mb`, a child that exceeds either is killed and the result says
+  so (`stopped`), with the seconds since train() and the peak RSS seen.
+  """
   context = multiprocessing.get_context("spawn")
   queue = context.Queue()
+  model_dir = tempfile.mkdtemp(prefix=f"e2e_{job['workload']}_{job['side']}_")
+  job = dict(job, model_dir=model_dir)
   process = context.Process(target=_child, args=(job, queue))
   process.start()
-  result = queue.get()
-  process.join()
-  if "error" in result:
-    raise RuntimeError(f"{job['workload']}/{job['side']} failed in its child "
-                       f"process:\n{result['error']}")
-  return result
+  train_at = None
+  peak = 0.0
+  try:
+    while True:
+      try:
+        message = queue.get(timeout=0.5)
+      except queue_lib.Empty:
+        message = None
+      if message is not None:
+        if message["event"] == "train":
+          train_at = message["at"]
+          continue
+        if message["event"] == "error":
+          raise RuntimeError(f"{job['workload']}/{job['side']} failed in its "
+                             f"child process:\n{message['error']}")
+        message["max_rss_mb"] = max(message["max_rss_mb"], peak)
+        return message
+      peak = max(peak, _peak_rss_mb(process.pid) or 0.0)
+      if not process.is_alive() and queue.empty():
+        raise RuntimeError(f"{job['workload']}/{job['side']}: the child "
+                           f"process died (exit code {process.exitcode}).")
+      since_train = None if train_at is None else time.monotonic() - train_at
+      reason = None
+      if time_limit and since_train is not None and since_train > time_limit:
+        reason = f"no first step {time_limit:.0f} s after train()"
+      elif rss_limit_mb and peak > rss_limit_mb:
+        reason = f"peak RSS above {rss_limit_mb:,.0f} MB"
+      if reason:
+        process.kill()
+        return {"stopped": reason, "since_train_s": since_train or 0.0,
+                "max_rss_mb": peak}
+  finally:
+    process.join()
+    shutil.rmtree(model_dir, ignore_errors=True)
 
 
-# --- the benchmark --------------------------------------------------------------
+# --- the benchmark -----------------------------------------------------------
 
 
-def _describe(name, job):
+WORKLOADS = ("dlrm", "dlrm-full", "dlrm-ex", "wide26", "startup")
+
+
+def _describe(job):
+  name = job["workload"]
+  inputs = {"batched": "pre-batched input",
+            "example": "the example's input_fn (per-example shuffle + batch)"}
   if name == "dlrm":
-    return (f"example model (examples/dlrm.py) scale {job['scale']}, "
-            f"batch {job['batch']}, model optimizer Adam")
+    return (f"example model (examples/dlrm.py) at scale {job['scale']}, "
+            f"batch {job['batch']}, model optimizer Adam, "
+            f"{inputs[job['input']]}")
   if name == "wide26":
-    return (f"{job['features']} features x own table {job['vocab']:,} x "
-            f"{job['dim']}, batch {job['batch']}, MLP (64, 1), model "
-            f"optimizer {job['optimizer'].capitalize()}")
+    return (f"{job['features']} features, each its own table "
+            f"{job['vocab']:,} x {job['dim']}, batch {job['batch']}, MLP "
+            f"(64, 1), model optimizer {job['optimizer'].capitalize()}, "
+            f"{inputs[job['input']]}")
   return (f"{job['features']:,} features over {job['tables']} shared tables "
-          f"(vocab {job['vocab']:,}, dim {job['dim']}), batch {job['batch']}")
+          f"(vocab {job['vocab']:,}, dim {job['dim']}), batch {job['batch']}, "
+          "one step")
+
+
+def _startup_job(features):
+  return {"workload": "startup", "features": features,
+          "tables": max(1, features // 10), "vocab": 1000, "dim": 8,
+          "batch": 64, "examples": 256, "steps": 1}
+
+
+def _fmt_first_step(result):
+  if "stopped" in result:
+    return f"> {result['since_train_s']:.0f} s"
+  return f"{result['first_step_s']:.1f} s"
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--quick", action="store_true",
-                      help="smoke run: a few steps, one round")
+                      help="smoke run: a few steps, one round, small startup")
   parser.add_argument("--rounds", type=int, default=2,
                       help="alternating throughput rounds per side")
   parser.add_argument("--steps", type=int, default=None,
-                      help="timed steps per throughput run (after warm-up)")
-  parser.add_argument("--warmup", type=int, default=None)
+                      help="timed steps per throughput run (after warm-up); "
+                      "default 80, --quick 5")
+  parser.add_argument("--warmup", type=int, default=None,
+                      help="discarded steps per run; default 20, --quick 2")
   parser.add_argument("--dlrm-scale", type=float, default=0.05)
   parser.add_argument("--dlrm-batch", type=int, default=1024)
   parser.add_argument("--wide-optimizer", default="adagrad",
                       choices=["adagrad", "adam"])
-  parser.add_argument("--startup-rounds", type=int, default=1)
-  parser.add_argument("--workloads", default="dlrm,wide26,startup")
+  parser.add_argument("--startup-features", default=None,
+                      help="comma-separated feature counts (10 features per "
+                      "table); default 100,1000, --quick 100")
+  parser.add_argument("--startup-limit", type=float, default=120.0,
+                      help="seconds after train() before a startup run is "
+                      "stopped and reported as '> limit'")
+  parser.add_argument("--rss-limit-mb", type=float, default=8000.0,
+                      help="a child process above this peak RSS is stopped")
+  parser.add_argument("--workloads", default=",".join(WORKLOADS),
+                      help="comma-separated, from the default")
   args = parser.parse_args()
 
   if args.quick:
-    steps = args.steps or 5
+    steps, rounds = args.steps or 5, 1
     warmup = args.warmup if args.warmup is not None else 2
-    rounds = 1
+    startup_features = args.startup_features or "100"
   else:
-    steps = args.steps or 100
+    steps = args.steps or 80
     warmup = args.warmup if args.warmup is not None else 20
     rounds = args.rounds
-  workloads = {
-      "dlrm": {"workload": "dlrm", "scale": args.dlrm_scale,
-               "batch": args.dlrm_batch, "examples": 16 * args.dlrm_batch},
-      "wide26": {"workload": "wide26", "features": 26, "vocab": 100_000,
-                 "dim": 16, "batch": 1024, "examples": 32 * 1024,
-                 "optimizer": args.wide_optimizer},
-      "startup": {"workload": "startup", "features": 1000, "tables": 100,
-                  "vocab": 1000, "dim": 8, "batch": 64, "examples": 256,
-                  "steps": 1},
-  }
+    startup_features = args.startup_features or "100,1000"
   chosen = [w for w in args.workloads.split(",") if w]
-  for name in chosen:
-    if name not in workloads:
-      parser.error(f"--workloads: unknown workload {name!r} (choose from "
-                   f"{sorted(workloads)})")
-    if name != "startup":
-      workloads[name].update(steps=warmup + steps, warmup=warmup)
+  unknown = sorted(set(chosen) - set(WORKLOADS))
+  if unknown:
+    parser.error(f"--workloads: unknown {unknown}; choose from "
+                 f"{','.join(WORKLOADS)}")
+  jobs = []   # (label, job, rounds)
+  dlrm_job = {"workload": "dlrm", "scale": args.dlrm_scale,
+              "batch": args.dlrm_batch, "examples": 16 * args.dlrm_batch,
+              "steps": warmup + steps, "warmup": warmup}
+  if "dlrm" in chosen:
+    jobs.append(("dlrm", dict(dlrm_job, input="batched"), rounds))
+  if "dlrm-full" in chosen:
+    # The example model with the vocabularies examples/dlrm.py defines
+    # (scale 1.0: up to 1,000,000 rows per table).
+    jobs.append(("dlrm-full", dict(dlrm_job, input="batched", scale=1.0),
+                 rounds))
+  if "dlrm-ex" in chosen:
+    jobs.append(("dlrm-ex", dict(dlrm_job, input="example"), rounds))
+  if "wide26" in chosen:
+    jobs.append(("wide26", {
+        "workload": "wide26", "features": 26, "vocab": 100_000, "dim": 16,
+        "batch": 1024, "examples": 32 * 1024, "input": "batched",
+        "optimizer": args.wide_optimizer, "steps": warmup + steps,
+        "warmup": warmup}, rounds))
+  if "startup" in chosen:
+    for count in startup_features.split(","):
+      jobs.append((f"start{int(count)}", _startup_job(int(count)), 1))
 
-  print(f"e2e_bench: {os.cpu_count()} CPUs, TF {tf.__version__}, "
-        f"{rounds} round(s) of {warmup} warm-up + {steps} timed steps per side"
-        f"{' (quick)' if args.quick else ''}", flush=True)
+  print(f"e2e_bench: {os.cpu_count()} CPUs, TF {tf.__version__}; throughput: "
+        f"{rounds} alternating round(s) per side of {warmup} warm-up + "
+        f"{steps} timed steps{' (quick)' if args.quick else ''}", flush=True)
   begin = time.perf_counter()
-  results = {name: {side: [] for side in SIDES} for name in chosen}
-  for name in chosen:
-    job = workloads[name]
-    print(f"\n[{name}] {_describe(name, job)}", flush=True)
-    count = args.startup_rounds if name == "startup" else rounds
+  results = {}
+  for label, job, count in jobs:
+    print(f"\n[{label}] {_describe(job)}", flush=True)
+    results[label] = {side: [] for side in SIDES}
+    startup = job["workload"] == "startup"
     for r in range(count):
       for side in SIDES:
-        result = run_in_child(dict(job, side=side))
-        results[name][side].append(result)
-        if name == "startup":
-          detail = (f"first step after {result['first_step_s']:6.1f} s "
-                    f"(train() {result['train_s']:.1f} s)")
+        result = run_in_child(
+            dict(job, side=side),
+            time_limit=args.startup_limit if startup else None,
+            rss_limit_mb=args.rss_limit_mb)
+        results[label][side].append(result)
+        if "stopped" in result:
+          detail = (f"STOPPED ({result['stopped']}) after "
+                    f"{result['since_train_s']:.0f} s in train()")
+        elif startup:
+          detail = (f"first step {_fmt_first_step(result):>8s} after "
+                    f"train() (train() returned after "
+                    f"{result['train_s']:.1f} s)")
         else:
-          detail = (f"{result['examples_per_s']:9,.0f} examples/s  "
-                    f"median step {result['median_step_ms']:7.1f} ms  "
-                    f"first step after {result['first_step_s']:.1f} s")
-        print(f"  round {r + 1} {side:4s}  {detail}  "
-              f"peak RSS {result['max_rss_mb']:,.0f} MB", flush=True)
+          detail = (f"{result['examples_per_s']:9,.0f} examples/s  median "
+                    f"step {result['median_step_ms']:6.1f} ms  first step "
+                    f"{result['first_step_s']:.1f} s after train()")
+        print(f"  round {r + 1} {side:4s}  {detail}  peak RSS "
+              f"{result['max_rss_mb']:,.0f} MB", flush=True)
 
-  print("\nSummary (ratio = ours / TF; peak RSS = largest ru_maxrss of the "
-        "side's child processes)")
-  print(f"{'workload':10s} {'ours ex/s':>11s} {'TF ex/s':>11s} "
-        f"{'ratio':>6s}   {'ours RSS MB':>11s} {'TF RSS MB':>10s}")
-  for name in chosen:
-    rss = {s: max(r["max_rss_mb"] for r in results[name][s]) for s in SIDES}
-    if name == "startup":
-      first = {s: statistics.median(r["first_step_s"]
-                                    for r in results[name][s]) for s in SIDES}
-      print(f"{name:10s} {first[OURS]:9.1f} s {first[TF]:9.1f} s "
-            f"{first[TF] / first[OURS]:5.2f}x   {rss[OURS]:11,.0f} "
-            f"{rss[TF]:10,.0f}   (train() to first step; ratio = TF / ours)")
+  print("\nSummary. Throughput: median examples/s over rounds, ratio = ours "
+        "/ TF. Startup: seconds from train() to the end of the first step, "
+        "ratio = TF / ours.\nPeak RSS: largest ru_maxrss of the side's child "
+        "processes.")
+  print(f"{'workload':9s} {'ours':>12s} {'TF':>12s} {'ratio':>7s}  "
+        f"{'ours RSS MB':>11s} {'TF RSS MB':>10s}")
+  for label, job, _ in jobs:
+    by_side = results[label]
+    rss = {s: max(r["max_rss_mb"] for r in by_side[s]) for s in SIDES}
+    if job["workload"] == "startup":
+      first = {s: by_side[s][0] for s in SIDES}
+      if any("stopped" in r for r in first.values()):
+        ratio = "n/a"
+      else:
+        speedup = first[TF]["first_step_s"] / first[OURS]["first_step_s"]
+        ratio = f"{speedup:.2f}x"
+      print(f"{label:9s} {_fmt_first_step(first[OURS]):>12s} "
+            f"{_fmt_first_step(first[TF]):>12s} {ratio:>7s}  "
+            f"{rss[OURS]:11,.0f} {rss[TF]:10,.0f}")
       continue
-    rate = {s: statistics.median(r["examples_per_s"]
-                                 for r in results[name][s]) for s in SIDES}
-    print(f"{name:10s} {rate[OURS]:11,.0f} {rate[TF]:11,.0f} "
-          f"{rate[OURS] / rate[TF]:5.2f}x   {rss[OURS]:11,.0f} "
+    rate = {}
+    for s in SIDES:
+      rates = [r["examples_per_s"] for r in by_side[s] if "stopped" not in r]
+      rate[s] = statistics.median(rates) if rates else float("nan")
+    print(f"{label:9s} {rate[OURS]:8,.0f} ex/s {rate[TF]:8,.0f} ex/s "
+          f"{rate[OURS] / rate[TF]:6.2f}x  {rss[OURS]:11,.0f} "
           f"{rss[TF]:10,.0f}")
   print(f"\ntotal wall time {time.perf_counter() - begin:.0f} s")
 
