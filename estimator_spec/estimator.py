@@ -689,7 +689,8 @@ def _order_after(step_value, global_step, first_op):
   for op in graph.get_operations()[first_op:]:
     if op.type in ("AssignAddVariableOp", "AssignVariableOp", "AssignAdd",
                    "Assign") and op.inputs and op.inputs[0].name == target:
-      op._add_control_input(step_value.op)  # pylint: disable=protected-access
+      # Operation has no public way to add a control input to an existing op.
+      op._add_control_input(step_value.op)
 
 
 def _uses_columns(model):
