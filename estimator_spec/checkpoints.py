@@ -45,11 +45,12 @@ def stored_partitions(checkpoint_path):
 class _EngineVariable:
   """One engine table or slot: its partitions, layout and restore ops."""
 
-  def __init__(self, rows, initializer_op):
+  def __init__(self, rows, is_slot):
     self.name = rows.name
+    self.is_slot = is_slot
     self.layout = rows.layout
     self.partitions = rows.partitions
-    self.initializer = initializer_op
+    self.initializer = tf.group(*[p.initializer for p in rows.partitions])
     self.placeholders = []
     self.assigns = []
     with tf.control_dependencies(None), tf.name_scope("embedding_restore"):
@@ -77,11 +78,7 @@ class LayoutAwareSaver(tf.compat.v1.train.Saver):
           (slot, True) for slot in engine.slots[name].values()
       ]
       for variable_rows, is_slot in entries:
-        entry = _EngineVariable(
-            variable_rows,
-            tf.group(*[p.initializer for p in variable_rows.partitions]))
-        entry.is_slot = is_slot
-        self._variables.append(entry)
+        self._variables.append(_EngineVariable(variable_rows, is_slot))
         engine_ids.update(id(p) for p in variable_rows.partitions)
     self._allow_missing_slots = allow_missing_slots
     others = [
