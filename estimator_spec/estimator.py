@@ -681,16 +681,42 @@ def _after(tensor, tap_fn):
 
 def _order_after(step_value, global_step, first_op):
   """Makes every write of the global step that model_fn created wait for
-  `step_value`, so that the engine's learning-rate functions and gradient
-  multiplier see the step as it was at the start of the step."""
+  `step_value` and for every other read of the step model_fn made (unless
+  that read itself follows the write), so that the engine's learning-rate
+  functions, the gradient multiplier and the user's own reads (e.g. for a
+  host_call) all see the step as it was at the start of the step."""
   graph = tf.compat.v1.get_default_graph()
   target = (global_step.handle if hasattr(global_step, "handle") else
             global_step.op.outputs[0]).name
-  for op in graph.get_operations()[first_op:]:
-    if op.type in ("AssignAddVariableOp", "AssignVariableOp", "AssignAdd",
-                   "Assign") and op.inputs and op.inputs[0].name == target:
-      # Operation has no public way to add a control input to an existing op.
-      op._add_control_input(step_value.op)
+  new_ops = graph.get_operations()[first_op:]
+  writes = [
+      op for op in new_ops
+      if op.type in ("AssignAddVariableOp", "AssignVariableOp", "AssignAdd",
+                     "Assign") and op.inputs and op.inputs[0].name == target
+  ]
+  reads = [step_value.op] + [
+      op for op in new_ops
+      if op.type == "ReadVariableOp" and op.inputs[0].name == target
+  ]
+  for read in reads:
+    before = _ancestors(read)
+    for write in writes:
+      if write not in before and read not in write.control_inputs:
+        # Operation has no public way to add a control input to an op.
+        write._add_control_input(read)
+
+
+def _ancestors(op):
+  """Every op `op` depends on (data and control inputs)."""
+  seen = set()
+  stack = [op]
+  while stack:
+    current = stack.pop()
+    for parent in [t.op for t in current.inputs] + list(current.control_inputs):
+      if parent not in seen:
+        seen.add(parent)
+        stack.append(parent)
+  return seen
 
 
 def _uses_columns(model):

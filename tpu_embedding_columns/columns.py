@@ -288,7 +288,8 @@ class _TPUEmbeddingColumnBase(tf.__internal__.feature_column.DenseColumn,
         self.vocabulary_size,
         feature=self.feature_key,
         table=self.table_name,
-        drop_negative=self.use_safe_embedding_lookup)
+        drop_negative=self.use_safe_embedding_lookup,
+        ids_non_negative=lookup.never_negative(self.categorical_column))
     if self.is_tensor_core:
       flat = lookup.truncate_positions(flat, self.tensor_core_shape[1])
     elif self.is_sequence:

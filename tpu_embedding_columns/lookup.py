@@ -50,13 +50,14 @@ class FlatIds:
 
 
 def flatten_ids(sparse_ids, sparse_weights, vocabulary_size, *, feature,
-                table, drop_negative):
+                table, drop_negative, ids_non_negative=False):
   """Validates a SparseTensor of ids (and weights) and returns `FlatIds`.
 
   Negative ids are dropped when `drop_negative` (the behaviour of
   `use_safe_embedding_lookup=True`), else refused; ids >= vocabulary_size are
   always refused. Errors are raised when the graph runs and name the feature
-  and the table.
+  and the table. `ids_non_negative`: the ids come from a transformation that
+  never yields negative ids (see `never_negative`), so none are dropped.
   """
   if not isinstance(sparse_ids, tf.SparseTensor):
     raise TypeError(
@@ -97,7 +98,7 @@ def flatten_ids(sparse_ids, sparse_weights, vocabulary_size, *, feature,
   example = indices[:, 0]
   rank = tf.compat.dimension_value(sparse_ids.dense_shape.shape[0])
   position = indices[:, 1] if rank != 1 else tf.zeros_like(example)
-  if drop_negative:
+  if drop_negative and not ids_non_negative:
     keep = tf.reshape(tf.where(tf.math.greater_equal(ids, 0)), [-1])
     ids = tf.gather(ids, keep)
     example = tf.gather(example, keep)
@@ -108,6 +109,35 @@ def flatten_ids(sparse_ids, sparse_weights, vocabulary_size, *, feature,
   static_batch = None if static_shape is None else int(static_shape[0])
   return FlatIds(example, position, ids, weights, sparse_ids.dense_shape[0],
                  static_batch)
+
+
+# Categorical columns whose ids are never negative: hashing, crossing and
+# bucketizing cannot give negative ids. (An identity column passes negative
+# ids through unless it has a default_value, which replaces them.)
+_NON_NEGATIVE_COLUMNS = ("HashedCategoricalColumn", "CrossedColumn",
+                         "BucketizedColumn")
+_VOCABULARY_COLUMNS = ("VocabularyListCategoricalColumn",
+                       "VocabularyFileCategoricalColumn")
+
+
+def never_negative(categorical_column):
+  """Whether a categorical column's transformation never yields a negative
+  id (weighted and sequence wrappers are looked through)."""
+  column = categorical_column
+  while type(column).__name__ in ("WeightedCategoricalColumn",
+                                  "SequenceCategoricalColumn"):
+    column = column.categorical_column
+  name = type(column).__name__
+  if name in _NON_NEGATIVE_COLUMNS:
+    return True
+  if name == "IdentityCategoricalColumn":
+    return column.default_value is not None
+  if name in _VOCABULARY_COLUMNS:
+    # Out-of-vocabulary values get an oov bucket, or default_value (-1 when
+    # there are no oov buckets and no default).
+    return column.num_oov_buckets > 0 or (
+        column.default_value is not None and column.default_value >= 0)
+  return False
 
 
 def gather_rows(table, ids):

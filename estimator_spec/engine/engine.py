@@ -319,10 +319,6 @@ class HostEmbeddingEngine:
           raise ValueError(
               f"Gradient of feature {item.name!r} (table {name!r}) has shape "
               f"{grad.shape}; the activation has shape {expected}.")
-        checks.append(
-            tf.debugging.check_numerics(
-                grad, f"Gradient of feature {item.name!r} (table {name!r}) "
-                "is not finite; no table was updated.").op)
         contributions.append(lookup.plans[item.name].backprop(grad))
       summed = tf.math.unsorted_segment_sum(
           tf.concat(contributions, axis=0),
@@ -330,6 +326,13 @@ class HostEmbeddingEngine:
                     axis=0), tf.shape(lookup.unique_ids)[0])
       if multiplier is not None:
         summed = summed * multiplier
+      # One check per table, on what would be written: a non-finite
+      # gradient of any feature that reaches the table shows up here.
+      names = ", ".join(repr(i.name) for i in lookup.features)
+      checks.append(
+          tf.debugging.check_numerics(
+              summed, f"Gradient of features {names} (table {name!r}) is "
+              "not finite; no table was updated.").op)
       accumulated[name] = summed
 
     updates = []

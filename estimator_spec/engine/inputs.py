@@ -115,7 +115,9 @@ def parse_feature(feature, table, features, *, drop_negative=True):
         "strings into ids, or convert them in the input_fn.")
   flat = column_lookup.flatten_ids(
       sparse_ids, sparse_weights, table.vocabulary_size, feature=name,
-      table=table.name, drop_negative=drop_negative)
+      table=table.name, drop_negative=drop_negative,
+      ids_non_negative=(column is not None and column_lookup.never_negative(
+          column.categorical_column)))
   lengths = None
   if feature.max_sequence_length:
     lengths = column_lookup.sequence_lengths(sparse_ids,
