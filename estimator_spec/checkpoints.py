@@ -23,14 +23,14 @@ import tensorflow as tf
 from estimator_spec import sharding
 
 
-def stored_partitions(checkpoint_path):
-  """{tensor name: number of partitions it was saved in} for one checkpoint.
+def stored_partitions(reader):
+  """{tensor name: number of partitions it was saved in}, from a
+  `tf.compat.v1.train.NewCheckpointReader` of one checkpoint.
 
   Partitioned variables are saved as slices of one tensor; the reader's
   debug listing names each slice. (TF 2.15's listing format: a slice line
   starts with b'\\x00', then the name, then b'\\x00\\x01'.)
   """
-  reader = tf.compat.v1.train.NewCheckpointReader(checkpoint_path)
   counts = collections.Counter()
   for line in reader.debug_string().split(b"\n"):
     if line.startswith(b"\x00"):
@@ -96,7 +96,8 @@ class LayoutAwareSaver(tf.compat.v1.train.Saver):
   def restore(self, sess, save_path):
     if save_path is None:
       return super().restore(sess, save_path)
-    stored = stored_partitions(save_path)
+    reader = tf.compat.v1.train.NewCheckpointReader(save_path)
+    stored = stored_partitions(reader)
     plan = []
     for entry in self._variables:
       count = stored.get(entry.name)
@@ -115,7 +116,6 @@ class LayoutAwareSaver(tf.compat.v1.train.Saver):
       return super().restore(sess, save_path)
     if self._others is not None:
       self._others.restore(sess, save_path)
-    reader = tf.compat.v1.train.NewCheckpointReader(save_path)
     planned = {id(entry) for _, entry, _ in plan}
     for entry in self._variables:
       if id(entry) not in planned:

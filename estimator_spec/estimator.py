@@ -447,9 +447,6 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     self.export_to_cpu = export_to_cpu
     self.batch_axis = batch_axis
     self.export_saved_model_api_version = export_saved_model_api_version
-    self.train_batch_size = train_batch_size
-    self.eval_batch_size = eval_batch_size
-    self.predict_batch_size = predict_batch_size
     super().__init__(
         model_fn=self._host_model_fn,
         model_dir=model_dir,
@@ -512,8 +509,10 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     with tf.compat.v1.device("/cpu:0"):
       return input_fn(**kwargs)
 
-  def _params_for(self, mode):
-    params = self.params
+  def _params_for(self, mode, params=None):
+    """`params` (default: the estimator's) with the mode's batch size and
+    use_tpu, as TPUEstimator gives them to input_fn and model_fn."""
+    params = dict(self.params if params is None else params)
     batch_size = self._batch_sizes.get(mode)
     if batch_size is not None:
       params["batch_size"] = batch_size
@@ -535,11 +534,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
         num_cores=cores, mode=mode)
 
   def _host_model_fn(self, features, labels, mode, config, params):
-    params = dict(params)
-    batch_size = self._batch_sizes.get(mode)
-    if batch_size is not None:
-      params["batch_size"] = batch_size
-    params["use_tpu"] = False
+    params = self._params_for(mode, params)
     user_args = _fn_args(self._user_model_fn)
     kwargs = {}
     if "labels" in user_args:
@@ -608,17 +603,18 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     else:
       tap_fn = lambda feature, activation: activation
     source = _EngineSource(engine, step, tap_fn)
+    columns_form = _uses_columns(model)
     model_features = features
-    if not _uses_columns(model):
+    if not columns_form:
       model_features = _dict_form_features(features, model, step, tap_fn)
     ops_before = len(tf.compat.v1.get_default_graph().get_operations())
     with context.activation_source(source), interop.single_replica():
       user_spec = self._user_model_fn(features=model_features, **kwargs)
     spec = _to_estimator_spec(user_spec)
-    if not _uses_columns(model):
-      for name in model.features:
-        source.used[name] = None
-    unused = [f for f in model.features if f not in source.used]
+    # The dict form hands every activation to model_fn; whether the loss
+    # uses them shows in their gradients below.
+    unused = ([f for f in model.features if f not in source.used]
+              if columns_form else [])
     if mode != ModeKeys.TRAIN:
       return _with_layout_aware_saver(spec, engine, config, training=False)
     if unused:
