@@ -1,9 +1,5 @@
-"""Where this project talks to TensorFlow's own TPU stack.
-
-The only module of the library that touches TensorFlow's TPU implementation
-(`tensorflow.python.tpu`). Today: running `tf.compat.v1.tpu.CrossShardOptimizer`
-as a single replica on the host.
-"""
+"""Running `tf.compat.v1.tpu.CrossShardOptimizer` as a single replica on the
+host."""
 import contextlib
 
 import tensorflow as tf
