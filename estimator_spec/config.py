@@ -5,6 +5,8 @@ binds a spec's config model to a batch size, a number of hosts and cores and
 a mode (TRAIN, or EVAL/PREDICT which give the INFERENCE mode without an
 optimizer), and emits the `TPUEmbeddingConfiguration` proto that
 `tf.compat.v1.tpu.initialize_system` takes (`../shared/SEMANTICS.md` s. 7).
+Its `split_inputs` and `generate_enqueue_ops` build the TPU infeed
+(`enqueue.py`).
 """
 import collections
 
@@ -13,6 +15,7 @@ from tensorflow.core.protobuf.tpu import tpu_embedding_configuration_pb2
 
 from tpu_embedding_columns import _checks
 
+from estimator_spec import enqueue
 from estimator_spec import optimizers
 from estimator_spec import spec as spec_lib
 
@@ -138,6 +141,21 @@ class EmbeddingConfig:
     return collections.OrderedDict(
         (name, self.model.shard_layout(name, num_shards))
         for name in self.model.tables)
+
+  # --- the infeed -------------------------------------------------------------
+
+  def split_inputs(self, features, labels=None):
+    """One host's batch prepared for the enqueue ops: returns (features,
+    labels, features_per_core); see `estimator_spec.enqueue.split_inputs`."""
+    return enqueue.split_inputs(self, features, labels)
+
+  def generate_enqueue_ops(self, features_per_core, mode_override=None,
+                           ragged=False):
+    """One `EnqueueTPUEmbeddingArbitraryTensorBatch` op per core; see
+    `estimator_spec.enqueue.generate_enqueue_ops`."""
+    return enqueue.generate_enqueue_ops(self, features_per_core,
+                                        mode_override=mode_override,
+                                        ragged=ragged)
 
   # --- the proto ------------------------------------------------------------
 
