@@ -798,7 +798,7 @@ def test_shared_group_mixing_sequence_and_non_sequence_members():
 
 CODES = {"a_embedding": 1, "a_shared_embedding": 2, "b_shared_embedding": 3,
          "s_embedding": 4, "w_weighted_by_w_w_embedding": 5,
-         "t_shared_embedding": 6}
+         "t_shared_embedding": 6, "cpu_embedding": 7}
 BATCH = 2
 
 
@@ -969,7 +969,7 @@ def test_registered_names_equal_plain_lookup_names():
   assert sorted({n + ":0" for _, n in fake.registered}) == plain
 
 
-def test_tensor_core_and_cpu_columns_ignore_the_source():
+def test_tensor_core_columns_ignore_the_source_cpu_columns_use_it():
   fake = FakeSource()
   rows = [[1, 2, 3], [4]]
   with tf.Graph().as_default():
@@ -986,26 +986,23 @@ def test_tensor_core_and_cpu_columns_ignore_the_source():
       with v1.variable_scope("v1"):
         out_il = v1.feature_column.input_layer(feats, [tc, cpu])
     assert var_names() == [
-        "dense_features/cpu_embedding/embedding_weights:0",
         "dense_features/tc_embedding/embedding_weights:0",
-        "v1/input_layer/cpu_embedding/embedding_weights:0",
         "v1/input_layer/tc_embedding/embedding_weights:0",
     ]
-    assert {c for _, c in fake.calls} == {"a_embedding"}
-    assert {c for c, _ in fake.registered} == {"a_embedding"}
-    t_tc, t_cpu = table_value(21), table_value(22)
+    assert {c for _, c in fake.calls} == {"a_embedding", "cpu_embedding"}
+    assert {c for c, _ in fake.registered} == {"a_embedding", "cpu_embedding"}
+    t_tc = table_value(21)
     with v1.Session() as sess:
       sess.run(v1.global_variables_initializer())
       for prefix in ("dense_features", "v1/input_layer"):
         assign(sess, f"{prefix}/tc_embedding/embedding_weights", t_tc)
-        assign(sess, f"{prefix}/cpu_embedding/embedding_weights", t_cpu)
       got, got_il = sess.run([out, out_il])
-  want_tail = np.concatenate([
-      np_combine(t_cpu, rows),
-      np_combine(t_tc, [r[:2] for r in rows])], axis=1)
+  want_tc = np_combine(t_tc, [r[:2] for r in rows])
   close(got[:, :D], fake_value(a, (BATCH, D)), rtol=0, atol=0)
-  close(got[:, D:], want_tail)
-  close(got_il, want_tail)
+  close(got[:, 2 * D:], want_tc)
+  close(got[:, D:2 * D], fake_value(cpu, (BATCH, D)), rtol=0, atol=0)
+  close(got_il[:, D:], want_tc)
+  close(got_il[:, :D], fake_value(cpu, (BATCH, D)), rtol=0, atol=0)
 
 
 def test_source_is_gone_after_the_with_block_and_is_per_graph():

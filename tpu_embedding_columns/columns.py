@@ -264,8 +264,11 @@ class _TPUEmbeddingColumnBase(tf.__internal__.feature_column.DenseColumn,
         dense_tensor=activations, sequence_length=lengths)
 
   def _engine_source(self):
-    """The installed engine, for columns whose lookup the engine does."""
-    if self.is_tensor_core or self.embedding_lookup_device == "cpu":
+    """The installed engine, for columns whose lookup the engine does: all
+    but tensor-core columns. ('cpu' columns are tables of the embedding
+    configuration like the others; on a host engine every lookup is a CPU
+    lookup.)"""
+    if self.is_tensor_core:
       return None
     return context.current_source()
 
