@@ -1,8 +1,23 @@
-"""Command line: `python -m estimator_spec describe MODULE:FUNCTION [...]`.
+"""Command line: `python -m estimator_spec COMMAND SPEC [...]`.
 
-`FUNCTION` (a callable taking no arguments) returns an EmbeddingConfigSpec;
-the command prints its tables, features, per-shard memory and, with
-`--proto`, the TPU embedding configuration proto for the given topology.
+`SPEC` is `MODULE:FUNCTION`; the function (a callable taking no arguments)
+returns the model's EmbeddingConfigSpec.
+
+* `describe SPEC`: tables, features, per-shard memory and, with `--proto`,
+  the TPU embedding configuration proto for the given topology.
+* `convert SPEC --checkpoint PATH_OR_MODEL_DIR --output PREFIX
+  --to-strategy {div,mod} --to-shards N`: the checkpoint with its embedding
+  tables and slots laid out for a run with that partition strategy and
+  number of shards, everything else copied unchanged
+  (`estimator_spec.convert`).
+* `export-mid-level SPEC --model-dir DIR --output PREFIX`: the tables and
+  slots of a model_dir's latest checkpoint as a TF2 object-based checkpoint
+  for `tf.tpu.experimental.embedding.TPUEmbeddingForServing`
+  (`estimator_spec.interop.export_mid_level_checkpoint`).
+
+`convert` and `export-mid-level` show a progress bar per table on stderr.
+Exit codes: 0 done, 1 refused (the message says why; nothing was written),
+2 bad command line.
 """
 import argparse
 import importlib
@@ -10,21 +25,45 @@ import os
 import sys
 
 
-def _load_spec(target):
+def _load_spec(target, command="describe"):
   module_name, _, attr = target.partition(":")
   if not module_name or not attr:
     raise SystemExit(
-        f"describe: expected MODULE:FUNCTION (e.g. examples.dlrm:build_spec); "
+        f"{command}: expected MODULE:FUNCTION (e.g. examples.dlrm:build_spec); "
         f"got {target!r}.")
   sys.path.insert(0, os.getcwd())
-  module = importlib.import_module(module_name)
+  try:
+    module = importlib.import_module(module_name)
+  except ImportError as error:
+    raise SystemExit(
+        f"{command}: cannot import {module_name!r}: {error}.") from error
   factory = getattr(module, attr, None)
   if factory is None:
-    raise SystemExit(f"describe: {module_name!r} has no attribute {attr!r}.")
+    raise SystemExit(f"{command}: {module_name!r} has no attribute {attr!r}.")
   return factory() if callable(factory) else factory
 
 
-def main(argv=None):
+def _positive_int(text):
+  try:
+    value = int(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(
+        f"expected a positive integer; got {text!r}") from None
+  if value < 1:
+    raise argparse.ArgumentTypeError(
+        f"expected a positive integer; got {text!r}")
+  return value
+
+
+def _table_tensor(text):
+  table, sep, tensor = text.partition("=")
+  if not sep or not table or not tensor:
+    raise argparse.ArgumentTypeError(
+        f"expected TABLE=TENSOR_NAME; got {text!r}")
+  return table, tensor
+
+
+def _parser():
   parser = argparse.ArgumentParser(prog="python -m estimator_spec")
   sub = parser.add_subparsers(dest="command", required=True)
   describe = sub.add_parser(
@@ -39,7 +78,53 @@ def main(argv=None):
                         default="train")
   describe.add_argument("--proto", action="store_true",
                         help="also print the configuration proto")
-  args = parser.parse_args(argv)
+
+  table_names = dict(
+      metavar="TABLE=TENSOR", type=_table_tensor, action="append",
+      default=[], dest="variable_names",
+      help="checkpoint tensor of a table whose tensor cannot be found "
+      "unambiguously (repeatable)")
+  convert = sub.add_parser(
+      "convert",
+      help="re-lay out a checkpoint's embedding tables for another "
+      "partition strategy / number of shards")
+  convert.add_argument("spec", help="MODULE:FUNCTION returning the spec")
+  convert.add_argument("--checkpoint", required=True,
+                       help="model directory (latest checkpoint) or prefix")
+  convert.add_argument("--output", required=True,
+                       help="prefix of the converted checkpoint")
+  convert.add_argument("--to-strategy", required=True, choices=("div", "mod"),
+                       help="partition_strategy of the run that will restore")
+  convert.add_argument(
+      "--to-shards", required=True, type=_positive_int,
+      help="shards per table of that run (TPU hosts or parameter servers)")
+  convert.add_argument(
+      "--from-strategy", choices=("div", "mod"), default=None,
+      help="strategy the checkpoint was written with (default: the spec's "
+      "partition_strategy)")
+  convert.add_argument("--variable-name", **table_names)
+
+  export = sub.add_parser(
+      "export-mid-level",
+      help="write a model_dir's tables and slots as a TF2 checkpoint for "
+      "tf.tpu.experimental.embedding")
+  export.add_argument("spec", help="MODULE:FUNCTION returning the spec")
+  export.add_argument("--model-dir", required=True,
+                      help="model directory (latest checkpoint) or prefix")
+  export.add_argument("--output", required=True,
+                      help="prefix of the TF2 checkpoint")
+  export.add_argument(
+      "--allow-missing-slots", action="store_true",
+      help="export slots the checkpoint lacks at their initial values")
+  export.add_argument(
+      "--attribute", default="embedding",
+      help="name of the embedding in the restoring tf.train.Checkpoint")
+  export.add_argument("--variable-name", **table_names)
+  return parser
+
+
+def main(argv=None):
+  args = _parser().parse_args(argv)
 
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   from estimator_spec import quiet  # pylint: disable=import-outside-toplevel
@@ -47,15 +132,41 @@ def main(argv=None):
   import estimator_spec  # pylint: disable=import-outside-toplevel
   from estimator_spec import report  # pylint: disable=import-outside-toplevel
 
-  spec = _load_spec(args.spec)
-  config = estimator_spec.EmbeddingConfig(
-      spec,
-      batch_size=args.batch_size,
-      num_hosts=args.num_hosts,
-      num_cores=args.num_hosts * args.cores_per_host,
-      mode=args.mode)
-  print(report.describe(config, num_shards=args.num_shards,
-                        include_proto=args.proto))
+  spec = _load_spec(args.spec, args.command)
+  if args.command == "describe":
+    config = estimator_spec.EmbeddingConfig(
+        spec,
+        batch_size=args.batch_size,
+        num_hosts=args.num_hosts,
+        num_cores=args.num_hosts * args.cores_per_host,
+        mode=args.mode)
+    print(report.describe(config, num_shards=args.num_shards,
+                          include_proto=args.proto))
+    return 0
+  return _run_checkpoint_command(args, spec)
+
+
+def _run_checkpoint_command(args, spec):
+  """convert / export-mid-level; refusals exit with 1 and a message."""
+  from estimator_spec import convert  # pylint: disable=import-outside-toplevel
+  names = dict(args.variable_names) or None
+  try:
+    if args.command == "convert":
+      path = convert.convert_checkpoint(
+          spec, args.checkpoint, args.output, to_strategy=args.to_strategy,
+          to_shards=args.to_shards, from_strategy=args.from_strategy,
+          variable_names=names, progress=True)
+    else:
+      from estimator_spec import interop  # pylint: disable=import-outside-toplevel
+      path = interop.export_mid_level_checkpoint(
+          args.model_dir, spec, args.output, variable_names=names,
+          allow_missing_slots=args.allow_missing_slots,
+          attribute=args.attribute, progress=True)
+  except (ValueError, TypeError, FileNotFoundError, FileExistsError) as error:
+    print(f"python -m estimator_spec {args.command}: error: {error}",
+          file=sys.stderr)
+    return 1
+  print(path)
   return 0
 
 

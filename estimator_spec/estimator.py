@@ -15,6 +15,9 @@ tables as a TPU would, on CPU (and GPU):
 * EVAL and PREDICT: lookups only, from the same variables.
 * export: the serving graph does plain lookups (gather and combine) from the
   trained tables; it holds no optimizer, slot or pipelining state.
+
+With `use_tpu=True` and a TPU named in the RunConfig, the constructor returns
+TF's own TPUEstimator instead (`interop.DelegatedTPUEstimator`).
 """
 import collections
 import inspect
@@ -326,6 +329,69 @@ def _topology(config):
   return max(1, math.ceil(cores / 8)), cores, True
 
 
+def _check_arguments(model_fn, model_dir, config, params, use_tpu,
+                     train_batch_size, eval_batch_size, predict_batch_size,
+                     batch_axis, eval_on_tpu, export_to_tpu, export_to_cpu,
+                     warm_start_from, embedding_config_spec,
+                     export_saved_model_api_version):
+  """Checks TPUEstimator's arguments, for the host and the TPU paths alike
+  (`model_dir`, `config` and `warm_start_from` are checked by Estimator)."""
+  del model_dir, config, warm_start_from
+  owner = "TPUEstimator"
+  if model_fn is None or not callable(model_fn):
+    raise TypeError(f"{owner}: `model_fn` must be a callable; got "
+                    f"{type(model_fn).__name__}.")
+  if params is not None and not isinstance(params, dict):
+    raise TypeError(f"{owner}: `params` must be a dict; got "
+                    f"{type(params).__name__}.")
+  for reserved in ("batch_size", "use_tpu"):
+    if params and reserved in params:
+      raise ValueError(
+          f"{owner}: `params` must not contain {reserved!r}; TPUEstimator "
+          "sets it for model_fn and input_fn. Pass batch sizes as "
+          "train_batch_size/eval_batch_size/predict_batch_size.")
+  for name, value in (("use_tpu", use_tpu), ("eval_on_tpu", eval_on_tpu),
+                      ("export_to_tpu", export_to_tpu),
+                      ("export_to_cpu", export_to_cpu)):
+    if not isinstance(value, bool):
+      raise TypeError(f"{owner}: `{name}` must be a bool; got "
+                      f"{type(value).__name__}: {value!r}.")
+  for name, value in (("train_batch_size", train_batch_size),
+                      ("eval_batch_size", eval_batch_size),
+                      ("predict_batch_size", predict_batch_size)):
+    if value is not None and (isinstance(value, bool) or
+                              not isinstance(value, int) or value < 1):
+      raise ValueError(f"{owner}: `{name}` must be a positive int; got "
+                       f"{value!r}.")
+  if batch_axis is not None and not isinstance(batch_axis,
+                                               (tuple, list, dict)):
+    raise TypeError(
+        f"{owner}: `batch_axis` must be None or a tuple/list/dict of ints "
+        f"matching the input_fn's structure; got {batch_axis!r}.")
+  if export_saved_model_api_version not in (ExportSavedModelApiVersion.V1,
+                                            ExportSavedModelApiVersion.V2):
+    raise ValueError(
+        f"{owner}: `export_saved_model_api_version` must be "
+        "ExportSavedModelApiVersion.V1 or V2; got "
+        f"{export_saved_model_api_version!r}.")
+  if not (export_to_cpu or export_to_tpu):
+    raise ValueError(
+        f"{owner}: export_to_cpu and export_to_tpu are both False; "
+        "export_saved_model would write nothing.")
+  if embedding_config_spec is not None:
+    if not isinstance(embedding_config_spec, spec_lib.EmbeddingConfigSpec):
+      raise TypeError(
+          f"{owner}: `embedding_config_spec` must be an estimator_spec."
+          f"EmbeddingConfigSpec; got {type(embedding_config_spec)!r}. A "
+          "spec built with TF's classes converts with estimator_spec."
+          "interop.from_tensorflow.")
+    if train_batch_size is None:
+      raise ValueError(
+          f"{owner}: `train_batch_size` is required with an "
+          "embedding_config_spec (the TPU embedding configuration is "
+          "built for a fixed batch size).")
+
+
 class TPUEstimator(tf.compat.v1.estimator.Estimator):
   """TF 2.15's TPUEstimator, run on the host embedding engine.
 
@@ -338,8 +404,16 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
       may be `tf.compat.v1.estimator.tpu.RunConfig` or a plain `RunConfig`.
       `params` must not hold 'batch_size' or 'use_tpu'; model_fn and
       input_fn find the batch size of the call's mode and `use_tpu` there.
-    use_tpu: True runs on a TPU when the RunConfig names one (not yet
-      available: raises); without a TPU, on the host engine (as False).
+    use_tpu: True runs on a TPU when the RunConfig names one (`master`,
+      `cluster`, or a local TPU device): the constructor then returns
+      `estimator_spec.interop.DelegatedTPUEstimator`, which IS TF's
+      `tf.compat.v1.estimator.tpu.TPUEstimator` (train, evaluate, predict,
+      export_saved_model are TF's) built with the spec converted by
+      `interop.to_tensorflow`; model_fn keeps using our columns, which read
+      the activations TF's TPU step puts into `features`. `params` then
+      follow TF (per-core `batch_size` in model_fn). An unreachable TPU
+      raises `interop.TPUNotReachableError` at train/evaluate/predict.
+      Without a TPU, use_tpu=True runs on the host engine (as False).
     train_batch_size, eval_batch_size, predict_batch_size: global batch
       sizes. A training batch must have exactly `train_batch_size` examples
       (a TPU step has a fixed shape).
@@ -357,6 +431,21 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
       (how the TPU serving graph would call model_fn; checked for value).
   """
 
+  def __new__(cls, *args, **kwargs):
+    # With use_tpu=True and a TPU named in the RunConfig, the model runs on
+    # that TPU through TF's own TPUEstimator (see the class docstring).
+    try:
+      bound = inspect.signature(cls.__init__).bind(None, *args, **kwargs)
+    except TypeError:
+      return super().__new__(cls)  # __init__ reports the bad call.
+    bound.apply_defaults()
+    arguments = dict(bound.arguments)
+    del arguments["self"]
+    if arguments["use_tpu"] is True and _tpu_reachable(arguments["config"]):
+      _check_arguments(**arguments)
+      return _delegate_to_tensorflow(**arguments)
+    return super().__new__(cls)
+
   def __init__(self,
                model_fn=None,
                model_dir=None,
@@ -373,73 +462,17 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
                warm_start_from=None,
                embedding_config_spec=None,
                export_saved_model_api_version=ExportSavedModelApiVersion.V1):
-    owner = "TPUEstimator"
-    if model_fn is None or not callable(model_fn):
-      raise TypeError(f"{owner}: `model_fn` must be a callable; got "
-                      f"{type(model_fn).__name__}.")
-    if params is not None and not isinstance(params, dict):
-      raise TypeError(f"{owner}: `params` must be a dict; got "
-                      f"{type(params).__name__}.")
-    for reserved in ("batch_size", "use_tpu"):
-      if params and reserved in params:
-        raise ValueError(
-            f"{owner}: `params` must not contain {reserved!r}; TPUEstimator "
-            "sets it for model_fn and input_fn. Pass batch sizes as "
-            "train_batch_size/eval_batch_size/predict_batch_size.")
-    for name, value in (("use_tpu", use_tpu), ("eval_on_tpu", eval_on_tpu),
-                        ("export_to_tpu", export_to_tpu),
-                        ("export_to_cpu", export_to_cpu)):
-      if not isinstance(value, bool):
-        raise TypeError(f"{owner}: `{name}` must be a bool; got "
-                        f"{type(value).__name__}: {value!r}.")
-    sizes = {}
-    for name, value in (("train_batch_size", train_batch_size),
-                        ("eval_batch_size", eval_batch_size),
-                        ("predict_batch_size", predict_batch_size)):
-      if value is not None and (isinstance(value, bool) or
-                                not isinstance(value, int) or value < 1):
-        raise ValueError(f"{owner}: `{name}` must be a positive int; got "
-                         f"{value!r}.")
-      sizes[name] = value
-    if batch_axis is not None and not isinstance(batch_axis,
-                                                 (tuple, list, dict)):
-      raise TypeError(
-          f"{owner}: `batch_axis` must be None or a tuple/list/dict of ints "
-          f"matching the input_fn's structure; got {batch_axis!r}.")
-    if export_saved_model_api_version not in (ExportSavedModelApiVersion.V1,
-                                              ExportSavedModelApiVersion.V2):
-      raise ValueError(
-          f"{owner}: `export_saved_model_api_version` must be "
-          "ExportSavedModelApiVersion.V1 or V2; got "
-          f"{export_saved_model_api_version!r}.")
-    if not (export_to_cpu or export_to_tpu):
-      raise ValueError(
-          f"{owner}: export_to_cpu and export_to_tpu are both False; "
-          "export_saved_model would write nothing.")
-    if embedding_config_spec is not None:
-      if not isinstance(embedding_config_spec, spec_lib.EmbeddingConfigSpec):
-        raise TypeError(
-            f"{owner}: `embedding_config_spec` must be an estimator_spec."
-            f"EmbeddingConfigSpec; got {type(embedding_config_spec)!r}. A "
-            "spec built with TF's classes converts with estimator_spec."
-            "interop.from_tensorflow.")
-      if train_batch_size is None:
-        raise ValueError(
-            f"{owner}: `train_batch_size` is required with an "
-            "embedding_config_spec (the TPU embedding configuration is "
-            "built for a fixed batch size).")
-    if use_tpu and _tpu_reachable(config):
-      raise NotImplementedError(
-          f"{owner}(use_tpu=True): the RunConfig names a TPU "
-          f"({_tpu_description(config)}). Running on a TPU is not available "
-          "in this version of estimator_spec; pass use_tpu=False to train "
-          "on the host embedding engine, which computes what the TPU would.")
+    _check_arguments(model_fn, model_dir, config, params, use_tpu,
+                     train_batch_size, eval_batch_size, predict_batch_size,
+                     batch_axis, eval_on_tpu, export_to_tpu, export_to_cpu,
+                     warm_start_from, embedding_config_spec,
+                     export_saved_model_api_version)
     self._user_model_fn = model_fn
     self._embedding_spec = embedding_config_spec
     self._batch_sizes = {
-        ModeKeys.TRAIN: sizes["train_batch_size"],
-        ModeKeys.EVAL: sizes["eval_batch_size"],
-        ModeKeys.PREDICT: sizes["predict_batch_size"],
+        ModeKeys.TRAIN: train_batch_size,
+        ModeKeys.EVAL: eval_batch_size,
+        ModeKeys.PREDICT: predict_batch_size,
     }
     self.use_tpu = use_tpu
     self.eval_on_tpu = eval_on_tpu
@@ -793,6 +826,24 @@ def _tpu_description(config):
     return f"cluster {type(cluster).__name__}"
   master = getattr(config, "master", "")
   return f"master {master!r}" if master else "a local TPU device"
+
+
+def _delegate_to_tensorflow(model_fn, embedding_config_spec, config,
+                            train_batch_size, **kwargs):
+  """TF's TPUEstimator for a TPU named in `config` (arguments checked)."""
+  if embedding_config_spec is not None and getattr(
+      getattr(config, "tpu_config", None), "num_shards", None):
+    # The TPU topology must fit the spec and the batch (as on the host).
+    hosts, cores, _ = _topology(config)
+    config_lib.EmbeddingConfig(
+        embedding_config_spec, batch_size=train_batch_size, num_hosts=hosts,
+        num_cores=cores, mode=ModeKeys.TRAIN)
+  tf.compat.v1.logging.info(
+      "TPUEstimator(use_tpu=True): running on the TPU of %s through "
+      "TensorFlow's TPUEstimator.", _tpu_description(config))
+  return interop.DelegatedTPUEstimator(
+      model_fn=model_fn, embedding_config_spec=embedding_config_spec,
+      config=config, train_batch_size=train_batch_size, **kwargs)
 
 
 __all__ = ["TPUEstimator", "TPUEstimatorSpec", "ExportSavedModelApiVersion"]

@@ -370,7 +370,10 @@ def _all_kinds_columns(vocab_file):
   """(engine columns, other columns) covering every categorical kind."""
   ident = fc.categorical_column_with_identity("ident", 20)
   columns = [
-      tec.embedding_column(ident, 2, combiner="sum"),
+      # 'cpu' (TF: a lookup for CPU serving) is an embedding table like the
+      # others; on the host its lookup and update are the engine's.
+      tec.embedding_column(ident, 2, combiner="sum",
+                           embedding_lookup_device="cpu"),
       tec.embedding_column(
           fc.categorical_column_with_hash_bucket("hashed", 17), 2),
       tec.embedding_column(
@@ -680,12 +683,17 @@ def test_constructor_refusals(tmp_path):
                  export_to_cpu=False, export_to_tpu=False)
   with pytest.raises(ValueError, match="train_batch_size"):
     TPUEstimator(model_fn=model_fn, use_tpu=False, train_batch_size=0)
-  # A TPU named in the RunConfig: not available yet, says so.
+  # A TPU named in the RunConfig: the arguments are checked before the
+  # model is handed to TF's TPUEstimator (tests/test_interop_tensorflow.py).
   config = tf.compat.v1.estimator.tpu.RunConfig(
       master="grpc://10.1.2.3:8470", model_dir=str(tmp_path / "m"))
-  with pytest.raises(NotImplementedError, match="use_tpu=False"):
+  with pytest.raises(ValueError, match="'use_tpu'"):
     TPUEstimator(model_fn=model_fn, config=config, use_tpu=True,
-                 train_batch_size=4, embedding_config_spec=spec)
+                 params={"use_tpu": True}, train_batch_size=4,
+                 embedding_config_spec=spec)
+  with pytest.raises(ValueError, match="train_batch_size"):
+    TPUEstimator(model_fn=model_fn, config=config, use_tpu=True,
+                 embedding_config_spec=spec)
   # The TPU topology must fit the batch: 16 cores cannot split 4 examples.
   config = tf.compat.v1.estimator.tpu.RunConfig(
       tpu_config=tf.compat.v1.estimator.tpu.TPUConfig(num_shards=16))
@@ -697,14 +705,14 @@ def test_constructor_refusals(tmp_path):
 
 def test_use_tpu_true_without_a_tpu_runs_on_the_host(tmp_path):
   a, b = _small_columns()
-  estimator = _small_estimator(tmp_path, _small_model_fn([a, b]), [a, b])
-  assert estimator.use_tpu is True or estimator.use_tpu is False
   estimator = TPUEstimator(
       model_fn=_small_model_fn([a, b]), model_dir=str(tmp_path),
       use_tpu=True, train_batch_size=4,
       embedding_config_spec=es.EmbeddingConfigSpec(
           feature_columns=[a, b],
           optimization_parameters=es.AdagradParameters(0.1)))
+  assert isinstance(estimator, TPUEstimator) and estimator.use_tpu is True
+  assert not isinstance(estimator, tf.compat.v1.estimator.tpu.TPUEstimator)
   estimator.train(_small_input_fn(), max_steps=2)
   reader = tf.train.load_checkpoint(str(tmp_path))
   assert reader.get_tensor("global_step") == 2

@@ -1,0 +1,297 @@
+"""Running an `estimator_spec` model on a real TPU through TF's TPUEstimator.
+
+`DelegatedTPUEstimator` is TF 2.15's `tf.compat.v1.estimator.tpu.
+TPUEstimator`, built with the spec converted by `to_tensorflow` and with the
+user's model_fn wrapped so that OUR columns work inside TF's TPU step:
+
+* On TF's TPU path, TF's TPUEstimator replaces `features[key]` of every
+  configured feature by its activation (and adds `<key>_seq_length_` for
+  sequence features) before calling model_fn; TF's own columns read them
+  from there. While the wrapped model_fn runs inside TF's TPU computation,
+  a `FeatureActivationSource` is installed, so our embedding-core columns
+  return `features[column.feature_key]` (and, for sequence columns,
+  `(features[key], features[key + '_seq_length_'])`). They also record
+  their variable scope where TF's TPUEstimator looks for it, so the TPU
+  tables get the variable names our CPU lookups use (checkpoints move
+  between the TPU, `estimator_spec.TPUEstimator` on the host and TF's CPU
+  path).
+* Tensor-core columns keep their own lookup: TF hands them padded ids with a
+  mask (`<key>__TENSOR_CORE_MASK`); the wrapper turns the pair back into
+  sparse ids before model_fn sees them.
+* Outside TF's TPU computation (CPU evaluation with `eval_on_tpu=False`,
+  CPU serving export) the columns do their own CPU lookups, as everywhere.
+* A `TPUEstimatorSpec` of estimator_spec is handed to TF as TF's own class.
+
+Before train/evaluate/predict the TPU's master is probed (a TCP connection,
+then a device listing, each bounded by `REACHABILITY_TIMEOUT_SECONDS`): TF
+itself would retry for a day when the master does not answer. A master that
+does not answer, or shows no TPU, raises `TPUNotReachableError` naming it.
+"""
+import collections
+import inspect
+import socket
+import urllib.parse
+
+import tensorflow as tf
+from tensorflow.python.tpu import feature_column as _tf_tpu_columns
+from tensorflow.python.tpu import tpu as _tf_tpu
+from tensorflow.python.tpu import tpu_function as _tf_tpu_function
+from tensorflow_estimator.python.estimator.tpu import tpu_estimator as _tf_tpu_estimator
+
+from tpu_embedding_columns import context as _context
+
+from estimator_spec.interop import _tensorflow
+
+REACHABILITY_TIMEOUT_SECONDS = 10.0
+
+
+class TPUNotReachableError(RuntimeError):
+  """The TPU that the RunConfig names does not answer."""
+
+
+def in_tpu_computation():
+  """True while TF builds the replicated TPU computation of a training,
+  evaluation or prediction step (not its CPU paths or TPU serving export)."""
+  if _tf_tpu.under_tpu_inference_context():
+    return False
+  return _tf_tpu_function.get_tpu_context().number_of_shards is not None
+
+
+class FeatureActivationSource(_context.ActivationSource):
+  """Feeds our columns from the activations TF's TPUEstimator put into the
+  features dict.
+
+  Args:
+    features: the features dict model_fn received.
+    model: the `EmbeddingModel` of the estimator's spec (to check that a
+      column used in model_fn is configured).
+  """
+
+  def __init__(self, features, model):
+    self._features = features
+    self._model = model
+    self.used = collections.OrderedDict()
+
+  def _activation(self, column, key):
+    feature = self._model.features.get(column.feature_key)
+    if feature is None or feature.table != column.table_name or (
+        feature.max_sequence_length != column.max_sequence_length):
+      configured = sorted(
+          f.column.name for f in self._model.features.values()
+          if f.column is not None)
+      raise ValueError(
+          f"model_fn uses embedding column {column.name!r} (feature "
+          f"{column.feature_key!r}, table {column.table_name!r}), which is "
+          "not in the embedding_config_spec's feature_columns (configured: "
+          f"{configured}). Add it to EmbeddingConfigSpec(feature_columns=...)"
+          " or use the spec's own column objects.")
+    if key not in self._features:
+      raise ValueError(
+          f"model_fn: column {column.name!r} needs the activation "
+          f"features[{key!r}] that TF's TPUEstimator provides on the TPU, "
+          "but the features dict has no such key (keys: "
+          f"{sorted(self._features)}).")
+    self.used[feature.name] = column
+    return self._features[key]
+
+  def register_variable(self, column, variable_name):
+    # TF's TPUEstimator names the TPU tables from the graph collection that
+    # its own columns fill with {embedding var name: (scope, name)}.
+    scope, _, name = variable_name.rpartition("/")
+    graph = tf.compat.v1.get_default_graph()
+    collection = graph.get_collection_ref(_tf_tpu_columns._TPU_FC_TO_SCOPE)
+    if not collection:
+      collection.append({})
+    recorded = collection[0].setdefault(column.embedding_var_name,
+                                        (scope, name))
+    if recorded != (scope, name):
+      raise ValueError(
+          f"model_fn: the table of column {column.name!r} is used under two "
+          f"variable names, {'/'.join(p for p in recorded if p)!r} and "
+          f"{variable_name!r}; on a TPU a table has one name. Use the "
+          "column's layer once, or in one variable scope.")
+
+  def dense_activation(self, column):
+    return self._activation(column, column.feature_key)
+
+  def sequence_activation(self, column):
+    return (self._activation(column, column.feature_key),
+            self._activation(column, column.sequence_length_feature_key))
+
+
+def _sparse_from_padded(ids, mask):
+  """The sparse ids that TF padded to [batch, width] with a 0/1 mask."""
+  indices = tf.where(tf.cast(mask, tf.bool))
+  return tf.SparseTensor(indices, tf.gather_nd(ids, indices),
+                         tf.shape(ids, out_type=tf.int64))
+
+
+def _call_args(fn):
+  try:
+    return set(inspect.signature(fn).parameters)
+  except (TypeError, ValueError):
+    return set()
+
+
+def wrap_model_fn(model_fn, spec):
+  """The model_fn TF's TPUEstimator calls: the user's `model_fn`, with our
+  columns fed from TF's activations inside the TPU computation.
+
+  Args:
+    model_fn: the user's model_fn (features[, labels, mode, params,
+      config]), written with estimator_spec / tpu_embedding_columns columns.
+    spec: the `estimator_spec.EmbeddingConfigSpec`, or None.
+  """
+  user_args = _call_args(model_fn)
+  model = spec.model if spec is not None else None
+  tensor_core = list(spec.tensor_core_feature_columns or ()) if spec else []
+
+  def tpu_model_fn(features, labels, mode, params, config):
+    kwargs = {}
+    if "labels" in user_args:
+      kwargs["labels"] = labels
+    elif labels is not None:
+      raise ValueError(
+          "TPUEstimator: input_fn returned labels but model_fn does not take "
+          "a `labels` argument.")
+    for name, value in (("mode", mode), ("params", params),
+                        ("config", config)):
+      if name in user_args:
+        kwargs[name] = value
+    if model is None or not in_tpu_computation() or not isinstance(
+        features, dict):
+      return _to_tensorflow_spec(model_fn(features=features, **kwargs))
+    features = dict(features)
+    for column in tensor_core:
+      mask_key = column.tensor_core_mask_key
+      if mask_key in features and column.feature_key in features:
+        features[column.feature_key] = _sparse_from_padded(
+            features[column.feature_key], features.pop(mask_key))
+    source = FeatureActivationSource(features, model)
+    with _context.activation_source(source):
+      return _to_tensorflow_spec(model_fn(features=features, **kwargs))
+
+  return tpu_model_fn
+
+
+def _to_tensorflow_spec(spec):
+  """TF's TPUEstimatorSpec for ours (same fields); others unchanged."""
+  if isinstance(spec, (tf.estimator.EstimatorSpec,
+                       _tf_tpu_estimator.TPUEstimatorSpec)):
+    return spec
+  fields = getattr(spec, "_fields", None)
+  if fields is not None and tuple(fields) == tuple(
+      _tf_tpu_estimator.TPUEstimatorSpec._fields):
+    return _tf_tpu_estimator.TPUEstimatorSpec(**spec._asdict())
+  raise TypeError(
+      "model_fn must return a TPUEstimatorSpec (estimator_spec's or TF's) or "
+      f"a tf.estimator.EstimatorSpec; got {type(spec).__name__}.")
+
+
+def master_address(config, mode):
+  """The master TF's TPUEstimator connects to in `mode`."""
+  if mode == tf.estimator.ModeKeys.EVAL:
+    return config.evaluation_master or config.master
+  return config.master
+
+
+def check_tpu_reachable(config, mode, timeout=None):
+  """Raises `TPUNotReachableError` unless the grpc master of `config` answers
+  within `timeout` seconds (default `REACHABILITY_TIMEOUT_SECONDS`) and
+  lists TPU devices: first a TCP connection, then the device listing TF's
+  TPUEstimator asks for (TF itself waits 5 minutes per attempt and retries
+  for a day). Masters that are not `grpc://` addresses (a local TPU) are
+  not probed."""
+  master = master_address(config, mode)
+  if not master or not master.startswith("grpc://"):
+    return
+  timeout = REACHABILITY_TIMEOUT_SECONDS if timeout is None else timeout
+  parsed = urllib.parse.urlparse(master)
+  cluster = getattr(config, "cluster", None)
+  named_by = (f"the RunConfig's cluster ({type(cluster).__name__})"
+              if cluster is not None else "the RunConfig's master")
+  advice = ("Check the TPU's name or address and that it is running, or pass "
+            "use_tpu=False to run the model on the host embedding engine.")
+  try:
+    port = parsed.port
+  except ValueError:
+    port = None
+  if not parsed.hostname or port is None:
+    raise TPUNotReachableError(
+        f"TPUEstimator(use_tpu=True): the TPU master {master!r} named by "
+        f"{named_by} is not a 'grpc://host:port' address. {advice}")
+  try:
+    socket.create_connection((parsed.hostname, port), timeout=timeout).close()
+    devices = _list_devices(master, timeout)
+  except (OSError, tf.errors.OpError) as error:
+    raise TPUNotReachableError(
+        f"TPUEstimator(use_tpu=True): no TPU answers at {master!r} (named by "
+        f"{named_by}) within {timeout:g} s: {type(error).__name__}: "
+        f"{error}. {advice}") from error
+  if not any(d.device_type == "TPU" for d in devices):
+    raise TPUNotReachableError(
+        f"TPUEstimator(use_tpu=True): the master {master!r} (named by "
+        f"{named_by}) answers but has no TPU devices (devices: "
+        f"{[d.name for d in devices]}). {advice}")
+
+
+def _list_devices(master, timeout):
+  """The devices a TF session at `master` lists, waiting at most
+  `timeout` seconds."""
+  config = tf.compat.v1.ConfigProto(
+      operation_timeout_in_ms=max(1, int(timeout * 1000)))
+  with tf.Graph().as_default():
+    with tf.compat.v1.Session(master, config=config) as session:
+      return session.list_devices()
+
+
+class DelegatedTPUEstimator(_tf_tpu_estimator.TPUEstimator):
+  """TF 2.15's TPUEstimator for a model written with estimator_spec.
+
+  What `estimator_spec.TPUEstimator(use_tpu=True, ...)` returns when its
+  RunConfig names a TPU. Arguments are TF's TPUEstimator's, except that
+  `embedding_config_spec` is an `estimator_spec.EmbeddingConfigSpec`
+  (converted with `to_tensorflow`; the original stays in
+  `estimator_spec_embedding_config`) and model_fn uses our columns (see the
+  module docstring). `params['batch_size']` is what TF gives: the per-core
+  batch in model_fn on the TPU, the per-host batch in input_fn.
+
+  train/evaluate/predict first check that the TPU answers
+  (`check_tpu_reachable`); evaluation with `eval_on_tpu=False` runs on the
+  CPU and is not checked.
+  """
+
+  def __init__(self, model_fn, embedding_config_spec=None, **kwargs):
+    self.estimator_spec_embedding_config = embedding_config_spec
+    tf_spec = (None if embedding_config_spec is None else
+               _tensorflow.to_tensorflow(embedding_config_spec))
+    self._eval_on_tpu_setting = kwargs.get("eval_on_tpu", True)
+    super().__init__(
+        model_fn=wrap_model_fn(model_fn, embedding_config_spec),
+        embedding_config_spec=tf_spec,
+        **kwargs)
+
+  def _assert_members_are_not_overridden(self):
+    # train/evaluate/predict are extended below, as TF's TPUEstimator does.
+    pass
+
+  def train(self, input_fn, hooks=None, steps=None, max_steps=None,
+            saving_listeners=None):
+    check_tpu_reachable(self.config, tf.estimator.ModeKeys.TRAIN)
+    return super().train(input_fn, hooks=hooks, steps=steps,
+                         max_steps=max_steps,
+                         saving_listeners=saving_listeners)
+
+  def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None,
+               name=None):
+    if self._eval_on_tpu_setting:
+      check_tpu_reachable(self.config, tf.estimator.ModeKeys.EVAL)
+    return super().evaluate(input_fn, steps=steps, hooks=hooks,
+                            checkpoint_path=checkpoint_path, name=name)
+
+  def predict(self, input_fn, predict_keys=None, hooks=None,
+              checkpoint_path=None, yield_single_examples=True):
+    check_tpu_reachable(self.config, tf.estimator.ModeKeys.PREDICT)
+    return super().predict(input_fn, predict_keys=predict_keys, hooks=hooks,
+                           checkpoint_path=checkpoint_path,
+                           yield_single_examples=yield_single_examples)
