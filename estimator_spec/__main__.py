@@ -100,8 +100,8 @@ def _parser():
       help="shards per table of that run (TPU hosts or parameter servers)")
   convert.add_argument(
       "--from-strategy", choices=("div", "mod"), default=None,
-      help="strategy the checkpoint was written with (default: the spec's "
-      "partition_strategy)")
+      help="strategy the checkpoint was written with (default: what the "
+      "checkpoint records, else the spec's partition_strategy)")
   convert.add_argument("--variable-name", **table_names)
 
   export = sub.add_parser(

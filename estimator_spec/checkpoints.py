@@ -14,6 +14,11 @@ the tensor, re-lays its rows out for this run and assigns it. Slot
 variables missing from a checkpoint (one written by TF's CPU path, where
 the tables were dense variables of the user's optimizer) start from their
 initial values, and the restore says so.
+
+Every checkpoint the saver writes records the `partition_strategy` its
+tables were laid out with (the string tensor `LAYOUT_TENSOR`), so a restore
+knows how a table stored in several partitions is ordered. Checkpoints
+without it (TF's own, or older ones) are taken to use this run's strategy.
 """
 import collections
 
@@ -21,6 +26,22 @@ import numpy as np
 import tensorflow as tf
 
 from estimator_spec import sharding
+
+
+LAYOUT_TENSOR = "estimator_spec/partition_strategy"
+
+
+def recorded_strategy(reader):
+  """The partition strategy a checkpoint records ('div'/'mod'), or None."""
+  if not reader.has_tensor(LAYOUT_TENSOR):
+    return None
+  value = reader.get_tensor(LAYOUT_TENSOR)
+  value = value.decode("utf-8") if isinstance(value, bytes) else str(value)
+  if value not in sharding.STRATEGIES:
+    raise ValueError(
+        f"Checkpoint tensor {LAYOUT_TENSOR!r} holds {value!r}, not a "
+        f"partition strategy {sharding.STRATEGIES}.")
+  return value
 
 
 def stored_partitions(reader):
@@ -66,10 +87,13 @@ class LayoutAwareSaver(tf.compat.v1.train.Saver):
   Args:
     engine: the `HostEmbeddingEngine` of the graph.
     allow_missing_slots: initialize slots the checkpoint lacks (training).
+    record_layout: add the variable `LAYOUT_TENSOR` holding the engine's
+      partition strategy, so that checkpoints record it (training; graphs
+      that only restore, such as evaluation or serving, need not).
     **kwargs: for `tf.compat.v1.train.Saver`.
   """
 
-  def __init__(self, engine, allow_missing_slots, **kwargs):
+  def __init__(self, engine, allow_missing_slots, record_layout, **kwargs):
     self._variables = []
     engine_ids = set()
     tables = engine.tables or {}
@@ -81,6 +105,14 @@ class LayoutAwareSaver(tf.compat.v1.train.Saver):
         self._variables.append(_EngineVariable(variable_rows, is_slot))
         engine_ids.update(id(p) for p in variable_rows.partitions)
     self._allow_missing_slots = allow_missing_slots
+    self._strategy = engine.model.partition_strategy
+    self._marker = None
+    if self._variables and record_layout:
+      with tf.control_dependencies(None):
+        self._marker = tf.compat.v1.Variable(
+            self._strategy, name=LAYOUT_TENSOR, trainable=False,
+            collections=[tf.compat.v1.GraphKeys.GLOBAL_VARIABLES])
+      engine_ids.add(id(self._marker))
     others = [
         v for v in tf.compat.v1.global_variables() if id(v) not in engine_ids
     ] + tf.compat.v1.get_collection(
@@ -98,6 +130,7 @@ class LayoutAwareSaver(tf.compat.v1.train.Saver):
       return super().restore(sess, save_path)
     reader = tf.compat.v1.train.NewCheckpointReader(save_path)
     stored = stored_partitions(reader)
+    written_strategy = recorded_strategy(reader)
     plan = []
     for entry in self._variables:
       count = stored.get(entry.name)
@@ -109,18 +142,23 @@ class LayoutAwareSaver(tf.compat.v1.train.Saver):
               f"(embedding {'slot' if entry.is_slot else 'table'}); it was "
               "written for another model or embedding_config_spec.")
         plan.append(("init", entry, None))
-      elif (entry.layout.strategy == "mod" and
-            count != entry.layout.num_partitions):
-        plan.append(("convert", entry, count))
-    if not plan:
+      else:
+        written = sharding.ShardLayout(entry.layout.vocabulary_size, count,
+                                       written_strategy or self._strategy)
+        if _row_order_differs(written, entry.layout):
+          plan.append(("convert", entry, written))
+    if not plan and (self._marker is None or
+                     written_strategy == self._strategy):
       return super().restore(sess, save_path)
     if self._others is not None:
       self._others.restore(sess, save_path)
+    if self._marker is not None:
+      sess.run(self._marker.initializer)
     planned = {id(entry) for _, entry, _ in plan}
     for entry in self._variables:
       if id(entry) not in planned:
         _assign_rows(sess, entry, reader.get_tensor(entry.name), entry.layout)
-    for action, entry, count in plan:
+    for action, entry, written in plan:
       if action == "init":
         tf.compat.v1.logging.warning(
             "Checkpoint %s has no %s (a checkpoint of TF's CPU path, whose "
@@ -129,17 +167,27 @@ class LayoutAwareSaver(tf.compat.v1.train.Saver):
         sess.run(entry.initializer)
       else:
         tf.compat.v1.logging.info(
-            "Restoring %s from %d partitions (%s layout) into %d.",
-            entry.name, count, entry.layout.strategy,
-            entry.layout.num_partitions)
-        written = sharding.ShardLayout(entry.layout.vocabulary_size, count,
-                                       entry.layout.strategy)
+            "Restoring %s from %d partitions (%s layout) into %d (%s).",
+            entry.name, written.num_partitions, written.strategy,
+            entry.layout.num_partitions, entry.layout.strategy)
         stored_rows = reader.get_tensor(entry.name)
         rows = written.join(np.split(stored_rows,
                                      np.cumsum(written.sizes)[:-1]))
         _assign_rows(sess, entry, np.concatenate(entry.layout.split(rows)),
                      entry.layout)
     return None
+
+
+def _row_order_differs(written, layout):
+  """Whether a tensor stored in `written`'s partition order must be
+  re-laid out for `layout`. `div` tensors restore into any `div`
+  partitioning through TF's own slices (rows stay in row order)."""
+  if written.strategy == layout.strategy == "div":
+    return False
+  if written.num_partitions == layout.num_partitions == 1:
+    return False
+  return (written.num_partitions != layout.num_partitions or
+          written.strategy != layout.strategy)
 
 
 def _assign_rows(sess, entry, stored, layout):

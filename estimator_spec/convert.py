@@ -481,8 +481,10 @@ def convert_checkpoint(spec, checkpoint, output_prefix, *, to_strategy,
     to_shards: the target run's shards per table (TPU hosts, or
       parameter-server tasks on CPU).
     from_strategy: the strategy the checkpoint was written with; default
-      the spec's `partition_strategy`. (The partition count is read from
-      the checkpoint.)
+      what the checkpoint records (`checkpoints.LAYOUT_TENSOR`, written by
+      this library's estimator and by this function), else the spec's
+      `partition_strategy`. (The partition count is read from the
+      checkpoint.)
     variable_names: optional {table name: checkpoint tensor name} for tables
       `locate_tables` cannot find unambiguously.
     progress: True for a progress bar per table on stderr, a text stream
@@ -502,14 +504,20 @@ def convert_checkpoint(spec, checkpoint, output_prefix, *, to_strategy,
   if to_strategy not in sharding.STRATEGIES:
     _checks.fail(owner, "to_strategy", "must be 'div' or 'mod'", to_strategy)
   to_shards = _checks.check_int(owner, "to_shards", to_shards, minimum=1)
-  if from_strategy is None:
-    from_strategy = model.partition_strategy
-  elif from_strategy not in sharding.STRATEGIES:
+  if from_strategy is not None and from_strategy not in sharding.STRATEGIES:
     _checks.fail(owner, "from_strategy", "must be 'div', 'mod' or None",
                  from_strategy)
   bar = _progress.factory(progress)
   prefix = resolve_checkpoint(checkpoint, owner)
   reader = tf.compat.v1.train.NewCheckpointReader(prefix)
+  recorded = checkpoints.recorded_strategy(reader)
+  if from_strategy is None:
+    from_strategy = recorded or model.partition_strategy
+  elif recorded is not None and recorded != from_strategy:
+    raise ValueError(
+        f"{owner}: `from_strategy` is {from_strategy!r}, but the checkpoint "
+        f"records that its tables were written with {recorded!r}; drop "
+        "from_strategy (it is read from the checkpoint).")
   table_tensors = locate_tables(reader, model, variable_names, owner)
   row_tensors = table_row_tensors(reader, model, table_tensors)
   stored = checkpoints.stored_partitions(reader)
@@ -527,13 +535,14 @@ def convert_checkpoint(spec, checkpoint, output_prefix, *, to_strategy,
     ]
     plans.append((table_name, table, target, list(zip(tensors, sources))))
   engine_names = {t for tensors in row_tensors.values() for t in tensors}
-  others = sorted(set(shapes) - engine_names)
+  others = sorted(set(shapes) - engine_names - {checkpoints.LAYOUT_TENSOR})
   largest = max((4 * t.vocabulary_size * t.dimension
                  for t in model.tables.values()), default=0)
 
   with StagedCheckpoint(output_prefix, owner) as staged:
     copy_tensors(reader, others, staged, slice_shapes,
                  max(largest, _MIN_GROUP_BYTES))
+    staged.save([checkpoints.LAYOUT_TENSOR], [""], [tf.constant(to_strategy)])
     for table_name, table, target, sources in plans:
       label = f"{table_name} ({len(sources)} tensor{'s' * (len(sources) > 1)})"
       with bar(label, table.vocabulary_size * len(sources)) as shown:

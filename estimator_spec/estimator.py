@@ -689,6 +689,7 @@ def _with_layout_aware_saver(spec, engine, config, training):
   saver = checkpoints.LayoutAwareSaver(
       engine,
       allow_missing_slots=training,
+      record_layout=training,
       sharded=True,
       max_to_keep=config.keep_checkpoint_max,
       keep_checkpoint_every_n_hours=config.keep_checkpoint_every_n_hours,

@@ -65,7 +65,10 @@ def as_stored(rows, shards, strategy):
   return np.split(stored, np.cumsum(sizes)[:-1])
 
 
-def source_checkpoint(directory, vocab, dim, shards, strategy, seed=0):
+def source_checkpoint(directory, vocab, dim, shards, strategy, seed=0,
+                      record=False):
+  """A checkpoint with one table and slot stored in (strategy, shards)
+  order; `record` adds the strategy as our estimator records it."""
   rng = np.random.RandomState(seed)
   rows = rng.randn(vocab, dim).astype(np.float32)
   slot = rng.uniform(0.1, 1.0, (vocab, dim)).astype(np.float32)
@@ -79,6 +82,8 @@ def source_checkpoint(directory, vocab, dim, shards, strategy, seed=0):
       "partitioned/dense": [dense[:4], dense[4:]],
       "vocabulary_name": np.array(b"words"),
   }
+  if record:
+    tensors[checkpoints.LAYOUT_TENSOR] = np.array(strategy.encode())
   os.makedirs(directory, exist_ok=True)
   prefix = ml.write_checkpoint(os.path.join(directory, "model.ckpt-42"),
                                tensors)
@@ -124,8 +129,10 @@ def test_conversion_relays_out_tables_and_copies_the_rest(
       from_strategy=from_strategy)
   reader = tf.compat.v1.train.NewCheckpointReader(out)
   source = tf.compat.v1.train.NewCheckpointReader(prefix)
+  # Everything is copied, and the output records the target's strategy.
   assert sorted(reader.get_variable_to_shape_map()) == sorted(
-      source.get_variable_to_shape_map())
+      list(source.get_variable_to_shape_map()) + [checkpoints.LAYOUT_TENSOR])
+  assert checkpoints.recorded_strategy(reader) == to_strategy
   np.testing.assert_array_equal(rows_of(reader, TABLE, to_shards,
                                         to_strategy), rows)
   np.testing.assert_array_equal(
@@ -147,6 +154,23 @@ def test_conversion_relays_out_tables_and_copies_the_rest(
   np.testing.assert_array_equal(reader.get_tensor("partitioned/dense"), dense)
   assert slices["partitioned/dense"] == [(4, 2), (3, 2)]
   assert tf.train.latest_checkpoint(os.path.join(directory, "out")) == out
+
+
+def test_recorded_strategy_is_the_default_source_strategy(tmp_path):
+  # The spec says 'div'; the checkpoint records that 'mod' wrote it.
+  prefix, rows, _, _ = source_checkpoint(str(tmp_path / "in"), 11, 2, 3,
+                                         "mod", record=True)
+  spec = one_table_spec(11, 2, "div")
+  out = convert.convert_checkpoint(spec, prefix, tmp_path / "out" / "c",
+                                   to_strategy="div", to_shards=2)
+  reader = tf.compat.v1.train.NewCheckpointReader(out)
+  np.testing.assert_array_equal(reader.get_tensor(TABLE), rows)
+  with pytest.raises(ValueError, match="records that its tables were "
+                     "written with 'mod'"):
+    convert.convert_checkpoint(spec, prefix, tmp_path / "out2" / "c",
+                               to_strategy="div", to_shards=2,
+                               from_strategy="div")
+  assert not (tmp_path / "out2").exists()
 
 
 @pytest.mark.parametrize("strategy,shards", [("mod", 3), ("div", 2),

@@ -33,6 +33,7 @@ import pytest
 import tensorflow as tf
 
 import estimator_spec as es
+from estimator_spec import checkpoints
 import tpu_embedding_columns as tec
 
 fc = tf.feature_column
@@ -140,10 +141,14 @@ def predict_all(estimator, features, input_fn=None):
 
 
 def checkpoint_values(model_dir):
+  """Every tensor of the latest checkpoint, except the partition strategy
+  our checkpoints record (`test_checkpoint_restores_under_the_other_
+  strategy` checks it), so that ours and TF's compare name by name."""
   reader = tf.train.load_checkpoint(model_dir)
   return {
       name: reader.get_tensor(name)
       for name in reader.get_variable_to_shape_map()
+      if name != checkpoints.LAYOUT_TENSOR
   }
 
 
@@ -606,6 +611,49 @@ def test_mod_checkpoint_restores_under_another_topology(tmp_path,
       use_tpu=False, train_batch_size=48, predict_batch_size=4,
       embedding_config_spec=spec)
   assert_predictions_close(predict_all(reader, features), expected)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("written, read", [(("mod", 24), ("div", 24)),
+                                           (("div", 24), ("mod", 16)),
+                                           (("mod", 24), ("mod", 16))])
+def test_checkpoint_restores_under_the_other_strategy(tmp_path, written,
+                                                      read):
+  """The checkpoint records the strategy that laid its tables out, so a run
+  with the other strategy (same or another shard count) restores the same
+  rows instead of a permutation of them."""
+  rng = np.random.RandomState(9)
+  n = 48  # splits over 24 and 16 cores
+  features = {"m": padded_ids(rng, n, 2), "z": padded_ids(rng, n, 1)}
+  labels = rng.randn(n, 1).astype(np.float32)
+
+  def estimator(strategy, cores):
+    columns = sharded_columns()
+    spec = es.EmbeddingConfigSpec(
+        feature_columns=columns,
+        optimization_parameters=es.StochasticGradientDescentParameters(0.1),
+        partition_strategy=strategy)
+    return es.TPUEstimator(
+        model_fn=linear_model_fn(columns),
+        config=TF_EST_TPU.RunConfig(
+            model_dir=str(tmp_path),
+            tpu_config=TF_EST_TPU.TPUConfig(num_shards=cores)),
+        use_tpu=False, train_batch_size=n, predict_batch_size=4,
+        embedding_config_spec=spec)
+
+  writer = estimator(*written)
+  writer.train(train_input_fn(features, labels), max_steps=1)
+  reader = tf.train.load_checkpoint(str(tmp_path))
+  assert reader.get_tensor(checkpoints.LAYOUT_TENSOR) == written[0].encode()
+  expected = predict_all(writer, features)
+  got = estimator(*read)
+  assert_predictions_close(predict_all(got, features), expected)
+  # Training on from it writes the reader's layout and strategy.
+  got.train(train_input_fn(features, labels), max_steps=2)
+  reader = tf.train.load_checkpoint(str(tmp_path))
+  assert reader.get_tensor(checkpoints.LAYOUT_TENSOR) == read[0].encode()
+  assert checkpoints.stored_partitions(reader)[
+      "dense_features/m_embedding/embedding_weights"] == read[1] // 8
 
 
 # ---------------------------------------------------------------------------

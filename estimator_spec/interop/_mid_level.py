@@ -402,6 +402,8 @@ def export_mid_level_checkpoint(model_dir, spec, output_prefix, *,
         f"Internal error: TPUEmbeddingForServing checkpoints variables "
         f"{sorted(keys)}, expected {sorted(expected)}.")
 
+  written_strategy = (checkpoints.recorded_strategy(reader) or
+                      model.partition_strategy)
   with convert.StagedCheckpoint(output_prefix, owner) as staged:
     staged.save(*extra)
     for name, table, tensor, slots in plans:
@@ -419,7 +421,7 @@ def export_mid_level_checkpoint(model_dir, spec, output_prefix, *,
           else:
             layout = convert.source_layout(model, name, source, stored,
                                            slice_shapes,
-                                           model.partition_strategy, owner)
+                                           written_strategy, owner)
             rows, = convert.read_relaid(
                 prefix, source, shapes[source], dtypes[source], layout,
                 row_order,
