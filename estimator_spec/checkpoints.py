@@ -20,7 +20,7 @@ tables were laid out with (the string tensor `LAYOUT_TENSOR`), so a restore
 knows how a table stored in several partitions is ordered. Checkpoints
 without it (TF's own, or older ones) are taken to use this run's strategy.
 """
-import collections
+import re
 
 import numpy as np
 import tensorflow as tf
@@ -44,22 +44,31 @@ def recorded_strategy(reader):
   return value
 
 
-def stored_partitions(reader):
-  """{tensor name: number of partitions it was saved in}, from a
-  `tf.compat.v1.train.NewCheckpointReader` of one checkpoint.
+# One slice in a checkpoint reader's debug listing (TF 2.15's format): b'\x00',
+# the tensor name, b'\x00\x01', ..., ' (DT_<type>) [<slice dims>]'.
+_SLICE_LINE = re.compile(
+    rb"\x00([^\x00]+)\x00\x01.*? \(DT_[A-Z0-9_]+\) \[([0-9,]*)\]\n", re.S)
 
-  Partitioned variables are saved as slices of one tensor; the reader's
-  debug listing names each slice. (TF 2.15's listing format: a slice line
-  starts with b'\\x00', then the name, then b'\\x00\\x01'.)
-  """
-  counts = collections.Counter()
-  for line in reader.debug_string().split(b"\n"):
-    if line.startswith(b"\x00"):
-      end = line.find(b"\x00\x01", 1)
-      if end > 0:
-        counts[line[1:end].decode("utf-8", "replace")] += 1
+
+def stored_slice_shapes(reader):
+  """{tensor name: [shape of each stored slice, in stored order]} for the
+  tensors of a `tf.compat.v1.train.NewCheckpointReader`'s checkpoint that
+  were saved as partitions (slices of one tensor)."""
+  result = {}
+  for match in _SLICE_LINE.finditer(reader.debug_string()):
+    name = match.group(1).decode("utf-8", "replace")
+    dims = match.group(2).decode()
+    result.setdefault(name, []).append(
+        tuple(int(d) for d in dims.split(",")) if dims else ())
+  return result
+
+
+def stored_partitions(reader):
+  """{tensor name: number of partitions it was saved in} (1 when saved
+  whole), from a `tf.compat.v1.train.NewCheckpointReader`."""
   result = {name: 1 for name in reader.get_variable_to_shape_map()}
-  result.update(counts)
+  result.update((name, len(shapes))
+                for name, shapes in stored_slice_shapes(reader).items())
   return result
 
 

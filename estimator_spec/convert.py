@@ -26,7 +26,6 @@ moved into place at the end (and the staging directory is removed on
 error).
 """
 import os
-import re
 import shutil
 import tempfile
 
@@ -187,22 +186,6 @@ def table_row_tensors(reader, model, table_tensors):
 
 
 # --- reading stored partitions -----------------------------------------------
-
-_SLICE_LINE = re.compile(
-    rb"\x00([^\x00]+)\x00\x01.*? \(DT_[A-Z0-9_]+\) \[([0-9,]*)\]\n", re.S)
-
-
-def stored_slice_shapes(reader):
-  """{tensor name: [shape of each stored slice, in stored order]} for the
-  tensors saved as partitions (see `checkpoints.stored_partitions`)."""
-  result = {}
-  for match in _SLICE_LINE.finditer(reader.debug_string()):
-    name = match.group(1).decode("utf-8", "replace")
-    dims = match.group(2).decode()
-    result.setdefault(name, []).append(
-        tuple(int(d) for d in dims.split(",")) if dims else ())
-  return result
-
 
 def axis0_sizes(slice_shapes, full_shape):
   """Row counts of slices that tile axis 0, else None."""
@@ -521,7 +504,7 @@ def convert_checkpoint(spec, checkpoint, output_prefix, *, to_strategy,
   table_tensors = locate_tables(reader, model, variable_names, owner)
   row_tensors = table_row_tensors(reader, model, table_tensors)
   stored = checkpoints.stored_partitions(reader)
-  slice_shapes = stored_slice_shapes(reader)
+  slice_shapes = checkpoints.stored_slice_shapes(reader)
   shapes = reader.get_variable_to_shape_map()
   dtypes = reader.get_variable_to_dtype_map()
   plans = []

@@ -271,22 +271,7 @@ class _EngineSource(context.ActivationSource):
     self.used = collections.OrderedDict()
 
   def _feature(self, column):
-    model = self._engine.model
-    feature = model.features.get(column.feature_key)
-    if feature is None or feature.column is None or (
-        feature.table != column.table_name) or (
-            model.tables[feature.table].dimension != column.dimension) or (
-                feature.max_sequence_length != column.max_sequence_length):
-      configured = sorted(
-          f.column.name for f in model.features.values()
-          if f.column is not None)
-      raise ValueError(
-          f"model_fn uses embedding column {column.name!r} (feature "
-          f"{column.feature_key!r}, table {column.table_name!r}), which is "
-          "not in the embedding_config_spec's feature_columns (configured: "
-          f"{configured}). Add it to EmbeddingConfigSpec(feature_columns=...)"
-          " or use the spec's own column objects.")
-    return feature
+    return self._engine.model.feature_of_column(column)
 
   def register_variable(self, column, variable_name):
     feature = self._feature(column)

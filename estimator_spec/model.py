@@ -135,6 +135,26 @@ class EmbeddingModel:
       return None
     return self.learning_rate_fns.index(table.learning_rate_fn)
 
+  def feature_of_column(self, column):
+    """The configured `Feature` an embedding column used in a model_fn
+    reads; ValueError when the spec does not configure that column (same
+    feature key, table, dimension and sequence length)."""
+    feature = self.features.get(column.feature_key)
+    if feature is None or feature.column is None or (
+        feature.table != column.table_name) or (
+            self.tables[feature.table].dimension != column.dimension) or (
+                feature.max_sequence_length != column.max_sequence_length):
+      configured = sorted(
+          f.column.name for f in self.features.values()
+          if f.column is not None)
+      raise ValueError(
+          f"model_fn uses embedding column {column.name!r} (feature "
+          f"{column.feature_key!r}, table {column.table_name!r}), which is "
+          "not in the embedding_config_spec's feature_columns (configured: "
+          f"{configured}). Add it to EmbeddingConfigSpec(feature_columns=...)"
+          " or use the spec's own column objects.")
+    return feature
+
   def table_of(self, feature_name):
     return self.tables[self.features[feature_name].table]
 

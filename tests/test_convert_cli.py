@@ -139,7 +139,7 @@ def test_conversion_relays_out_tables_and_copies_the_rest(
       rows_of(reader, TABLE + "/Adagrad", to_shards, to_strategy), slot)
   stored = checkpoints.stored_partitions(reader)
   assert stored[TABLE] == stored[TABLE + "/Adagrad"] == min(vocab, to_shards)
-  slices = convert.stored_slice_shapes(reader)
+  slices = checkpoints.stored_slice_shapes(reader)
   if min(vocab, to_shards) > 1:
     _, sizes = stored_order(vocab, to_shards, to_strategy)
     if to_strategy == "div":

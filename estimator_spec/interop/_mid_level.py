@@ -367,7 +367,7 @@ def export_mid_level_checkpoint(model_dir, spec, output_prefix, *,
   reader = tf.compat.v1.train.NewCheckpointReader(prefix)
   table_tensors = convert.locate_tables(reader, model, variable_names, owner)
   stored = checkpoints.stored_partitions(reader)
-  slice_shapes = convert.stored_slice_shapes(reader)
+  slice_shapes = checkpoints.stored_slice_shapes(reader)
   shapes = reader.get_variable_to_shape_map()
   dtypes = reader.get_variable_to_dtype_map()
 

@@ -73,18 +73,7 @@ class FeatureActivationSource(_context.ActivationSource):
     self.used = collections.OrderedDict()
 
   def _activation(self, column, key):
-    feature = self._model.features.get(column.feature_key)
-    if feature is None or feature.table != column.table_name or (
-        feature.max_sequence_length != column.max_sequence_length):
-      configured = sorted(
-          f.column.name for f in self._model.features.values()
-          if f.column is not None)
-      raise ValueError(
-          f"model_fn uses embedding column {column.name!r} (feature "
-          f"{column.feature_key!r}, table {column.table_name!r}), which is "
-          "not in the embedding_config_spec's feature_columns (configured: "
-          f"{configured}). Add it to EmbeddingConfigSpec(feature_columns=...)"
-          " or use the spec's own column objects.")
+    feature = self._model.feature_of_column(column)
     if key not in self._features:
       raise ValueError(
           f"model_fn: column {column.name!r} needs the activation "
