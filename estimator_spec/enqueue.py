@@ -132,7 +132,8 @@ def generate_enqueue_ops(config, features_per_core, mode_override=None,
                for f in config.features.values()]
   ops = []
   for index, datas in enumerate(per_core):
-    first = datas[next(iter(config.features))]
+    # Colocated with the first feature the caller listed, as TF does.
+    first = next(iter(datas.values()))
     with tf.compat.v1.colocate_with(first.embedding_indices):
       inputs = _op_inputs(config, datas, ragged)
       ops.append(
@@ -232,7 +233,7 @@ def _check_features_per_core(config, features_per_core, ragged):
           f"exactly the spec's features; missing {missing}, unknown {extra}.")
     normalized = {}
     device = None
-    for name in config.features:
+    for name in datas:
       data = _as_data(datas[name], name, core, ragged)
       combiner = config.tables[config.features[name].table].combiner
       if data[1] is None and combiner:

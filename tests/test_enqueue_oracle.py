@@ -133,11 +133,21 @@ def _assert_same_values(a, b, what):
   np.testing.assert_array_equal(a, b, err_msg=what)
 
 
-def compare_ops(sess, ours, theirs):
+def _colocation(op):
+  """The op names an op is colocated with (TF's `_class` attribute)."""
+  return sorted(op.colocation_groups())
+
+
+def compare_ops(sess, ours, theirs, same_data=False):
+  """Same op types, attributes and fed values; with `same_data` (both built
+  from the same per-core tensors) also the same colocation."""
   assert len(ours) == len(theirs)
   for core, (a, b) in enumerate(zip(ours, theirs)):
     assert a.type == b.type == "EnqueueTPUEmbeddingArbitraryTensorBatch"
     assert _attrs(a) == _attrs(b), (core, _attrs(a), _attrs(b))
+    if same_data:
+      # Colocated with the first feature's ids the caller listed.
+      assert _colocation(a) == _colocation(b), core
     assert len(a.inputs) == len(b.inputs)
     got_a, got_b = sess.run([list(a.inputs), list(b.inputs)])
     for i, (x, y) in enumerate(zip(got_a, got_b)):
@@ -179,7 +189,7 @@ def check_case(case, seed, mode_override):
     assert sorted(ours_features) == sorted(tf_features)
     with session() as sess:
       compare_ops(sess, ours, theirs)
-      compare_ops(sess, ours_from_tf, theirs)
+      compare_ops(sess, ours_from_tf, theirs, same_data=True)
       keys = sorted(tf_features)
       got_ours, got_tf = sess.run([[ours_features[k] for k in keys],
                                       [tf_features[k] for k in keys]])
