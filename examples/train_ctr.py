@@ -55,6 +55,12 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
       self._last = (step, now)
 
 
+def demo_spec():
+  """The spec `make demo` trains with its defaults (for the command line:
+  `python -m estimator_spec convert examples.train_ctr:demo_spec ...`)."""
+  return dlrm.build_spec(0.05, partition_strategy="mod")
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--model-dir", default=None,
