@@ -28,6 +28,7 @@ import tensorflow as tf
 from tpu_embedding_columns import context
 from tpu_embedding_columns import lookup as column_lookup
 
+from estimator_spec import calling
 from estimator_spec import checkpoints
 from estimator_spec import config as config_lib
 from estimator_spec import interop
@@ -289,13 +290,6 @@ class _EngineSource(context.ActivationSource):
             self._step.sequence_length(feature.name))
 
 
-def _fn_args(fn):
-  try:
-    return set(inspect.signature(fn).parameters)
-  except (TypeError, ValueError):
-    return set()
-
-
 def _topology(config):
   """(hosts, cores, on_tpu_layout) the tables are laid out for.
 
@@ -514,7 +508,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
         experimental_mode=experimental_mode)
 
   def _call_input_fn(self, input_fn, mode, input_context=None):
-    args = _fn_args(input_fn)
+    args = calling.fn_args(input_fn)
     kwargs = {}
     if "mode" in args:
       kwargs["mode"] = mode
@@ -553,20 +547,8 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
 
   def _host_model_fn(self, features, labels, mode, config, params):
     params = self._params_for(mode, params)
-    user_args = _fn_args(self._user_model_fn)
-    kwargs = {}
-    if "labels" in user_args:
-      kwargs["labels"] = labels
-    elif labels is not None:
-      raise ValueError(
-          "TPUEstimator: input_fn returned labels but model_fn does not take "
-          "a `labels` argument.")
-    if "mode" in user_args:
-      kwargs["mode"] = mode
-    if "params" in user_args:
-      kwargs["params"] = params
-    if "config" in user_args:
-      kwargs["config"] = config
+    kwargs = calling.model_fn_kwargs(calling.fn_args(self._user_model_fn),
+                                     labels, mode, params, config)
 
     if self._embedding_spec is None:
       with interop.single_replica():

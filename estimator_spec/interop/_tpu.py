@@ -28,7 +28,6 @@ itself would retry for a day when the master does not answer. A master that
 does not answer, or shows no TPU, raises `TPUNotReachableError` naming it.
 """
 import collections
-import inspect
 import socket
 import urllib.parse
 
@@ -40,6 +39,7 @@ from tensorflow_estimator.python.estimator.tpu import tpu_estimator as _tf_tpu_e
 
 from tpu_embedding_columns import context as _context
 
+from estimator_spec import calling
 from estimator_spec.interop import _tensorflow
 
 REACHABILITY_TIMEOUT_SECONDS = 10.0
@@ -115,13 +115,6 @@ def _sparse_from_padded(ids, mask):
                          tf.shape(ids, out_type=tf.int64))
 
 
-def _call_args(fn):
-  try:
-    return set(inspect.signature(fn).parameters)
-  except (TypeError, ValueError):
-    return set()
-
-
 def wrap_model_fn(model_fn, spec):
   """The model_fn TF's TPUEstimator calls: the user's `model_fn`, with our
   columns fed from TF's activations inside the TPU computation.
@@ -131,22 +124,12 @@ def wrap_model_fn(model_fn, spec):
       config]), written with estimator_spec / tpu_embedding_columns columns.
     spec: the `estimator_spec.EmbeddingConfigSpec`, or None.
   """
-  user_args = _call_args(model_fn)
+  user_args = calling.fn_args(model_fn)
   model = spec.model if spec is not None else None
   tensor_core = list(spec.tensor_core_feature_columns or ()) if spec else []
 
   def tpu_model_fn(features, labels, mode, params, config):
-    kwargs = {}
-    if "labels" in user_args:
-      kwargs["labels"] = labels
-    elif labels is not None:
-      raise ValueError(
-          "TPUEstimator: input_fn returned labels but model_fn does not take "
-          "a `labels` argument.")
-    for name, value in (("mode", mode), ("params", params),
-                        ("config", config)):
-      if name in user_args:
-        kwargs[name] = value
+    kwargs = calling.model_fn_kwargs(user_args, labels, mode, params, config)
     if model is None or not in_tpu_computation() or not isinstance(
         features, dict):
       return _to_tensorflow_spec(model_fn(features=features, **kwargs))
