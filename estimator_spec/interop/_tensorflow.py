@@ -99,16 +99,9 @@ def to_tensorflow(spec):
     _checks.fail(owner, "spec",
                  "must be an estimator_spec.EmbeddingConfigSpec" + hint, spec,
                  TypeError)
-  limit = spec.clipping_limit
-  optimizer = _optimizer_to_tensorflow(spec.optimization_parameters, limit)
-  settings = dict(
-      clipping_limit=limit,
-      pipeline_execution_with_tensor_core=(
-          spec.pipeline_execution_with_tensor_core),
-      experimental_gradient_multiplier_fn=(
-          spec.experimental_gradient_multiplier_fn),
-      partition_strategy=spec.partition_strategy,
-      profile_data_directory=spec.profile_data_directory)
+  model = spec.model
+  optimizer = _optimizer_to_tensorflow(spec.optimization_parameters, model)
+  settings = _settings(spec)
   if spec.feature_columns is not None:
     if not isinstance(optimizer, _TF_COLUMN_FORM_OPTIMIZERS):
       raise ValueError(
@@ -126,23 +119,13 @@ def to_tensorflow(spec):
         optimization_parameters=optimizer,
         **settings)
   tables = {
-      name: _tf_embedding.TableConfig(
-          vocabulary_size=table.vocabulary_size,
-          dimension=table.dimension,
-          initializer=table.initializer,
-          combiner=table.combiner,
-          hot_id_replication=table.hot_id_replication,
-          learning_rate=table.learning_rate,
-          learning_rate_fn=table.learning_rate_fn,
-          optimization_parameters=_optimizer_to_tensorflow(
-              table.optimization_parameters, limit))
+      name: _table_as(
+          _tf_embedding.TableConfig, table,
+          _optimizer_to_tensorflow(table.optimization_parameters, model))
       for name, table in spec.table_to_config_dict.items()
   }
   features = {
-      name: _tf_embedding.FeatureConfig(
-          table_id=feature.table_id,
-          max_sequence_length=feature.max_sequence_length,
-          weight_key=feature.weight_key)
+      name: _feature_as(_tf_embedding.FeatureConfig, feature)
       for name, feature in spec.feature_to_config_dict.items()
   }
   return TensorFlowEmbeddingConfigSpec(
@@ -152,16 +135,38 @@ def to_tensorflow(spec):
       **settings)
 
 
-def _optimizer_to_tensorflow(optimizer, clipping_limit):
+# What both spec classes take under the same names: the spec-wide settings,
+# and the fields of TableConfig and FeatureConfig (besides the optimizer).
+_SETTINGS = ("clipping_limit", "pipeline_execution_with_tensor_core",
+             "experimental_gradient_multiplier_fn", "partition_strategy",
+             "profile_data_directory")
+_TABLE_FIELDS = ("vocabulary_size", "dimension", "initializer", "combiner",
+                 "hot_id_replication", "learning_rate", "learning_rate_fn")
+_FEATURE_FIELDS = ("table_id", "max_sequence_length", "weight_key")
+
+
+def _settings(spec):
+  return {name: getattr(spec, name) for name in _SETTINGS}
+
+
+def _table_as(cls, table, optimizer):
+  """`table` as a TableConfig of class `cls` with `optimizer`."""
+  return cls(optimization_parameters=optimizer,
+             **{name: getattr(table, name) for name in _TABLE_FIELDS})
+
+
+def _feature_as(cls, feature):
+  return cls(**{name: getattr(feature, name) for name in _FEATURE_FIELDS})
+
+
+def _optimizer_to_tensorflow(optimizer, model):
+  """TF's class for `optimizer`, its gradient clipping intersected with the
+  spec's clipping_limit (`model.gradient_clip_bounds`)."""
   if optimizer is None:
     return None
   args = optimizer.get_config()
-  if clipping_limit is not None:
-    low, high = args["clip_gradient_min"], args["clip_gradient_max"]
-    args["clip_gradient_min"] = (-clipping_limit if low is None else
-                                 max(low, -clipping_limit))
-    args["clip_gradient_max"] = (clipping_limit if high is None else
-                                 min(high, clipping_limit))
+  args["clip_gradient_min"], args["clip_gradient_max"] = (
+      model.gradient_clip_bounds(optimizer))
   return _TF_OPTIMIZERS[type(optimizer).__name__](**args)
 
 
@@ -264,15 +269,7 @@ def from_tensorflow(tf_spec):
         tf_spec, TypeError)
   optimizer = _optimizer_from_tensorflow(owner, "optimization_parameters",
                                          tf_spec.optimization_parameters)
-  settings = dict(
-      optimization_parameters=optimizer,
-      clipping_limit=tf_spec.clipping_limit,
-      pipeline_execution_with_tensor_core=(
-          tf_spec.pipeline_execution_with_tensor_core),
-      experimental_gradient_multiplier_fn=(
-          tf_spec.experimental_gradient_multiplier_fn),
-      partition_strategy=tf_spec.partition_strategy,
-      profile_data_directory=tf_spec.profile_data_directory)
+  settings = dict(_settings(tf_spec), optimization_parameters=optimizer)
   if tf_spec.feature_columns is not None:
     columns = list(tf_spec.feature_columns) + list(
         tf_spec.tensor_core_feature_columns or ())
@@ -284,15 +281,9 @@ def from_tensorflow(tf_spec):
       raise _checks.ArgumentTypeError(
           f"{owner}: `table_to_config_dict[{name!r}]` must be TF's "
           f"TableConfig; got {type(table).__name__}.")
-    tables[name] = _spec.TableConfig(
-        vocabulary_size=table.vocabulary_size,
-        dimension=table.dimension,
-        initializer=table.initializer,
-        combiner=table.combiner,
-        hot_id_replication=table.hot_id_replication,
-        learning_rate=table.learning_rate,
-        learning_rate_fn=table.learning_rate_fn,
-        optimization_parameters=_optimizer_from_tensorflow(
+    tables[name] = _table_as(
+        _spec.TableConfig, table,
+        _optimizer_from_tensorflow(
             owner, f"table_to_config_dict[{name!r}].optimization_parameters",
             table.optimization_parameters))
   features = {}
@@ -301,10 +292,7 @@ def from_tensorflow(tf_spec):
       raise _checks.ArgumentTypeError(
           f"{owner}: `feature_to_config_dict[{name!r}]` must be TF's "
           f"FeatureConfig; got {type(feature).__name__}.")
-    features[name] = _spec.FeatureConfig(
-        table_id=feature.table_id,
-        max_sequence_length=feature.max_sequence_length,
-        weight_key=feature.weight_key)
+    features[name] = _feature_as(_spec.FeatureConfig, feature)
   return _spec.EmbeddingConfigSpec(
       feature_to_config_dict=features, table_to_config_dict=tables, **settings)
 
