@@ -332,7 +332,7 @@ def split_inputs(config, features, labels=None):
     table = config.tables[feature.table]
     ids, weights = _take_ids(feature, table, features)
     if feature.max_sequence_length > 0:
-      sparse = _dense_to_sparse(ids) if not isinstance(
+      sparse = lookup.dense_to_sparse(ids) if not isinstance(
           ids, tf.SparseTensor) else ids
       _check_rank2(sparse, name)
       lengths = lookup.sequence_lengths(sparse, feature.max_sequence_length)
@@ -357,7 +357,7 @@ def split_inputs(config, features, labels=None):
     per_feature[name] = [
         EnqueueData.from_sparse_tensor(
             piece if isinstance(piece, tf.SparseTensor) else
-            _dense_to_sparse(piece), weights=weight_piece)
+            lookup.dense_to_sparse(piece), weights=weight_piece)
         for piece, weight_piece in zip(pieces, weight_pieces)
     ]
   for column in config.model.tensor_core_columns:
@@ -373,14 +373,6 @@ def _check_rank2(sparse, name):
     raise ValueError(
         f"split_inputs: sequence feature {name!r} takes ids of rank 2 "
         f"([batch, position]); got rank {sparse.shape.rank}.")
-
-
-def _dense_to_sparse(tensor):
-  """Non-zero entries of a dense id tensor, as a SparseTensor."""
-  positions = tf.compat.v1.where(tf.not_equal(tensor,
-                                              tf.zeros_like(tensor)))
-  return tf.SparseTensor(positions, tf.gather_nd(tensor, positions),
-                         tf.shape(tensor, out_type=tf.int64))
 
 
 def _split(tensor, num_splits):
@@ -440,16 +432,12 @@ def _take_ids(feature, table, features):
             f"{where}: ids are dense but weights {feature.weight_key!r} are "
             "sparse; give both in the same form.")
       weights = tf.convert_to_tensor(weights)
-      sparse = _dense_to_sparse(raw)
+      sparse = lookup.dense_to_sparse(raw)
       weights = tf.SparseTensor(sparse.indices,
                                 tf.gather_nd(weights, sparse.indices),
                                 sparse.dense_shape)
       raw = sparse
-    if weights.dtype != tf.float32:
-      weights = tf.SparseTensor(weights.indices,
-                                tf.cast(weights.values, tf.float32),
-                                weights.dense_shape)
-  return raw, weights
+  return raw, _float32(weights)
 
 
 def _is_integer(value):
@@ -468,24 +456,22 @@ def _column_ids(column, where, features):
   if missing:
     raise ValueError(f"{where}: {missing} missing from the features dict; "
                      f"got keys {sorted(features)}.")
-  raw = {}
-  for key in keys:
-    value = features.pop(key)
-    raw[key] = value.to_sparse() if isinstance(value,
-                                               tf.RaggedTensor) else value
-  cache = tf.__internal__.feature_column.FeatureTransformationCache(raw)
-  pair = categorical.get_sparse_tensors(cache, None)
-  ids, weights = pair.id_tensor, pair.weight_tensor
+  ids, weights = lookup.categorical_ids(
+      column, {key: features.pop(key) for key in keys})
   if isinstance(categorical, column_lib.SequenceCategoricalColumn):
     # Sequence columns give [batch, position, 1]; the infeed takes
     # [batch, position].
     ids = _drop_last_dimension(ids)
     weights = None if weights is None else _drop_last_dimension(weights)
-  if weights is not None and weights.dtype != tf.float32:
-    weights = tf.SparseTensor(weights.indices,
-                              tf.cast(weights.values, tf.float32),
-                              weights.dense_shape)
-  return ids, weights
+  return ids, _float32(weights)
+
+
+def _float32(weights):
+  """Sparse weights as float32, the dtype the TPU takes (None stays None)."""
+  if weights is None or weights.dtype == tf.float32:
+    return weights
+  return tf.SparseTensor(weights.indices, tf.cast(weights.values, tf.float32),
+                         weights.dense_shape)
 
 
 def _drop_last_dimension(sparse):
@@ -513,7 +499,7 @@ def _pad_tensor_core(column, features, host_batch):
     if isinstance(ids, tf.RaggedTensor):
       ids = ids.to_sparse()
     if not isinstance(ids, tf.SparseTensor):
-      ids = _dense_to_sparse(tf.convert_to_tensor(ids))
+      ids = lookup.dense_to_sparse(tf.convert_to_tensor(ids))
   width = column.tensor_core_shape[1]
   keep = tf.reshape(tf.where(ids.indices[:, 1] < width), [-1])
   positions = tf.gather(ids.indices[:, :2], keep)

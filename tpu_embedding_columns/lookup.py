@@ -31,6 +31,27 @@ def gate(checks):
   return tf.group(*checks)
 
 
+def dense_to_sparse(tensor):
+  """The non-zero entries of a dense id (or weight) tensor, as a
+  SparseTensor: TPUEstimator's input convention for dense ids."""
+  positions = tf.compat.v1.where(tf.not_equal(tensor, tf.zeros_like(tensor)))
+  return tf.SparseTensor(positions, tf.gather_nd(tensor, positions),
+                         tf.shape(tensor, out_type=tf.int64))
+
+
+def categorical_ids(column, features):
+  """(ids, weights or None) as SparseTensors: a TPU embedding column's
+  categorical column run on the raw inputs it reads from `features` (its
+  `parse_example_spec` keys; RaggedTensors are taken as sparse)."""
+  raw = dict(features)
+  for key in column.categorical_column.parse_example_spec:
+    if isinstance(raw.get(key), tf.RaggedTensor):
+      raw[key] = raw[key].to_sparse()
+  cache = tf.__internal__.feature_column.FeatureTransformationCache(raw)
+  pair = column.categorical_column.get_sparse_tensors(cache, None)
+  return pair.id_tensor, pair.weight_tensor
+
+
 class FlatIds:
   """The ids of one feature in flat form, after validation.
 

@@ -41,9 +41,7 @@ def _to_sparse(value, feature, what):
     raise ValueError(
         f"Feature {feature!r}: {what} must be a SparseTensor, a RaggedTensor "
         f"or a rank-2 tensor; got shape {value.shape}.")
-  positions = tf.where(tf.not_equal(value, tf.zeros_like(value)))
-  return tf.SparseTensor(positions, tf.gather_nd(value, positions),
-                         tf.shape(value, out_type=tf.int64))
+  return column_lookup.dense_to_sparse(value)
 
 
 def _assert_same_positions(a, b, message):
@@ -51,17 +49,6 @@ def _assert_same_positions(a, b, message):
       tf.equal(tf.shape(a)[0], tf.shape(b)[0]),
       lambda: tf.reduce_all(tf.equal(a, b)), lambda: tf.constant(False))
   return tf.debugging.assert_equal(same, True, message=message)
-
-
-def _column_sparse(column, features):
-  """Runs the column's categorical transformation on the raw feature."""
-  raw = dict(features)
-  for key in (column.feature_key, column.weight_key):
-    if key is not None and isinstance(raw.get(key), tf.RaggedTensor):
-      raw[key] = raw[key].to_sparse()
-  cache = tf.__internal__.feature_column.FeatureTransformationCache(raw)
-  pair = column.categorical_column.get_sparse_tensors(cache, None)
-  return pair.id_tensor, pair.weight_tensor
 
 
 def parse_feature(feature, table, features, *, drop_negative=True):
@@ -87,7 +74,8 @@ def parse_feature(feature, table, features, *, drop_negative=True):
         f"{feature.weight_key!r}, which is missing from the features dict.")
   if column is not None:
     drop_negative = column.use_safe_embedding_lookup
-    sparse_ids, sparse_weights = _column_sparse(column, features)
+    sparse_ids, sparse_weights = column_lookup.categorical_ids(
+        column, features)
   else:
     raw = features[name]
     if table.combiner is None and not isinstance(
