@@ -27,6 +27,7 @@ import tensorflow as tf
 import estimator_spec as es
 import tpu_embedding_columns as tec
 from estimator_spec import interop
+from tests.test_estimator_interop import padded_ids
 from tensorflow.core.protobuf.tpu import optimization_parameters_pb2
 
 fc = tf.feature_column
@@ -337,14 +338,6 @@ def model_fn(columns):
     return es.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
 
   return fn
-
-
-def padded_ids(rng, n, width, vocab, min_len):
-  out = np.full((n, width), -1, np.int64)
-  for i in range(n):
-    length = rng.randint(min_len, width + 1)
-    out[i, :length] = rng.randint(0, vocab, size=length)
-  return out
 
 
 def model_data(n=N, seed=0):

@@ -310,7 +310,8 @@ def export_mid_level_checkpoint(model_dir, spec, output_prefix, *,
   Reads the latest checkpoint of `model_dir` (or the checkpoint prefix
   given), puts each table's and slot's rows back into row order (`mod`
   tables are stored in partition order; the partition count comes from the
-  checkpoint, the strategy from the spec) and writes an object-based
+  checkpoint, the strategy from what the checkpoint records, else from the
+  spec) and writes an object-based
   checkpoint that
 
       config = to_mid_level(spec, for_serving=True)
