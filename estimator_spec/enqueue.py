@@ -31,6 +31,8 @@ import tensorflow as tf
 from tpu_embedding_columns import columns as column_lib
 from tpu_embedding_columns import lookup
 
+from estimator_spec.engine import inputs as inputs_lib
+
 MODE_OVERRIDES = ("unspecified", "inference", "training",
                   "backward_pass_only")
 
@@ -320,46 +322,44 @@ def split_inputs(config, features, labels=None):
     features and the padded ids and mask of tensor-core columns; `labels`;
     and one {feature name: EnqueueData} dict per core of the host, for
     `generate_enqueue_ops`.
+
+  Features are read by the parser the host engine uses
+  (`engine.inputs.read_feature`): the same inputs are accepted and refused,
+  and the same run-time checks (indices inside the dense_shape, weights at
+  the ids' positions) gate what is enqueued.
   """
   if not isinstance(features, dict):
     raise TypeError("split_inputs: `features` must be a dict of feature name "
                     f"to Tensor; got {type(features).__name__}.")
-  features = dict(features)
   num_splits = config.num_cores_per_host
   host_batch = config.batch_size // config.num_hosts
   per_feature = collections.OrderedDict()
+  read = set()
+  added = {}
   for name, feature in config.features.items():
     table = config.tables[feature.table]
-    ids, weights = _take_ids(feature, table, features)
-    if feature.max_sequence_length > 0:
-      sparse = lookup.dense_to_sparse(ids) if not isinstance(
-          ids, tf.SparseTensor) else ids
-      _check_rank2(sparse, name)
-      lengths = lookup.sequence_lengths(sparse, feature.max_sequence_length)
-      lengths.set_shape([host_batch])
-      features[name + column_lib.SEQUENCE_LENGTH_SUFFIX] = lengths
-    pieces = _split(ids, num_splits)
-    if table.combiner is None and not isinstance(ids, tf.SparseTensor):
-      if weights is not None:
-        raise ValueError(
-            f"split_inputs: feature {name!r} (table {table.name!r}) has "
-            "combiner None and dense ids (one id per example), which take no "
-            f"weights; drop weight_key {feature.weight_key!r} or give "
-            "sparse ids.")
-      if ids.shape.rank != 1:
-        raise ValueError(
-            f"split_inputs: feature {name!r} (table {table.name!r}) has "
-            "combiner None, which takes dense ids of rank 1 (one id per "
-            f"example) or sparse ids; got shape {ids.shape}.")
-      per_feature[name] = [EnqueueData(piece) for piece in pieces]
+    where = f"split_inputs: feature {name!r} (table {table.name!r})"
+    given = inputs_lib.read_feature(feature, table, features, where)
+    read.update(given.keys)
+    if given.single:
+      per_feature[name] = [EnqueueData(piece)
+                           for piece in _split(given.ids, num_splits)]
       continue
-    weight_pieces = _split(weights, num_splits)
+    checks = lookup.structure_checks(given.ids, given.weights, where)
+    with tf.control_dependencies(checks):
+      ids = _identity(given.ids)
+      weights = None if given.weights is None else _identity(given.weights)
+    if feature.max_sequence_length > 0:
+      lengths = lookup.sequence_lengths(ids, feature.max_sequence_length)
+      lengths.set_shape([host_batch])
+      added[name + column_lib.SEQUENCE_LENGTH_SUFFIX] = lengths
     per_feature[name] = [
-        EnqueueData.from_sparse_tensor(
-            piece if isinstance(piece, tf.SparseTensor) else
-            lookup.dense_to_sparse(piece), weights=weight_piece)
-        for piece, weight_piece in zip(pieces, weight_pieces)
+        EnqueueData.from_sparse_tensor(piece, weights=weight_piece)
+        for piece, weight_piece in zip(_split(ids, num_splits),
+                                       _split(weights, num_splits))
     ]
+  features = {k: v for k, v in features.items() if k not in read}
+  features.update(added)
   for column in config.model.tensor_core_columns:
     _pad_tensor_core(column, features, host_batch)
   features_per_core = [{name: datas[core]
@@ -368,11 +368,9 @@ def split_inputs(config, features, labels=None):
   return features, labels, features_per_core
 
 
-def _check_rank2(sparse, name):
-  if sparse.shape.rank is not None and sparse.shape.rank != 2:
-    raise ValueError(
-        f"split_inputs: sequence feature {name!r} takes ids of rank 2 "
-        f"([batch, position]); got rank {sparse.shape.rank}.")
+def _identity(sparse):
+  return tf.SparseTensor(tf.identity(sparse.indices),
+                         tf.identity(sparse.values), sparse.dense_shape)
 
 
 def _split(tensor, num_splits):
@@ -385,102 +383,6 @@ def _split(tensor, num_splits):
   return tf.split(tensor, num_splits)
 
 
-def _take_ids(feature, table, features):
-  """Pops a feature's ids (and weights) from `features`; returns
-  (ids: SparseTensor or dense Tensor, weights: SparseTensor or None)."""
-  name = feature.name
-  where = f"split_inputs: feature {name!r} (table {table.name!r})"
-  column = feature.column
-  raw = features.get(name)
-  if column is not None and (raw is None or not _is_integer(raw)):
-    return _column_ids(column, where, features)
-  if raw is None:
-    raise ValueError(f"{where}: {name!r} is missing from the features dict; "
-                     f"got keys {sorted(features)}.")
-  features.pop(name)
-  if isinstance(raw, tf.RaggedTensor):
-    raw = raw.to_sparse()
-  if not isinstance(raw, tf.SparseTensor):
-    raw = tf.convert_to_tensor(raw)
-  if not raw.dtype.is_integer:
-    raise TypeError(
-        f"{where}: ids must be integers; got {raw.dtype.name}. Build the spec "
-        "from feature columns to have strings turned into ids, or convert "
-        "them in the input_fn.")
-  weights = None
-  if feature.weight_key is not None:
-    if feature.weight_key not in features:
-      raise ValueError(
-          f"{where}: takes weights from {feature.weight_key!r}, which is "
-          "missing from the features dict.")
-    weights = features.pop(feature.weight_key)
-    if isinstance(weights, tf.RaggedTensor):
-      weights = weights.to_sparse()
-    if isinstance(raw, tf.SparseTensor):
-      if not isinstance(weights, tf.SparseTensor):
-        weights = tf.convert_to_tensor(weights)
-        if weights.shape.rank != 2:
-          raise ValueError(
-              f"{where}: dense weights {feature.weight_key!r} must be "
-              f"[batch, ids per example]; got shape {weights.shape}.")
-        weights = tf.SparseTensor(raw.indices,
-                                  tf.gather_nd(weights, raw.indices),
-                                  raw.dense_shape)
-    elif table.combiner is not None:
-      if isinstance(weights, tf.SparseTensor):
-        raise ValueError(
-            f"{where}: ids are dense but weights {feature.weight_key!r} are "
-            "sparse; give both in the same form.")
-      weights = tf.convert_to_tensor(weights)
-      sparse = lookup.dense_to_sparse(raw)
-      weights = tf.SparseTensor(sparse.indices,
-                                tf.gather_nd(weights, sparse.indices),
-                                sparse.dense_shape)
-      raw = sparse
-  return raw, _float32(weights)
-
-
-def _is_integer(value):
-  dtype = getattr(value, "dtype", None)
-  if dtype is None:
-    dtype = tf.convert_to_tensor(value).dtype
-  return tf.as_dtype(dtype).is_integer
-
-
-def _column_ids(column, where, features):
-  """Runs a column's categorical column on its raw inputs (strings, floats,
-  crossed keys), which it pops; returns (SparseTensor ids, weights)."""
-  categorical = column.categorical_column
-  keys = sorted(categorical.parse_example_spec)
-  missing = [key for key in keys if key not in features]
-  if missing:
-    raise ValueError(f"{where}: {missing} missing from the features dict; "
-                     f"got keys {sorted(features)}.")
-  ids, weights = lookup.categorical_ids(
-      column, {key: features.pop(key) for key in keys})
-  if isinstance(categorical, column_lib.SequenceCategoricalColumn):
-    # Sequence columns give [batch, position, 1]; the infeed takes
-    # [batch, position].
-    ids = _drop_last_dimension(ids)
-    weights = None if weights is None else _drop_last_dimension(weights)
-  return ids, _float32(weights)
-
-
-def _float32(weights):
-  """Sparse weights as float32, the dtype the TPU takes (None stays None)."""
-  if weights is None or weights.dtype == tf.float32:
-    return weights
-  return tf.SparseTensor(weights.indices, tf.cast(weights.values, tf.float32),
-                         weights.dense_shape)
-
-
-def _drop_last_dimension(sparse):
-  if sparse.shape.rank != 3:
-    return sparse
-  return tf.SparseTensor(sparse.indices[:, :2], sparse.values,
-                         sparse.dense_shape[:2])
-
-
 def _pad_tensor_core(column, features, host_batch):
   """Replaces a tensor-core column's ids by [batch, n] padded int32 ids and
   adds its [batch, n] float32 mask (1 where an id is, 0 for padding)."""
@@ -491,9 +393,17 @@ def _pad_tensor_core(column, features, host_batch):
         f"split_inputs: tensor-core column {column.name!r} writes its mask "
         f"to {mask_key!r}, which the features dict already holds; rename "
         "that feature.")
-  if key not in features or not _is_integer(features[key]):
-    ids, _ = _column_ids(
-        column, f"split_inputs: tensor-core column {column.name!r}", features)
+  raw = features.get(key)
+  if raw is None or not inputs_lib.is_integer(raw):
+    keys = sorted(lookup.id_column(column).parse_example_spec)
+    missing = [k for k in keys if k not in features]
+    if missing:
+      raise ValueError(
+          f"split_inputs: tensor-core column {column.name!r}: {missing} "
+          f"missing from the features dict; got keys {sorted(features)}.")
+    ids = lookup.column_ids(column, features)
+    for k in keys:
+      features.pop(k)
   else:
     ids = features.pop(key)
     if isinstance(ids, tf.RaggedTensor):

@@ -20,6 +20,7 @@ With `use_tpu=True` and a TPU named in the RunConfig, the constructor returns
 TF's own TPUEstimator instead (`interop.DelegatedTPUEstimator`).
 """
 import collections
+import contextlib
 import inspect
 import math
 
@@ -33,11 +34,18 @@ from estimator_spec import checkpoints
 from estimator_spec import config as config_lib
 from estimator_spec import interop
 from estimator_spec import spec as spec_lib
+from estimator_spec import tpu_context
 from estimator_spec.engine import engine as engine_lib
 
 ModeKeys = tf.estimator.ModeKeys
 
 _FLUSH_COLLECTION = "estimator_spec.embedding_flush"
+_RESERVED_PARAMS = ("batch_size", "context")
+_BATCH_ARGUMENT = {
+    ModeKeys.TRAIN: "train_batch_size",
+    ModeKeys.EVAL: "eval_batch_size",
+    ModeKeys.PREDICT: "predict_batch_size",
+}
 
 
 class ExportSavedModelApiVersion:
@@ -114,7 +122,7 @@ def _is_tpu_spec(spec):
                                         "host_call"))
 
 
-def _to_estimator_spec(spec):
+def _to_estimator_spec(spec, host_call_every_n_steps=1):
   if isinstance(spec, tf.estimator.EstimatorSpec):
     return spec
   if not _is_tpu_spec(spec):
@@ -132,7 +140,8 @@ def _to_estimator_spec(spec):
     eval_metric_ops = _call_with(spec.eval_metrics)
   training_hooks = list(spec.training_hooks or ())
   if spec.host_call is not None and spec.mode == ModeKeys.TRAIN:
-    training_hooks.append(_HostCallHook(_call_with(spec.host_call)))
+    training_hooks.append(
+        _HostCallHook(_call_with(spec.host_call), host_call_every_n_steps))
   return tf.estimator.EstimatorSpec(
       mode=spec.mode,
       predictions=spec.predictions,
@@ -150,12 +159,14 @@ class _HostCallHook(tf.compat.v1.train.SessionRunHook):
   """Runs a host_call's ops with every training step, as TPUEstimator does
   with the outfeed; initializes and flushes summary writers it uses."""
 
-  def __init__(self, outputs):
+  def __init__(self, outputs, every_n_steps=1):
     if outputs is None:
       outputs = []
     elif not isinstance(outputs, (list, tuple)):
       outputs = [outputs]
     self._outputs = list(outputs)
+    self._every_n_steps = every_n_steps
+    self._runs = 0
     self._init = None
     self._flush = None
 
@@ -174,7 +185,10 @@ class _HostCallHook(tf.compat.v1.train.SessionRunHook):
       session.run(self._init)
 
   def before_run(self, run_context):
-    return tf.compat.v1.train.SessionRunArgs(self._outputs)
+    # TPUConfig.experimental_host_call_every_n_steps: every n-th step.
+    due = self._runs % self._every_n_steps == 0
+    self._runs += 1
+    return tf.compat.v1.train.SessionRunArgs(self._outputs if due else [])
 
   def end(self, session):
     if self._flush is not None:
@@ -211,9 +225,10 @@ class _GradientTap:
   TRAINABLE_RESOURCE_VARIABLES, which `Optimizer.compute_gradients` reads but
   `tf.compat.v1.trainable_variables()` does not). When the optimizer
   differentiates the loss, the identity's gradient function receives the
-  activation's gradient and records it; the anchor itself gets no gradient,
-  so it has no slots and never changes. The anchor is a local variable: it
-  is not in checkpoints.
+  activation's gradient and records it; the anchor itself gets a zero
+  gradient, so that `minimize` works for a loss of embedding activations
+  only, and it never moves from 0. The anchor and whatever the optimizer
+  creates for it are local variables: they are not in checkpoints.
   """
 
   def __init__(self):
@@ -237,17 +252,33 @@ class _GradientTap:
 
     @tf.custom_gradient
     def identity(value, anchor):
-      del anchor
 
       def grad(dy):
         recorded.append(dy)
-        return None, None
+        # A zero gradient for the anchor: a model whose loss depends only on
+        # embedding activations still gives its optimizer a variable with a
+        # gradient (TF's TPU path has dummy table variables for this).
+        return None, tf.zeros_like(anchor)
 
       return tf.identity(value), grad
 
     tapped = identity(activation, self.anchor.read_value())
     self.tapped[feature] = tapped
     return tapped
+
+  def keep_anchor_state_local(self):
+    """Moves what the user's optimizer created for the anchor (its slots)
+    from the global to the local variables: initialized every session, never
+    saved, so checkpoints hold only the model's own state."""
+    graph = tf.compat.v1.get_default_graph()
+    prefix = self.anchor.op.name + "/"
+    global_variables = graph.get_collection_ref(
+        tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+    for variable in [v for v in global_variables
+                     if v.op.name.startswith(prefix)]:
+      global_variables.remove(variable)
+      graph.add_to_collection(tf.compat.v1.GraphKeys.LOCAL_VARIABLES,
+                              variable)
 
   def gradients(self, loss):
     """{feature: gradient or None}: recorded when the user's optimizer ran
@@ -323,12 +354,14 @@ def _check_arguments(model_fn, model_dir, config, params, use_tpu,
   if params is not None and not isinstance(params, dict):
     raise TypeError(f"{owner}: `params` must be a dict; got "
                     f"{type(params).__name__}.")
-  for reserved in ("batch_size", "use_tpu"):
-    if params and reserved in params:
-      raise ValueError(
-          f"{owner}: `params` must not contain {reserved!r}; TPUEstimator "
-          "sets it for model_fn and input_fn. Pass batch sizes as "
-          "train_batch_size/eval_batch_size/predict_batch_size.")
+  reserved = [key for key in _RESERVED_PARAMS if params and key in params]
+  if reserved:
+    # TF's TPUEstimator reserves these two ('use_tpu' it overwrites).
+    raise ValueError(
+        f"{owner}: {list(_RESERVED_PARAMS)} are reserved keys but existed in "
+        f"params {params}: TPUEstimator sets {reserved} for model_fn and "
+        "input_fn. Pass batch sizes as train_batch_size/eval_batch_size/"
+        "predict_batch_size and remove these keys.")
   for name, value in (("use_tpu", use_tpu), ("eval_on_tpu", eval_on_tpu),
                       ("export_to_tpu", export_to_tpu),
                       ("export_to_cpu", export_to_cpu)):
@@ -357,6 +390,11 @@ def _check_arguments(model_fn, model_dir, config, params, use_tpu,
     raise ValueError(
         f"{owner}: export_to_cpu and export_to_tpu are both False; "
         "export_saved_model would write nothing.")
+  if use_tpu and train_batch_size is None:
+    raise ValueError(
+        f"{owner}: `train_batch_size` cannot be `None` with use_tpu=True "
+        "(a TPU step has a fixed global batch); set it, or use "
+        "use_tpu=False.")
   if embedding_config_spec is not None:
     if not isinstance(embedding_config_spec, spec_lib.EmbeddingConfigSpec):
       raise TypeError(
@@ -381,8 +419,10 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
       a `TPUEstimatorSpec` (or a `tf.estimator.EstimatorSpec`).
     model_dir, config, params, warm_start_from: as for `Estimator`; `config`
       may be `tf.compat.v1.estimator.tpu.RunConfig` or a plain `RunConfig`.
-      `params` must not hold 'batch_size' or 'use_tpu'; model_fn and
-      input_fn find the batch size of the call's mode and `use_tpu` there.
+      `params` must not hold 'batch_size' or 'context' (TF reserves both);
+      model_fn and input_fn find the batch size of the call's mode there,
+      model_fn also `use_tpu` (overwritten), and both `context` when the
+      mode runs as on a TPU (see `tpu_context`).
     use_tpu: True runs on a TPU when the RunConfig names one (`master`,
       `cluster`, or a local TPU device): the constructor then returns
       `estimator_spec.interop.DelegatedTPUEstimator`, which IS TF's
@@ -392,14 +432,17 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
       the activations TF's TPU step puts into `features`. `params` then
       follow TF (per-core `batch_size` in model_fn). An unreachable TPU
       raises `interop.TPUNotReachableError` at train/evaluate/predict.
-      Without a TPU, use_tpu=True runs on the host engine (as False).
+      Without a TPU, use_tpu=True runs on the host as on the TPU topology
+      `tpu_config.num_shards` describes: input_fn is deployed as
+      `per_host_input_for_training` says, with `params['context']`, and
+      model_fn runs once on the global batch.
     train_batch_size, eval_batch_size, predict_batch_size: global batch
       sizes. A training batch must have exactly `train_batch_size` examples
       (a TPU step has a fixed shape).
     batch_axis: how input tensors would be split across TPU cores; checked
       for form. On the host the whole batch runs as one replica.
-    eval_on_tpu: evaluate on the TPU; on the host engine, evaluation runs
-      there as well.
+    eval_on_tpu: evaluate on the TPU; False (with use_tpu=True) evaluates
+      as with use_tpu=False (no context, global batch), as TF does.
     export_to_tpu, export_to_cpu: which serving graphs `export_saved_model`
       writes. The CPU graph is written when `export_to_cpu` is True; a TPU
       serving graph needs a TPU run (not yet available), so on the host
@@ -459,12 +502,29 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     self.export_to_cpu = export_to_cpu
     self.batch_axis = batch_axis
     self.export_saved_model_api_version = export_saved_model_api_version
+    self._exporting = False
+    self._warned_plain_lookups = False
+    self._reported_settings = False
     super().__init__(
         model_fn=self._host_model_fn,
         model_dir=model_dir,
         config=config,
         params=params or {},
         warm_start_from=warm_start_from)
+    self._tpu_topology = tpu_context.Topology.from_run_config(self.config)
+    self._input_pipeline = tpu_context.input_pipeline(self.config)
+    if use_tpu and embedding_config_spec is not None and (
+        self._input_pipeline not in (tpu_context.PER_HOST_V1,
+                                     tpu_context.PER_HOST_V2)):
+      raise ValueError(
+          "TPUEstimator: Only PER_HOST_V1 and PER_HOST_V2 is supported when "
+          "using TPU Embedding; got tpu_config.per_host_input_for_training="
+          f"{tpu_context.pipeline_name(self._input_pipeline)} (TF's "
+          "TPUEstimator refuses it too). Use True (PER_HOST_V1) or "
+          "InputPipelineConfig.PER_HOST_V2.")
+    if use_tpu and train_batch_size is not None:
+      # The emulated TPU splits the batch like a TPU would: check it now.
+      self._deployment(ModeKeys.TRAIN)
     if embedding_config_spec is not None:
       # Checks the spec against the topology now, not at the first step.
       self._embedding_config(ModeKeys.TRAIN, self.config)
@@ -478,6 +538,14 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
 
   def train(self, input_fn, hooks=None, steps=None, max_steps=None,
             saving_listeners=None):
+    if not self._reported_settings:
+      self._reported_settings = True
+      notes = host_only_settings(self)
+      if notes:
+        tf.compat.v1.logging.warning(
+            "TPUEstimator on the host: these settings concern TPU hardware "
+            "and have no effect here:\n%s", "\n".join(
+                f"  * {note}" for note in notes))
     listeners = list(saving_listeners or [])
     if (self._embedding_spec is not None and
         self._embedding_spec.pipeline_execution_with_tensor_core and
@@ -508,28 +576,85 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
         experimental_mode=experimental_mode)
 
   def _call_input_fn(self, input_fn, mode, input_context=None):
+    """input_fn as TPUEstimator calls it: with `use_tpu=False` once, with
+    the global batch size; when the host emulates a TPU, once per
+    invocation of the emulated deployment (see `tpu_context`), each with its
+    `params['context']`, and the invocations' batches concatenated into the
+    global batch."""
     args = calling.fn_args(input_fn)
     kwargs = {}
     if "mode" in args:
       kwargs["mode"] = mode
-    if "params" in args:
-      kwargs["params"] = self._params_for(mode)
     if "config" in args:
       kwargs["config"] = self.config
     if input_context is not None and "input_context" in args:
       kwargs["input_context"] = input_context
-    with tf.compat.v1.device("/cpu:0"):
-      return input_fn(**kwargs)
+
+    def call(params):
+      if "params" in args:
+        kwargs["params"] = params
+      with tf.compat.v1.device("/cpu:0"):
+        return input_fn(**kwargs)
+
+    if not self._emulates_tpu(mode):
+      params = dict(self.params)
+      if self._batch_sizes.get(mode) is not None:
+        params["batch_size"] = self._batch_sizes[mode]
+      return call(params)
+    deploy = self._deployment(mode)
+    results = []
+    for index in range(deploy.invocations):
+      params = dict(self.params)
+      params["batch_size"] = deploy.batch_size
+      params["context"] = tpu_context.TPUContext(
+          self._tpu_topology, deploy, mode, invocation_index=index)
+      results.append(call(params))
+    return tpu_context.combine(results, deploy.elements_per_step)
+
+  def _emulates_tpu(self, mode):
+    """Whether `mode` runs as on a TPU (use_tpu=True without a TPU): TF's
+    TPUEstimator runs evaluation on the CPU when eval_on_tpu=False, and
+    exports the CPU serving graph as a CPU model."""
+    if not self.use_tpu or self._exporting:
+      return False
+    return mode != ModeKeys.EVAL or self.eval_on_tpu
+
+  def _deployment(self, mode):
+    batch = self._batch_sizes.get(mode)
+    if batch is None:
+      raise ValueError(
+          f"TPUEstimator: `{_BATCH_ARGUMENT[mode]}` in TPUEstimator "
+          f"constructor cannot be `None` if {mode} is running on TPU "
+          "(use_tpu=True, emulated on the host here): the TPU topology "
+          "splits the global batch. Set it, or use use_tpu=False.")
+    return tpu_context.deployment(self._tpu_topology, self._input_pipeline,
+                                  mode, batch)
 
   def _params_for(self, mode, params=None):
-    """`params` (default: the estimator's) with the mode's batch size and
-    use_tpu, as TPUEstimator gives them to input_fn and model_fn."""
+    """`params` for model_fn, as TPUEstimator gives them: the mode's batch
+    size, `use_tpu` (overwritten), and `context` when the mode runs as on a
+    TPU. On the host, model_fn runs once on the global batch, so its
+    `batch_size` is the global batch size (on a TPU: per replica)."""
     params = dict(self.params if params is None else params)
     batch_size = self._batch_sizes.get(mode)
     if batch_size is not None:
       params["batch_size"] = batch_size
-    params["use_tpu"] = False
+    emulated = self._emulates_tpu(mode)
+    params["use_tpu"] = emulated
+    if emulated:
+      params["context"] = tpu_context.TPUContext(
+          self._tpu_topology, self._deployment(mode), mode,
+          call_from_input_fn=False)
     return params
+
+  def _export_all_saved_models(self, *args, **kwargs):
+    # The serving graph is a CPU graph: model_fn sees use_tpu=False there,
+    # as TF's TPUEstimator gives it for its CPU export.
+    self._exporting = True
+    try:
+      return super()._export_all_saved_models(*args, **kwargs)
+    finally:
+      self._exporting = False
 
   # --- model_fn on the host --------------------------------------------------
 
@@ -549,18 +674,80 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     params = self._params_for(mode, params)
     kwargs = calling.model_fn_kwargs(calling.fn_args(self._user_model_fn),
                                      labels, mode, params, config)
-
     if self._embedding_spec is None:
-      with interop.single_replica():
-        spec = self._user_model_fn(features=features, **kwargs)
-      return _to_estimator_spec(spec)
-    return self._embedding_model_fn(features, labels, mode, config, kwargs)
-
-  def _embedding_model_fn(self, features, labels, mode, config, kwargs):
+      spec = self._call_user_model_fn(features, kwargs)
+      self._warn_plain_lookups()
+      return self._estimator_spec(spec)
     if not isinstance(features, dict):
       raise TypeError(
           "TPUEstimator: with an embedding_config_spec, input_fn must give "
           f"features as a dict; got {type(features).__name__}.")
+    if not self._embedding_spec.model.features:
+      # Only tensor-core columns: the dense model looks them up itself.
+      features, labels = self._check_batch_without_engine(features, labels,
+                                                          mode)
+      if "labels" in kwargs:
+        kwargs["labels"] = labels
+      return self._estimator_spec(self._call_user_model_fn(features, kwargs))
+    return self._embedding_model_fn(features, labels, mode, config, kwargs)
+
+  def _call_user_model_fn(self, features, kwargs, source=None):
+    """The user's model_fn, as one replica (CrossShardOptimizer) and with
+    the engine's activation source (if any) installed."""
+    graph = tf.compat.v1.get_default_graph()
+    with contextlib.ExitStack() as stack:
+      if source is not None:
+        stack.enter_context(context.activation_source(source))
+      stack.enter_context(interop.single_replica())
+      try:
+        spec = self._user_model_fn(features=features, **kwargs)
+      except Exception as error:
+        interop.refuse_tensorflow_columns(graph, error)
+        raise
+    interop.refuse_tensorflow_columns(graph)
+    return spec
+
+  def _estimator_spec(self, spec):
+    every_n = getattr(getattr(self.config, "tpu_config", None),
+                      "experimental_host_call_every_n_steps", 1)
+    return _to_estimator_spec(spec, every_n)
+
+  def _warn_plain_lookups(self):
+    """Warns once when model_fn looks up our embedding columns while the
+    estimator has no embedding_config_spec (their tables then train like any
+    variable, with model_fn's optimizer)."""
+    names = sorted(set(context.plain_lookups()))
+    if names and not self._warned_plain_lookups:
+      self._warned_plain_lookups = True
+      tf.compat.v1.logging.warning(
+          "TPUEstimator: model_fn looks up the TPU embedding columns %s, but "
+          "the estimator has no embedding_config_spec: their tables are "
+          "ordinary variables trained by model_fn's own optimizer, without "
+          "the embedding optimizer, clipping, gradient multiplier or "
+          "learning-rate functions a TPU would apply. Pass "
+          "embedding_config_spec=estimator_spec.EmbeddingConfigSpec("
+          "feature_columns=[...], optimization_parameters=...) to train them "
+          "as on a TPU.", names)
+
+  def _check_batch_without_engine(self, features, labels, mode):
+    """A TRAIN batch must have train_batch_size examples also when no
+    engine table reads the features (checked when the graph is built if
+    the shape is static, else when it runs, before model_fn reads them)."""
+    if mode != ModeKeys.TRAIN:
+      return features, labels
+    expected = self._batch_sizes[ModeKeys.TRAIN]
+    static, dynamic = _batch_of(features)
+    _check_static_batch(static, expected)
+    if dynamic is None:
+      return features, labels
+    gate = _check_op(
+        dynamic, tf.constant(expected, tf.int64),
+        message=(f"TPUEstimator: a training batch does not have "
+                 f"train_batch_size={expected} examples; no variable was "
+                 "updated. Batch with drop_remainder=True."))
+    return _after_check(features, gate), _after_check(labels, gate)
+
+  def _embedding_model_fn(self, features, labels, mode, config, kwargs):
     emb_config = self._embedding_config(mode, config)
     model = emb_config.model
     shard_device_fn = None
@@ -575,19 +762,21 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     checks = []
     if training:
       expected = self._batch_sizes[ModeKeys.TRAIN]
-      static = step.static_batch_size
-      if static is not None and static != expected:
-        raise ValueError(
-            f"TPUEstimator: a training batch has {static} examples; "
-            f"train_batch_size is {expected}. A TPU step has a fixed batch: "
-            "make input_fn batch with params['batch_size'] and "
-            "drop_remainder=True.")
+      _check_static_batch(step.static_batch_size, expected)
       checks.append(
           _check_op(
               step.batch_size, tf.constant(expected, tf.int64),
               message=(f"TPUEstimator: a training batch does not have "
                        f"train_batch_size={expected} examples; no variable "
                        "was updated. Batch with drop_remainder=True.")))
+      # A TPU step has static shapes: so do the activations (the run-time
+      # check above holds them to it, and model_fn's other inputs wait for
+      # it, so that a partial batch fails on it, not on a shape).
+      step.static_batch_size = expected
+      features = _after_check(features, checks[0])
+      labels = _after_check(labels, checks[0])
+    elif step.static_batch_size is None:
+      step.static_batch_size = _static_batch_of((features, labels))
     labels, label_checks = _check_labels(labels, step)
     step.add_checks(checks + label_checks)
     if "labels" in kwargs:
@@ -608,9 +797,8 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     if not columns_form:
       model_features = _dict_form_features(features, model, step, tap_fn)
     ops_before = len(tf.compat.v1.get_default_graph().get_operations())
-    with context.activation_source(source), interop.single_replica():
-      user_spec = self._user_model_fn(features=model_features, **kwargs)
-    spec = _to_estimator_spec(user_spec)
+    spec = self._estimator_spec(
+        self._call_user_model_fn(model_features, kwargs, source))
     # The dict form hands every activation to model_fn; whether the loss
     # uses them shows in their gradients below.
     unused = ([f for f in model.features if f not in source.used]
@@ -626,6 +814,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     if spec.loss is None or spec.train_op is None:
       raise ValueError("TPUEstimator: in TRAIN mode model_fn must return a "
                        "loss and a train_op.")
+    tap.keep_anchor_state_local()
     gradients = tap.gradients(spec.loss)
     missing = [f for f, g in gradients.items() if g is None]
     if missing:
@@ -644,6 +833,132 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
       hooks.append(_FlushAtEndHook(flush))
     spec = spec._replace(train_op=train_op, training_hooks=hooks)
     return _with_layout_aware_saver(spec, engine, config, training=True)
+
+
+_TPU_CONFIG_NOTES = {
+    "tpu_job_name": "the job of the TPU workers",
+    "initial_infeed_sleep_secs": "a delay before the TPU infeed starts",
+    "eval_training_input_configuration":
+        "how a TPU splits evaluation input during training",
+    "experimental_allow_per_host_v2_parallel_get_next":
+        "parallel infeed dequeues on a TPU host",
+    "experimental_feed_hook": "a hook around the TPU infeed",
+    "input_partition_dims": "spatial partitioning over TPU cores",
+    "num_cores_per_replica":
+        "model parallelism over TPU cores (the host runs one replica)",
+}
+
+
+def host_only_settings(estimator):
+  """What `estimator` accepted that concerns TPU hardware only and has no
+  effect on the host, each with the reason (one line each)."""
+  notes = []
+  tpu_config = getattr(estimator.config, "tpu_config", None)
+  if tpu_config is not None:
+    defaults = type(tpu_config)()
+    if tpu_config.iterations_per_loop != 1:
+      notes.append(
+          f"tpu_config.iterations_per_loop={tpu_config.iterations_per_loop}: "
+          "a TPU runs that many steps per session run; the host runs one "
+          "step per run (hooks and logging see every step).")
+    for field, what in _TPU_CONFIG_NOTES.items():
+      value = getattr(tpu_config, field)
+      if value != getattr(defaults, field):
+        notes.append(f"tpu_config.{field}={value!r}: {what}.")
+    if not estimator.use_tpu and tpu_config.per_host_input_for_training != (
+        defaults.per_host_input_for_training):
+      notes.append(
+          "tpu_config.per_host_input_for_training: how a TPU deploys "
+          "input_fn; with use_tpu=False input_fn runs once with the global "
+          "batch.")
+  if not estimator.use_tpu and estimator.eval_on_tpu:
+    notes.append("eval_on_tpu=True: ignored because use_tpu is False.")
+  if estimator.batch_axis is not None:
+    notes.append(
+        f"batch_axis={estimator.batch_axis!r}: how a TPU splits inputs over "
+        "cores; the host runs the whole batch as one replica.")
+  if estimator.export_saved_model_api_version != (
+      ExportSavedModelApiVersion.V1):
+    notes.append(
+        "export_saved_model_api_version: the form of a TPU serving graph; "
+        "the host exports the CPU serving graph.")
+  spec = estimator._embedding_spec
+  if spec is not None:
+    model = spec.model
+    hot = [t.name for t in model.tables.values() if t.hot_id_replication]
+    if hot:
+      notes.append(
+          f"hot_id_replication of tables {hot}: a TPU placement hint "
+          "(written to the configuration proto); the host keeps one copy of "
+          "each row.")
+    unaccumulated = sorted(
+        name for name in model.tables
+        if model.optimizer_for(name) is not None and
+        not model.optimizer_for(name).use_gradient_accumulation)
+    if unaccumulated:
+      notes.append(
+          f"use_gradient_accumulation=False (tables {unaccumulated}): the "
+          "host always sums a step's gradients per id before one update "
+          "(the TPU default).")
+    if spec.profile_data_directory is not None:
+      notes.append(
+          f"profile_data_directory={spec.profile_data_directory!r}: written "
+          "to the configuration proto; the host does not collect lookup "
+          "statistics.")
+  return notes
+
+
+def _check_static_batch(static, expected):
+  if static is not None and static != expected:
+    raise ValueError(
+        f"TPUEstimator: a training batch has {static} examples; "
+        f"train_batch_size is {expected}. A TPU step has a fixed batch: "
+        "make input_fn batch with params['batch_size'] and "
+        "drop_remainder=True.")
+
+
+def _static_batch_of(structure):
+  """The static batch dimension of any tensor in `structure`, or None."""
+  for value in tf.nest.flatten(structure):
+    if isinstance(value, (tf.SparseTensor, tf.RaggedTensor, tf.Tensor,
+                          tf.Variable)) and value.shape.rank:
+      static = tf.compat.dimension_value(value.shape[0])
+      if static is not None:
+        return static
+  return None
+
+
+def _batch_of(structure):
+  """(static batch size or None, int64 batch size tensor or None) of the
+  first tensor in `structure` (features or labels) with a batch dimension."""
+  for value in tf.nest.flatten(structure):
+    if isinstance(value, tf.SparseTensor):
+      return (tf.compat.dimension_value(value.shape[0]),
+              value.dense_shape[0])
+    if isinstance(value, tf.RaggedTensor):
+      return (tf.compat.dimension_value(value.shape[0]),
+              value.nrows(out_type=tf.int64))
+    if isinstance(value, (tf.Tensor, tf.Variable)) and value.shape.rank:
+      return (tf.compat.dimension_value(value.shape[0]),
+              tf.shape(value, out_type=tf.int64)[0])
+  return None, None
+
+
+def _after_check(structure, check):
+  """`structure` with every tensor waiting for the `check` op."""
+
+  def gated(value):
+    with tf.control_dependencies([check]):
+      if isinstance(value, tf.SparseTensor):
+        return tf.SparseTensor(tf.identity(value.indices),
+                               tf.identity(value.values), value.dense_shape)
+      if isinstance(value, tf.RaggedTensor):
+        return value.with_flat_values(tf.identity(value.flat_values))
+      if isinstance(value, (tf.Tensor, tf.Variable)):
+        return tf.identity(value)
+      return value
+
+  return tf.nest.map_structure(gated, structure)
 
 
 def _with_layout_aware_saver(spec, engine, config, training):

@@ -188,10 +188,10 @@ def _from_columns(columns):
     feature = column.feature_key
     if feature in features:
       raise ValueError(
-          f"EmbeddingConfigSpec: `feature_columns`: feature {feature!r} is "
-          "used with multiple embeddings (columns "
-          f"{features[feature].column.name!r} and {column.name!r}); a feature "
-          "can look up only one table.")
+          f"EmbeddingConfigSpec: `feature_columns`: Feature column {feature} "
+          "is used with multiple embeddings and this is not supported "
+          f"(feature {feature!r}: columns {features[feature].column.name!r} "
+          f"and {column.name!r}); a feature can look up only one table.")
     features[feature] = Feature(feature, column.table_name,
                                 column.max_sequence_length, column.weight_key,
                                 column)
@@ -221,6 +221,7 @@ def _from_columns(columns):
         table_optimizer=None,
         hot_id_replication=False,
         embedding_var_name=column.embedding_var_name)
+  _check_weight_keys(features, "feature_columns")
   return _finish(tables, features)
 
 
@@ -230,12 +231,13 @@ def _from_dicts(table_to_config_dict, feature_to_config_dict):
   for name, config in feature_to_config_dict.items():
     if config.table_id not in table_to_config_dict:
       raise ValueError(
-          f"EmbeddingConfigSpec: `feature_to_config_dict[{name!r}]` refers "
-          "to table "
-          f"{config.table_id!r}, which is not in table_to_config_dict "
-          f"(tables: {sorted(table_to_config_dict)}).")
+          f"EmbeddingConfigSpec: `feature_to_config_dict[{name!r}]`: Feature "
+          f"{name} refers to table {config.table_id} which is not in the "
+          f"table_to_config_dict (feature {name!r}, table {config.table_id!r};"
+          f" tables: {sorted(table_to_config_dict)}).")
     features[name] = Feature(name, config.table_id,
                              config.max_sequence_length, config.weight_key)
+  _check_weight_keys(features, "feature_to_config_dict")
   used = {f.table for f in features.values()}
   unused = sorted(set(table_to_config_dict) - used)
   if unused:
@@ -257,6 +259,23 @@ def _from_dicts(table_to_config_dict, feature_to_config_dict):
         hot_id_replication=config.hot_id_replication,
         embedding_var_name=name)
   return _finish(tables, features)
+
+
+def _check_weight_keys(features, what):
+  """One weight key per feature: a TPU infeed hands a weight feature to the
+  first feature that reads it, so two features cannot share one."""
+  readers = collections.defaultdict(list)
+  for feature in features.values():
+    if feature.weight_key is not None:
+      readers[feature.weight_key].append(feature.name)
+  for key, names in readers.items():
+    if len(names) > 1:
+      raise ValueError(
+          f"EmbeddingConfigSpec: `{what}`: features {sorted(names)} take "
+          f"their weights from the same key {key!r}; weight-sharing among "
+          "weighted_categorical_column is not supported on TPU. Give each "
+          "weighted feature its own weight key (copy the weights in the "
+          "input_fn).")
 
 
 def _finish(table_fields, features):

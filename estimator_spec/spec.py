@@ -204,12 +204,13 @@ class EmbeddingConfigSpec(
           "needs both.")
     if has_columns == has_features:
       raise ValueError(
-          f"{owner}: give exactly one of `feature_columns` and the pair "
-          "`feature_to_config_dict`/`table_to_config_dict`; got "
-          f"{'both' if has_columns else 'neither'}.")
+          f"{owner}: Exactly one of `feature_columns` and the pair "
+          "`feature_to_config_dict` and `table_to_config_dict` must be "
+          f"specified; got {'both' if has_columns else 'neither'}.")
     if partition_strategy not in PARTITION_STRATEGIES:
-      _checks.fail(owner, "partition_strategy", "must be 'div' or 'mod'",
-                   partition_strategy)
+      raise ValueError(
+          f"{owner}: Invalid partition_strategy {partition_strategy!r}. Must "
+          "be one of \"mod\" or \"div\" (`partition_strategy`).")
     if clipping_limit is not None:
       clipping_limit = _checks.check_number(owner, "clipping_limit",
                                             clipping_limit, above=0.0)
@@ -222,13 +223,13 @@ class EmbeddingConfigSpec(
                       allow_none=True)
     if optimization_parameters is not None and not isinstance(
         optimization_parameters, optimizers.OptimizationParameters):
-      _checks.fail(
-          owner, "optimization_parameters",
-          "must be an estimator_spec optimizer (one of " +
-          ", ".join(o.__name__ for o in optimizers.ALL_OPTIMIZERS) +
-          "); TensorFlow's own classes convert with "
-          "estimator_spec.interop.from_tensorflow",
-          optimization_parameters, TypeError)
+      raise _checks.ArgumentTypeError(
+          f"{owner}: optimization_parameters must be an instance of type "
+          "one of " + ", ".join(o.__name__ for o in optimizers.ALL_OPTIMIZERS)
+          + " (estimator_spec's) (`optimization_parameters`). Got "
+          f"{type(optimization_parameters)}. "
+          "TensorFlow's own classes convert with "
+          "estimator_spec.interop.from_tensorflow.")
 
     tensor_core_columns = None
     embedding_core_columns = None
@@ -250,9 +251,10 @@ class EmbeddingConfigSpec(
                   "shared_embedding_columns; other feature columns belong to "
                   "the dense model, not to the embedding spec")
           raise _checks.ArgumentTypeError(
-              f"{owner}: `feature_columns` holds {column!r} of type "
-              f"{type(column).__name__}, which is not a TPU embedding "
-              f"column; {hint}.")
+              f"{owner}: Unsupported feature column {type(column)}. "
+              "Supported types are (EmbeddingColumn, SharedEmbeddingColumn) "
+              f"of tpu_embedding_columns: `feature_columns` holds {column!r}"
+              f", which is not a TPU embedding column; {hint}.")
       tensor_core_columns = [c for c in feature_columns if c.is_tensor_core]
       embedding_core_columns = [
           c for c in feature_columns if not c.is_tensor_core
@@ -309,6 +311,8 @@ def _check_dict(owner, arg, value, value_type):
       _checks.fail(owner, arg, "keys must be non-empty strings", key,
                    TypeError)
     if not isinstance(config, value_type):
+      what = "feature" if value_type is FeatureConfig else "table"
       raise _checks.ArgumentTypeError(
-          f"{owner}: `{arg}[{key!r}]` must be an estimator_spec "
-          f"{value_type.__name__}; got {type(config).__name__}.")
+          f"{owner}: `{arg}[{key!r}]`: Config for {what} {key} must be of "
+          f"type `{value_type.__name__}` (estimator_spec's). Got "
+          f"{type(config)}.")

@@ -34,6 +34,7 @@ Definitions taken from outside SEMANTICS.md (see the per-function comments):
   does not change any result.
 """
 
+import contextlib
 import math
 
 import numpy as np
@@ -45,7 +46,7 @@ __all__ = [
     'lookup', 'combiner_scales',
     'optimizer_name', 'init_slots', 'slot_names', 'OPTIMIZERS',
     'sgd_update', 'adagrad_update', 'proximal_adagrad_update', 'adam_update',
-    'ftrl_update', 'momentum_update', 'rmsprop_update',
+    'ftrl_update', 'pow_nudge', 'momentum_update', 'rmsprop_update',
     'adagrad_momentum_update', 'proximal_yogi_update',
     'clip_gradient', 'decay_weights', 'clip_weights', 'apply_update',
     'resolve_learning_rate',
@@ -298,6 +299,36 @@ def _safe_div(num, den):
   return out
 
 
+# FTRL's accumulator powers a^(-p) are the one place where two float32
+# implementations may legitimately differ by a unit in the last place (ulp):
+# a pow function is not correctly rounded everywhere. `pow_nudge` moves the
+# twin's a'^(-p) and a^(-p) by a number of ulps, so that a test can measure
+# how far such a difference carries through the rest of the computation
+# (the difference of the two powers is divided by the learning rate, so the
+# spread grows as the learning rate and the gradient shrink).
+_POW_NUDGE = {'new': 0, 'old': 0}
+
+
+@contextlib.contextmanager
+def pow_nudge(new_ulps, old_ulps):
+  """Within the block, FTRL's a'^(-p) and a^(-p) are moved by the given
+  numbers of ulps (positive: up)."""
+  saved = dict(_POW_NUDGE)
+  _POW_NUDGE.update(new=new_ulps, old=old_ulps)
+  try:
+    yield
+  finally:
+    _POW_NUDGE.update(saved)
+
+
+def _nudge(x, ulps):
+  x = _f32(x)
+  direction = F32(np.inf) if ulps > 0 else F32(-np.inf)
+  for _ in range(abs(ulps)):
+    x = np.nextafter(x, direction).astype(F32)
+  return x
+
+
 def ftrl_update(w, slots, g, lr, params):
   """FTRL-proximal as in SEMANTICS §4.6 (beta and multiply_linear_by_lr).
 
@@ -315,8 +346,8 @@ def ftrl_update(w, slots, g, lr, params):
   a = slots['accumulator']
   linear = slots['linear']
   a_new = a + g * g
-  pow_new = np.power(a_new, -p)
-  pow_old = np.power(a, -p)
+  pow_new = _nudge(np.power(a_new, -p), _POW_NUDGE['new'])
+  pow_old = _nudge(np.power(a, -p), _POW_NUDGE['old'])
   if _p(params, 'multiply_linear_by_learning_rate', False):
     linear = linear + lr * g - (pow_new - pow_old) * w
     quad = pow_new + F32(2) * l2 * lr + beta

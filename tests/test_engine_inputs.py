@@ -100,8 +100,8 @@ def as_form(rows, form, dtype):
 IDS = [[1, 3, 3], [], [2, 5]]
 WEIGHTS = [[0.5, 2.0, 1.0], [], [1.5, 0.25]]
 IDS_G = [[4], [4, 1, 9, 9], []]
-FORM_CASES = [("sparse", "sparse"), ("ragged", "ragged"), ("dense", "dense"),
-              ("sparse", "dense"), ("dense", "ragged")]
+FORM_CASES = [("sparse", "sparse"), ("ragged", "ragged"), ("dense", "sparse"),
+              ("dense", "ragged")]
 
 
 @pytest.mark.parametrize("combiner", ["sum", "mean", "sqrtn"])
@@ -147,6 +147,56 @@ def test_input_forms_lookup_and_train_like_the_twin(ids_form, weights_form,
   final = twin.backward(state, twin_config, batch, grads, 0)
   close(table, final["t"]["table"])
   close(accumulator, final["t"]["slots"]["accumulator"])
+
+
+@pytest.mark.parametrize("columns_form", [False, True])
+@pytest.mark.parametrize("ids_form", ["sparse", "dense"])
+def test_dense_weights_are_refused_when_the_graph_is_built(ids_form,
+                                                          columns_form):
+  # As on a TPU (TF's input path refuses dense weights with this message).
+  if columns_form:
+    column = tec.embedding_column(
+        fc.weighted_categorical_column(
+            fc.categorical_column_with_identity("f", 10), "w"), 3)
+    spec = es.EmbeddingConfigSpec(
+        feature_columns=[column],
+        optimization_parameters=es.AdagradParameters(0.1))
+    config = es.EmbeddingConfig(spec, batch_size=3)
+  else:
+    config = make_config({"f": es.FeatureConfig("t", weight_key="w")},
+                         {"t": es.TableConfig(10, 3)}, batch_size=3)
+  with tf.Graph().as_default() as graph:
+    engine = HostEmbeddingEngine(config)
+    features = {"f": as_form(IDS, ids_form, np.int64),
+                "w": as_form(WEIGHTS, "dense", np.float32)}
+    before = len(graph.get_operations())
+    with pytest.raises(ValueError,
+                       match="Dense weights are not supported on TPU"):
+      engine.lookup(features)
+    ops = graph.get_operations()[before:]
+    assert not [op for op in ops if op.type == "VarHandleOp"]
+
+
+@pytest.mark.parametrize("weights_dtype", [np.int32, np.int64, np.float64])
+def test_integer_and_double_weights_are_taken_as_float32(weights_dtype):
+  config = make_config({"f": es.FeatureConfig("t", weight_key="w")},
+                       {"t": es.TableConfig(10, 2, combiner="sum")},
+                       batch_size=3)
+  int_weights = [[1, 2, 3], [], [4, 1]]
+  initial = np.arange(20, dtype=F32).reshape(10, 2)
+  with tf.Graph().as_default():
+    engine = HostEmbeddingEngine(config)
+    result = engine.lookup({"f": ragged_to_sparse(IDS, np.int64),
+                            "w": ragged_to_sparse(int_weights,
+                                                  weights_dtype)})
+    with v1.Session() as sess:
+      init_session(sess)
+      sess.run(engine.tables["t"].assign_all(initial))
+      activation = sess.run(result.activations["f"])
+  expected = np.stack([
+      sum((w * initial[i] for i, w in zip(ids, ws)), np.zeros(2, F32))
+      for ids, ws in zip(IDS, int_weights)])
+  close(activation, expected)
 
 
 @pytest.mark.parametrize("form", ["dense_rank1", "sparse"])
@@ -495,6 +545,160 @@ def test_sequence_feature_training_skips_truncated_ids():
   expected = np.zeros(10, F32)
   expected[1], expected[2] = -1.0, -2.0
   np.testing.assert_array_equal(table, expected)
+
+
+@pytest.mark.parametrize("columns_form", [False, True])
+def test_ids_past_the_sequence_length_are_dropped_before_any_check(
+    columns_form):
+  # As on a TPU: id 99 (out of range) and -5 (negative, refused with an
+  # unsafe lookup) sit past max_sequence_length=2, so they are never looked
+  # up and never checked.
+  if columns_form:
+    column = tec.embedding_column(
+        fc.sequence_categorical_column_with_identity("f", 10), 1,
+        combiner="sum", max_sequence_length=2, use_safe_embedding_lookup=False)
+    config = es.EmbeddingConfig(es.EmbeddingConfigSpec(
+        feature_columns=[column],
+        optimization_parameters=es.StochasticGradientDescentParameters(1.0)),
+                                batch_size=2)
+    table_name = "tbl_f"
+  else:
+    config = make_config({"f": es.FeatureConfig("t", max_sequence_length=2)},
+                         {"t": es.TableConfig(10, 1, combiner="sum")},
+                         optimizer=es.StochasticGradientDescentParameters(1.0))
+    table_name = "t"
+  with tf.Graph().as_default():
+    engine = HostEmbeddingEngine(config)
+    result = engine.lookup({"f": ragged_to_sparse([[1, 2, 99], [3, 4, 5, -5]],
+                                                  np.int64)})
+    train = engine.apply_gradients(
+        result, {"f": tf.ones([2, 2, 1])}, 0)
+    with v1.Session() as sess:
+      init_session(sess)
+      sess.run(engine.tables[table_name].assign_all(
+          np.arange(10, dtype=F32)[:, None]))
+      activation, lengths, _ = sess.run(
+          [result.activations["f"], result.sequence_lengths["f"], train])
+      table = sess.run(engine.tables[table_name].read_all())[:, 0]
+  np.testing.assert_array_equal(activation[:, :, 0], [[1, 2], [3, 4]])
+  np.testing.assert_array_equal(lengths, [2, 2])
+  expected = np.arange(10, dtype=F32)
+  expected[[1, 2, 3, 4]] -= 1.0
+  np.testing.assert_array_equal(table, expected)
+
+
+@pytest.mark.parametrize("columns_form", [False, True])
+def test_indices_outside_the_dense_shape_are_refused(columns_form):
+  # Regression: a sequence feature's ids at positions past dense_shape[1]
+  # once spilled into the next example's slots.
+  if columns_form:
+    column = tec.embedding_column(
+        fc.sequence_categorical_column_with_identity("f", 10), 1,
+        combiner="sum", max_sequence_length=4)
+    config = es.EmbeddingConfig(es.EmbeddingConfigSpec(
+        feature_columns=[column],
+        optimization_parameters=es.AdagradParameters(0.1)), batch_size=2)
+  else:
+    config = make_config({"f": es.FeatureConfig("t", max_sequence_length=4)},
+                         {"t": es.TableConfig(10, 1, combiner="sum")})
+  with tf.Graph().as_default():
+    engine = HostEmbeddingEngine(config)
+    ids = v1.sparse_placeholder(tf.int64, [None, None])
+    result = engine.lookup({"f": ids})
+    train = engine.apply_gradients(result, {"f": tf.ones([2, 4, 1])}, 0)
+    with v1.Session() as sess:
+      init_session(sess)
+      before = snapshot(sess, engine)
+      bad = v1.SparseTensorValue([[0, 0], [0, 3], [1, 0]], [1, 2, 3], [2, 2])
+      with pytest.raises(tf.errors.InvalidArgumentError,
+                         match=r"Feature .*f.* out of bounds of its "
+                         r"dense_shape"):
+        sess.run([result.activations, train], {ids: bad})
+      assert_unchanged(before, snapshot(sess, engine))
+
+
+def test_weights_at_other_positions_are_refused_in_the_columns_form():
+  column = tec.embedding_column(
+      fc.weighted_categorical_column(
+          fc.categorical_column_with_identity("f", 10), "w"), 2,
+      combiner="sum")
+  config = es.EmbeddingConfig(es.EmbeddingConfigSpec(
+      feature_columns=[column],
+      optimization_parameters=es.AdagradParameters(0.1)), batch_size=2)
+  with tf.Graph().as_default():
+    engine = HostEmbeddingEngine(config)
+    ids = v1.sparse_placeholder(tf.int64, [None, None])
+    weights = v1.sparse_placeholder(tf.float32, [None, None])
+    result = engine.lookup({"f": ids, "w": weights})
+    train = engine.apply_gradients(result, {"f": tf.ones([2, 2])}, 0)
+    with v1.Session() as sess:
+      init_session(sess)
+      before = snapshot(sess, engine)
+      good = v1.SparseTensorValue([[0, 0], [0, 1], [1, 0]], [1, 2, 3], [2, 2])
+      shifted = v1.SparseTensorValue([[0, 0], [1, 0], [1, 1]],
+                                     [0.5, 1.5, 2.0], [2, 2])
+      with pytest.raises(tf.errors.InvalidArgumentError,
+                         match=r"Feature .*f.* other positions"):
+        sess.run([result.activations, train], {ids: good, weights: shifted})
+      assert_unchanged(before, snapshot(sess, engine))
+
+
+@pytest.mark.parametrize("columns_form", [False, True])
+def test_dense_ids_are_their_non_zero_entries_as_on_a_tpu(columns_form):
+  # TF's TPU input path takes the non-zero entries of a dense id tensor as
+  # the ids (TF's CPU path would drop -1 and keep 0): id 0 in a dense input
+  # is padding, -1 a negative id (dropped by the safe lookup). The infeed
+  # reads the same ids (same parser).
+  if columns_form:
+    column = tec.embedding_column(
+        fc.categorical_column_with_identity("f", 10), 1, combiner="sum")
+    config = es.EmbeddingConfig(es.EmbeddingConfigSpec(
+        feature_columns=[column],
+        optimization_parameters=es.AdagradParameters(0.1)), batch_size=2)
+    table_name = "tbl_f"
+  else:
+    config = make_config({"f": es.FeatureConfig("t")},
+                         {"t": es.TableConfig(10, 1, combiner="sum")})
+    table_name = "t"
+  dense = np.array([[0, 3, -1], [2, 0, 0]], np.int64)
+  with tf.Graph().as_default():
+    engine = HostEmbeddingEngine(config)
+    result = engine.lookup({"f": tf.constant(dense)})
+    _, _, per_core = config.split_inputs({"f": tf.constant(dense)})
+    with v1.Session() as sess:
+      init_session(sess)
+      sess.run(engine.tables[table_name].assign_all(
+          np.arange(10, dtype=F32)[:, None] + 1))
+      activation, enqueued = sess.run(
+          [result.activations["f"], per_core[0]["f"].embedding_indices])
+  np.testing.assert_array_equal(activation[:, 0], [4.0, 3.0])
+  np.testing.assert_array_equal(enqueued, [3, -1, 2])
+
+
+@pytest.mark.parametrize("what", ["learning_rate_fn", "multiplier"])
+def test_non_finite_learning_rate_or_multiplier_changes_nothing(what):
+  bad = lambda step: tf.where(step > 0, np.float32(np.inf), np.float32(0.1))
+  config = make_config(
+      {"f": es.FeatureConfig("t")},
+      {"t": es.TableConfig(10, 2, learning_rate_fn=(
+          bad if what == "learning_rate_fn" else None))},
+      experimental_gradient_multiplier_fn=(
+          bad if what == "multiplier" else None))
+  with tf.Graph().as_default():
+    engine = HostEmbeddingEngine(config)
+    step = v1.placeholder(tf.int64, [])
+    result = engine.lookup({"f": ragged_to_sparse([[1, 2], [3]], np.int64)})
+    train = engine.apply_gradients(result, {"f": tf.ones([2, 2])}, step)
+    with v1.Session() as sess:
+      init_session(sess)
+      sess.run(train, {step: 0})
+      before = snapshot(sess, engine)
+      words = ("learning_rate_fn of table .*t" if what == "learning_rate_fn"
+               else "experimental_gradient_multiplier_fn")
+      with pytest.raises(tf.errors.InvalidArgumentError,
+                         match=words + ".* not finite"):
+        sess.run(train, {step: 1})
+      assert_unchanged(before, snapshot(sess, engine))
 
 
 # ---------------------------------------------------------------------------

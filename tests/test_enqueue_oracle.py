@@ -339,18 +339,48 @@ def test_tensor_core_columns_padded_with_mask():
   assert values.dtype == np.int32 and mask.dtype == np.float32
 
 
-def test_dense_weights_and_mixed_dtypes():
+def test_dense_weights_refused_and_other_dtypes_cast():
   config = _dict_config(weight_key="wt")
   with tf.Graph().as_default():
     ids = tf.SparseTensor([[0, 0], [1, 1], [3, 0]],
                           tf.constant([4, 5, 6], tf.int32), [4, 2])
-    weights = tf.constant([[0.5, 0], [0, 2.0], [0, 0], [3.0, 0]], tf.float64)
+    dense = tf.constant([[0.5, 0], [0, 2.0], [0, 0], [3.0, 0]], tf.float64)
+    # As TF's TPU input path: dense weights are refused, with its message.
+    with pytest.raises(ValueError,
+                       match="Dense weights are not supported on TPU"):
+      config.split_inputs({"f": ids, "wt": dense})
+    for dtype, values in ((tf.float64, [0.5, 2.0, 3.0]), (tf.int64, [1, 2, 3])):
+      weights = tf.SparseTensor(ids.indices, tf.constant(values, dtype),
+                                ids.dense_shape)
+      _, _, per_core = config.split_inputs({"f": ids, "wt": weights})
+      with session() as sess:
+        got = sess.run([d["f"] for d in per_core])
+      np.testing.assert_array_equal(got[0].aggregation_weights, values[:2])
+      np.testing.assert_array_equal(got[1].aggregation_weights, values[2:])
+      assert got[0].aggregation_weights.dtype == np.float32
+
+
+def test_split_inputs_checks_positions_and_bounds_when_run():
+  # The same run-time checks as the host engine: weights at other positions
+  # and indices outside the dense_shape fail instead of being enqueued.
+  config = _dict_config(weight_key="wt")
+  with tf.Graph().as_default():
+    ids = tf.compat.v1.sparse_placeholder(tf.int64, [None, None])
+    weights = tf.compat.v1.sparse_placeholder(tf.float32, [None, None])
     _, _, per_core = config.split_inputs({"f": ids, "wt": weights})
+    fetch = [d["f"] for d in per_core]
+    good = tf.compat.v1.SparseTensorValue([[0, 0], [2, 1]], [1, 2], [4, 2])
     with session() as sess:
-      got = sess.run([d["f"] for d in per_core])
-  np.testing.assert_array_equal(got[0].aggregation_weights, [0.5, 2.0])
-  np.testing.assert_array_equal(got[1].aggregation_weights, [3.0])
-  assert got[0].aggregation_weights.dtype == np.float32
+      sess.run(fetch, {ids: good, weights: good._replace(values=[1.0, 2.0])})
+      with pytest.raises(tf.errors.InvalidArgumentError,
+                         match=r"feature .*f.* other positions"):
+        sess.run(fetch, {ids: good, weights: good._replace(
+            indices=[[0, 0], [2, 0]], values=[1.0, 2.0])})
+      with pytest.raises(tf.errors.InvalidArgumentError,
+                         match=r"feature .*f.* out of bounds"):
+        sess.run(fetch, {ids: good._replace(dense_shape=[4, 1]),
+                         weights: good._replace(values=[1.0, 2.0],
+                                                dense_shape=[4, 1])})
 
 
 def test_mixed_index_dtypes_are_widened():
@@ -458,7 +488,7 @@ def test_split_inputs_refuses_bad_input():
       config.split_inputs({"g": ids})
     with pytest.raises(TypeError, match="must be integers"):
       config.split_inputs({"f": tf.SparseTensor([[0, 0]], ["x"], [4, 1])})
-    with pytest.raises(ValueError, match="weights from 'wt'"):
+    with pytest.raises(ValueError, match="Cannot find weights wt"):
       _dict_config(weight_key="wt").split_inputs({"f": ids})
     with pytest.raises(ValueError, match="combiner None.*no weights"):
       _dict_config(combiner=None, weight_key="wt").split_inputs(

@@ -417,7 +417,9 @@ def _all_kinds_data(n):
       "color": colors[rng.randint(0, 7, (n, 2))],
       "word": words[rng.randint(0, 5, (n, 2))],
       "price": rng.uniform(0, 12, (n, 1)).astype(np.float32),
-      "wid": rng.randint(0, 9, (n, 2)),
+      # No 0 ids (a dense id tensor's non-zero entries are its ids) and
+      # weights at every id: sparse weights at the ids' positions.
+      "wid": rng.randint(1, 9, (n, 2)),
       "wid_weight": rng.uniform(0.5, 2, (n, 2)).astype(np.float32),
       "history": np.char.add("x", rng.randint(0, 50, (n, 5)).astype(str)
                             ).astype(object),
@@ -473,7 +475,10 @@ def _numpy_input_fn(features, labels, shuffle=False, repeat=True):
       dataset = dataset.shuffle(64, seed=3)
     if repeat:
       dataset = dataset.repeat()
-    return dataset.batch(params["batch_size"], drop_remainder=True)
+    # Weights are sparse, as on a TPU.
+    return dataset.batch(params["batch_size"], drop_remainder=True).map(
+        lambda f, l: ({**f, "wid_weight": tf.sparse.from_dense(
+            f["wid_weight"])}, l))
 
   return input_fn
 
@@ -531,7 +536,10 @@ def test_every_column_kind_trains_evaluates_predicts_exports(
         k: tf.compat.v1.placeholder(
             tf.string if v.dtype == object else tf.as_dtype(v.dtype),
             [None, v.shape[1]], name=k) for k, v in features.items()
+        if k != "wid_weight"
     }
+    inputs["wid_weight"] = tf.compat.v1.sparse_placeholder(
+        tf.float32, [None, 2], name="wid_weight")
     return tf.estimator.export.ServingInputReceiver(inputs, inputs)
 
   export_dir = estimator.export_saved_model(str(tmp_path / "export"),
@@ -539,7 +547,14 @@ def test_every_column_kind_trains_evaluates_predicts_exports(
   with tf.Graph().as_default(), tf.compat.v1.Session() as session:
     meta = tf.compat.v1.saved_model.load(session, ["serve"], export_dir)
     signature = meta.signature_def["serving_default"]
-    feed = {signature.inputs[k].name: v[:8] for k, v in features.items()}
+    feed = {signature.inputs[k].name: v[:8] for k, v in features.items()
+            if k != "wid_weight"}
+    weights = features["wid_weight"][:8]
+    rows, cols = np.nonzero(weights)
+    coo = signature.inputs["wid_weight"].coo_sparse
+    feed[coo.indices_tensor_name] = np.stack([rows, cols], 1).astype(np.int64)
+    feed[coo.values_tensor_name] = weights[rows, cols]
+    feed[coo.dense_shape_tensor_name] = np.array(weights.shape, np.int64)
     served = session.run(signature.outputs["logits"].name, feed)
     names = [v.name for v in tf.compat.v1.global_variables()]
   np.testing.assert_allclose(served, first, rtol=1e-6, atol=1e-6)
@@ -669,9 +684,15 @@ def test_constructor_refusals(tmp_path):
                                 optimization_parameters=es.AdagradParameters(
                                     0.1))
   model_fn = _small_model_fn([a, b])
-  with pytest.raises(ValueError, match="'batch_size'"):
-    TPUEstimator(model_fn=model_fn, params={"batch_size": 3}, use_tpu=False,
-                 train_batch_size=4, embedding_config_spec=spec)
+  # TF reserves 'batch_size' and 'context' (its own message); 'use_tpu' is
+  # allowed (TPUEstimator overwrites it for model_fn).
+  for key in ("batch_size", "context"):
+    with pytest.raises(ValueError,
+                       match="are reserved keys but existed in params"):
+      TPUEstimator(model_fn=model_fn, params={key: 3}, use_tpu=False,
+                   train_batch_size=4, embedding_config_spec=spec)
+  TPUEstimator(model_fn=model_fn, params={"use_tpu": True}, use_tpu=False,
+               train_batch_size=4, embedding_config_spec=spec)
   with pytest.raises(ValueError, match="train_batch_size"):
     TPUEstimator(model_fn=model_fn, use_tpu=False,
                  embedding_config_spec=spec)
@@ -687,9 +708,9 @@ def test_constructor_refusals(tmp_path):
   # model is handed to TF's TPUEstimator (tests/test_interop_tensorflow.py).
   config = tf.compat.v1.estimator.tpu.RunConfig(
       master="grpc://10.1.2.3:8470", model_dir=str(tmp_path / "m"))
-  with pytest.raises(ValueError, match="'use_tpu'"):
+  with pytest.raises(ValueError, match="are reserved keys"):
     TPUEstimator(model_fn=model_fn, config=config, use_tpu=True,
-                 params={"use_tpu": True}, train_batch_size=4,
+                 params={"context": True}, train_batch_size=4,
                  embedding_config_spec=spec)
   with pytest.raises(ValueError, match="train_batch_size"):
     TPUEstimator(model_fn=model_fn, config=config, use_tpu=True,

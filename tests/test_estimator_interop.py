@@ -104,11 +104,31 @@ def interop_data(n=N, seed=0):
   return features, labels
 
 
+def as_sparse(features):
+  """Padded dense id arrays -> SparseTensors of the present ids (>= 0), and
+  `<key>_weight` at the positions of `<key>`'s ids. Sparse inputs mean the
+  same to both sides: dense ids do not (TF's CPU path drops -1 and keeps 0,
+  the TPU input path takes the non-zero entries)."""
+  result = dict(features)
+  for name, value in features.items():
+    if name.endswith("_weight") or not value.dtype.is_integer:
+      continue
+    where = tf.where(value >= 0)
+    shape = tf.shape(value, out_type=tf.int64)
+    result[name] = tf.SparseTensor(where, tf.gather_nd(value, where), shape)
+    if f"{name}_weight" in features:
+      result[f"{name}_weight"] = tf.SparseTensor(
+          where, tf.gather_nd(features[f"{name}_weight"], where), shape)
+  return result
+
+
 def train_input_fn(features, labels):
 
   def input_fn(params):
     dataset = tf.data.Dataset.from_tensor_slices((features, labels))
-    return dataset.repeat().batch(params["batch_size"], drop_remainder=True)
+    return dataset.repeat().batch(params["batch_size"],
+                                  drop_remainder=True).map(
+                                      lambda f, y: (as_sparse(f), y))
 
   return input_fn
 
@@ -117,7 +137,8 @@ def eval_input_fn(features, labels):
 
   def input_fn(params):
     dataset = tf.data.Dataset.from_tensor_slices((features, labels))
-    return dataset.batch(params["batch_size"], drop_remainder=True)
+    return dataset.batch(params["batch_size"], drop_remainder=True).map(
+        lambda f, y: (as_sparse(f), y))
 
   return input_fn
 
@@ -126,7 +147,8 @@ def predict_input_fn(features):
 
   def input_fn(params):
     dataset = tf.data.Dataset.from_tensor_slices(features)
-    return dataset.batch(params["batch_size"], drop_remainder=True)
+    return dataset.batch(params["batch_size"],
+                         drop_remainder=True).map(as_sparse)
 
   return input_fn
 

@@ -27,6 +27,7 @@ import tensorflow as tf
 import estimator_spec as es
 import tpu_embedding_columns as tec
 from estimator_spec import interop
+from tests.test_estimator_interop import as_sparse
 from tests.test_estimator_interop import padded_ids
 from tensorflow.core.protobuf.tpu import optimization_parameters_pb2
 
@@ -374,7 +375,9 @@ def train(model_dir, strategy, steps=2, num_shards=24):
 
   def input_fn(params):
     data = tf.data.Dataset.from_tensor_slices((features, labels))
-    return data.repeat().batch(params["batch_size"], drop_remainder=True)
+    return data.repeat().batch(params["batch_size"],
+                               drop_remainder=True).map(
+                                   lambda f, y: (as_sparse(f), y))
 
   est = estimator(model_dir, strategy, num_shards)
   est.train(input_fn, max_steps=steps)
@@ -385,7 +388,7 @@ def predict_all(est, features):
 
   def input_fn(params):
     data = tf.data.Dataset.from_tensor_slices(features)
-    return data.batch(params["batch_size"])
+    return data.batch(params["batch_size"]).map(as_sparse)
 
   batches = list(est.predict(input_fn, yield_single_examples=False))
   return {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}

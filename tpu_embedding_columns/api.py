@@ -2,11 +2,15 @@
 
 Same signatures and defaults as TF 2.15's
 `tf.compat.v1.tpu.experimental.embedding_column` /
-`shared_embedding_columns`. Everything TF refuses is refused here too (one
-deliberate widening: numpy integers are accepted wherever TF wants a Python
-int), and a few things TF accepts and then ignores or fails on later are
-refused up front (see the README); each refusal names the column and the
-argument.
+`shared_embedding_columns`. What TF's constructors refuse is refused here
+with the same exception type and TF's own key phrase, followed by what to
+do. Deliberate differences (README, "Deliberate differences from TF 2.15"):
+numpy integers are accepted wherever TF wants a Python int; every
+categorical column TF's columns accept is accepted, and raw strings, floats
+and crossed keys are turned into ids by the column where TF's TPU input path
+takes integer ids only; a few things TF accepts and then ignores or fails on
+later are refused up front (e.g. `combiner=None` with a weighted column,
+`tensor_core_shape` without the tensor-core device).
 """
 import math
 
@@ -132,9 +136,11 @@ def shared_embedding_columns(categorical_columns,
                  max_sequence_lengths, TypeError)
   if len(max_sequence_lengths) != len(categorical_columns):
     raise ValueError(
-        f"{owner}: `max_sequence_lengths` must have one entry per column "
-        f"({len(categorical_columns)}); got {len(max_sequence_lengths)}: "
-        f"{list(max_sequence_lengths)!r}.")
+        f"{owner}: max_sequence_lengths and categorical_columns must be of "
+        f"the same length. len(max_sequence_lengths)="
+        f"{len(max_sequence_lengths)} len(categorical_columns)="
+        f"{len(categorical_columns)} (`max_sequence_lengths` needs one entry "
+        f"per column; got {list(max_sequence_lengths)!r}).")
 
   dimension = _check_dimension(owner, dimension)
   initializer = _check_initializer(owner, initializer, dimension)
@@ -189,26 +195,36 @@ def _column_name(column):
 
 def _check_categorical(owner, arg, column):
   if not isinstance(column, cols.CategoricalColumn):
-    _checks.fail(
-        owner, arg, "must be a categorical column of tf.feature_column "
-        "(categorical_column_with_*, sequence_categorical_column_with_*, "
-        "weighted_categorical_column, crossed_column, bucketized_column)",
-        column, TypeError)
+    kind = ("shared_embedding_columns" if owner.startswith(_SHARED_OWNER) else
+            "embedding_column")
+    raise _checks.ArgumentTypeError(
+        f"{owner}: categorical_column for tpu {kind} must be type "
+        f"CategoricalColumn, got {type(column)}: {column!r} (`{arg}`: use a "
+        "categorical column of tf.feature_column: categorical_column_with_*, "
+        "sequence_categorical_column_with_*, weighted_categorical_column, "
+        "crossed_column or bucketized_column).")
 
 
 def _check_dimension(owner, dimension):
-  if dimension is None:
-    _checks.fail(owner, "dimension", "must be a positive int, not None",
-                 dimension)
-  return _checks.check_int(owner, "dimension", dimension, minimum=1)
+  if dimension is None or (_checks.is_int(dimension) and dimension < 1):
+    raise ValueError(
+        f"{owner}: Invalid dimension {dimension}. `dimension` must be a "
+        f"positive int; got {dimension!r}.")
+  if not _checks.is_int(dimension):
+    raise _checks.ArgumentTypeError(
+        f"{owner}: Invalid dimension {dimension!r}. `dimension` must be a "
+        f"positive int; got {dimension!r}.")
+  return int(dimension)
 
 
 def _check_initializer(owner, initializer, dimension):
   if initializer is None:
     return default_initializer(dimension)
   if not callable(initializer):
-    _checks.fail(owner, "initializer", "must be callable if specified",
-                 initializer, TypeError)
+    raise _checks.ArgumentTypeError(
+        f"{owner}: initializer must be callable if specified; got "
+        f"`initializer`={initializer!r} (e.g. "
+        "tf.compat.v1.truncated_normal_initializer).")
   return initializer
 
 
@@ -228,12 +244,13 @@ def _check_sequence_length(owner, arg, value, column):
   is_sequence = isinstance(column, cols.SequenceCategoricalColumn)
   if is_sequence and value < 1:
     raise ValueError(
-        f"{owner}: `{arg}` must be > 0 for the sequence column "
-        f"{column.name!r}; got {value}.")
+        f"{owner}: max_sequence_length must be greater than 0 for sequence "
+        f"columns. Got max_sequence_length={value} for sequence column "
+        f"{column.name} (`{arg}`).")
   if not is_sequence and value != 0:
     raise ValueError(
-        f"{owner}: `{arg}` must be 0 for the non-sequence column "
-        f"{column.name!r}; got {value}. Use a "
+        f"{owner}: Non zero max_seq_length={value} specified for non sequence "
+        f"column {column.name} (`{arg}` must be 0). Use a "
         "sequence_categorical_column_with_* for sequence features.")
   return value
 
@@ -242,14 +259,17 @@ def _check_device(owner, device, tensor_core_shape, categorical_columns,
                   combiner):
   """Validates `embedding_lookup_device` and `tensor_core_shape`."""
   if device is not None and device not in cols.LOOKUP_DEVICES:
-    _checks.fail(owner, "embedding_lookup_device",
-                 f"must be None or one of {list(cols.LOOKUP_DEVICES)}", device)
+    raise ValueError(
+        f"{owner}: If set, embedding_lookup_device must be in "
+        f"{list(cols.LOOKUP_DEVICES)}; got `embedding_lookup_device`="
+        f"{device!r}.")
   if tensor_core_shape is not None and not (
       isinstance(tensor_core_shape, (list, tuple)) and
       len(tensor_core_shape) == 2):
-    _checks.fail(owner, "tensor_core_shape",
-                 "must be a list of 2 entries [batch, ids per example]",
-                 tensor_core_shape)
+    raise ValueError(
+        f"{owner}: tensor_core_shape must be size 2. Got "
+        f"`tensor_core_shape`={tensor_core_shape!r} (give [batch or None, ids "
+        "per example]).")
   if device != "tpu_tensor_core":
     if tensor_core_shape is not None:
       raise ValueError(
@@ -260,21 +280,23 @@ def _check_device(owner, device, tensor_core_shape, categorical_columns,
     return device, None
   if tensor_core_shape is None:
     raise ValueError(
-        f"{owner}: embedding_lookup_device='tpu_tensor_core' needs "
-        "`tensor_core_shape` ([batch or None, ids per example]).")
+        f"{owner}: Using embedding_lookup_device=tpu_tensor_core requires "
+        "tensor_core_shape to be set (`tensor_core_shape`: [batch or None, "
+        "ids per example]).")
   batch, width = tensor_core_shape
   if batch is not None and batch != -1:
     _checks.check_int(owner, "tensor_core_shape[0]", batch, minimum=1)
   width = _checks.check_int(owner, "tensor_core_shape[1]", width, minimum=1)
   if combiner not in ("sum", "mean"):
-    _checks.fail(owner, "combiner",
-                 "must be 'sum' or 'mean' for 'tpu_tensor_core' lookups",
-                 combiner)
+    raise ValueError(
+        f"{owner}: Dense TPU Embedding does not support combiner other than "
+        f"sum and mean; got `combiner`={combiner!r} with "
+        "embedding_lookup_device='tpu_tensor_core'.")
   for column in categorical_columns:
     if isinstance(column, cols.SequenceCategoricalColumn):
       raise ValueError(
-          f"{owner}: embedding_lookup_device='tpu_tensor_core' does not take "
-          f"sequence columns; {column.name!r} is one.")
+          f"{owner}: embedding_lookup_device=tpu_tensor_core currently does "
+          f"not support sequence columns; {column.name!r} is one.")
     if isinstance(column, cols.WeightedCategoricalColumn):
       raise ValueError(
           f"{owner}: embedding_lookup_device='tpu_tensor_core' pads ids with "

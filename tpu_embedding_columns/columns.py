@@ -14,6 +14,7 @@ Where the lookup happens:
   `<layer>/<column name>/embedding_weights`, or `<shared collection name>` for
   shared tables.
 """
+import enum
 import re
 
 import tensorflow as tf
@@ -30,6 +31,16 @@ SEQUENCE_LENGTH_SUFFIX = "_seq_length_"
 TENSOR_CORE_MASK_SUFFIX = "__TENSOR_CORE_MASK"
 EMBEDDING_WEIGHTS = "embedding_weights"
 LOOKUP_DEVICES = ("cpu", "tpu_tensor_core", "tpu_embedding_core")
+
+
+
+class EmbeddingDevice(enum.Enum):
+  """Where a column's lookup runs on a TPU; the names and values of TF's
+  `EmbeddingDevice` (`column._embedding_lookup_device`)."""
+  CPU = 1
+  TPU_TENSOR_CORE = 2
+  TPU_EMBEDDING_CORE = 3
+
 
 CategoricalColumn = _fc_v2.CategoricalColumn
 SequenceCategoricalColumn = _fc_v2.SequenceCategoricalColumn
@@ -144,6 +155,36 @@ class _TPUEmbeddingColumnBase(tf.__internal__.feature_column.DenseColumn,
   def get_sequence_length_feature_key_name(self):
     return self.sequence_length_feature_key
 
+  # Attributes of TensorFlow's TPU columns that user code reads, as aliases
+  # of the public names.
+  @property
+  def _max_sequence_length(self):
+    return self.max_sequence_length
+
+  @property
+  def _learning_rate_fn(self):
+    return self.learning_rate_fn
+
+  @property
+  def _tpu_categorical_column(self):
+    return self.categorical_column
+
+  @property
+  def _tensor_core_shape(self):
+    return None if self.tensor_core_shape is None else list(
+        self.tensor_core_shape)
+
+  @property
+  def _embedding_lookup_device(self):
+    if self.embedding_lookup_device is None:
+      return None
+    return EmbeddingDevice[self.embedding_lookup_device.upper()]
+
+  @property
+  def max_norm(self):
+    """TPU embedding columns take no max_norm (always None)."""
+    return None
+
   def __repr__(self):
     fields = [
         f"categorical_column={self.categorical_column.name!r}",
@@ -203,8 +244,7 @@ class _TPUEmbeddingColumnBase(tf.__internal__.feature_column.DenseColumn,
     if source is not None:
       self._register_v2(source)
       return source.dense_activation(self)
-    pair = self.categorical_column.get_sparse_tensors(transformation_cache,
-                                                      state_manager)
+    pair = self._sparse_pair_v2(transformation_cache, state_manager)
     return self._embed(pair, self._table_v2(state_manager))
 
   def get_sequence_dense_tensor(self, transformation_cache, state_manager):
@@ -213,8 +253,7 @@ class _TPUEmbeddingColumnBase(tf.__internal__.feature_column.DenseColumn,
     if source is not None:
       self._register_v2(source)
       return self._sequence_pair(*source.sequence_activation(self))
-    pair = self.categorical_column.get_sparse_tensors(transformation_cache,
-                                                      state_manager)
+    pair = self._sparse_pair_v2(transformation_cache, state_manager)
     return self._sequence_pair(*self._embed_sequence(
         pair, self._table_v2(state_manager)))
 
@@ -224,8 +263,7 @@ class _TPUEmbeddingColumnBase(tf.__internal__.feature_column.DenseColumn,
     if source is not None:
       source.register_variable(self, self._variable_name_v1())
       return source.dense_activation(self)
-    pair = self.categorical_column._get_sparse_tensors(
-        inputs, weight_collections, trainable)
+    pair = self._sparse_pair_v1(inputs, weight_collections, trainable)
     return self._embed(pair, self._table_v1(weight_collections, trainable))
 
   def _get_sequence_dense_tensor(self, inputs, weight_collections=None,
@@ -235,8 +273,7 @@ class _TPUEmbeddingColumnBase(tf.__internal__.feature_column.DenseColumn,
     if source is not None:
       source.register_variable(self, self._variable_name_v1())
       return self._sequence_pair(*source.sequence_activation(self))
-    pair = self.categorical_column._get_sparse_tensors(
-        inputs, weight_collections, trainable)
+    pair = self._sparse_pair_v1(inputs, weight_collections, trainable)
     return self._sequence_pair(*self._embed_sequence(
         pair, self._table_v1(weight_collections, trainable)))
 
@@ -263,6 +300,28 @@ class _TPUEmbeddingColumnBase(tf.__internal__.feature_column.DenseColumn,
     return tf.__internal__.feature_column.SequenceDenseColumn.TensorSequenceLengthPair(
         dense_tensor=activations, sequence_length=lengths)
 
+  def _sparse_pair_v2(self, transformation_cache, state_manager):
+    categorical = self.categorical_column
+    if not self.is_weighted:
+      return categorical.get_sparse_tensors(transformation_cache,
+                                            state_manager)
+    ids = categorical.categorical_column.get_sparse_tensors(
+        transformation_cache, state_manager).id_tensor
+    return _weighted_pair(
+        categorical, ids,
+        transformation_cache.get(categorical.weight_feature_key,
+                                 state_manager))
+
+  def _sparse_pair_v1(self, inputs, weight_collections, trainable):
+    categorical = self.categorical_column
+    if not self.is_weighted:
+      return categorical._get_sparse_tensors(inputs, weight_collections,
+                                             trainable)
+    ids = categorical.categorical_column._get_sparse_tensors(
+        inputs, weight_collections, trainable).id_tensor
+    return _weighted_pair(categorical, ids,
+                          inputs.get(categorical.weight_feature_key))
+
   def _engine_source(self):
     """The installed engine, for columns whose lookup the engine does: all
     but tensor-core columns. ('cpu' columns are tables of the embedding
@@ -285,21 +344,32 @@ class _TPUEmbeddingColumnBase(tf.__internal__.feature_column.DenseColumn,
     raise NotImplementedError
 
   def _flat_ids(self, pair):
-    flat = lookup.flatten_ids(
+    if self.is_tensor_core:
+      max_positions = self.tensor_core_shape[1]
+    elif self.is_sequence:
+      max_positions = self.max_sequence_length
+    else:
+      max_positions = None
+    return lookup.flatten_ids(
         pair.id_tensor,
         pair.weight_tensor,
         self.vocabulary_size,
         feature=self.feature_key,
         table=self.table_name,
         drop_negative=self.use_safe_embedding_lookup,
-        ids_non_negative=lookup.never_negative(self.categorical_column))
-    if self.is_tensor_core:
-      flat = lookup.truncate_positions(flat, self.tensor_core_shape[1])
-    elif self.is_sequence:
-      flat = lookup.truncate_positions(flat, self.max_sequence_length)
-    return flat
+        ids_non_negative=lookup.never_negative(self.categorical_column),
+        max_positions=max_positions)
 
   def _embed(self, pair, table):
+    if self.embedding_lookup_device == "tpu_embedding_core" and (
+        context.under_tpu_inference()):
+      raise ValueError(
+          f"Column {self.name!r}: Using embedding_lookup_device="
+          "tpu_embedding_core during inference is not supported (TF's TPU "
+          "serving graph has no TPU embedding); use "
+          "embedding_lookup_device='cpu' or None for serving.")
+    if not self.is_tensor_core and not tf.executing_eagerly():
+      context.record_plain_lookup(self)
     flat = self._flat_ids(pair)
     plan = lookup.make_plan(flat, self.combiner, self.dimension,
                             self.max_sequence_length, feature=self.feature_key,
@@ -313,6 +383,11 @@ class _TPUEmbeddingColumnBase(tf.__internal__.feature_column.DenseColumn,
 
 class EmbeddingColumn(_TPUEmbeddingColumnBase):
   """A TPU embedding column with a table of its own."""
+
+  # The fields TF's embedding columns have and TPU ones fix.
+  trainable = True
+  ckpt_to_load_from = None
+  tensor_name_in_ckpt = None
 
   @property
   def name(self):
@@ -415,6 +490,14 @@ class SharedEmbeddingColumn(_TPUEmbeddingColumnBase):
     return self.shared_table.name
 
   @property
+  def _shared_embedding_collection_name(self):
+    return self.shared_table.name
+
+  @property
+  def _initializer(self):
+    return self.initializer
+
+  @property
   def embedding_var_name(self):
     return self.shared_table.name
 
@@ -445,6 +528,21 @@ class SharedEmbeddingColumn(_TPUEmbeddingColumnBase):
     del weight_collections  # One variable serves every column of the group.
     return self.shared_table.variable(
         self._outer_scope_v1(), trainable=True if trainable is None else trainable)
+
+
+def _weighted_pair(categorical, ids, weights):
+  """(ids, weights) of a weighted categorical column. Integer weights are
+  cast to float32 first, as TF's TPU input path does (its CPU path refuses
+  them); the rest is the column's own weight handling."""
+  if weights.dtype.is_integer and categorical.dtype.is_floating:
+    if isinstance(weights, tf.SparseTensor):
+      weights = tf.SparseTensor(weights.indices,
+                                tf.cast(weights.values, categorical.dtype),
+                                weights.dense_shape)
+    else:
+      weights = tf.cast(weights, categorical.dtype)
+  return CategoricalColumn.IdWeightPair(
+      ids, categorical._transform_weight_tensor(weights))
 
 
 def _current_scope():

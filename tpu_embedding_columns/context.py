@@ -11,6 +11,7 @@ import contextlib
 import tensorflow as tf
 
 _COLLECTION = "tpu_embedding_columns.activation_sources"
+_PLAIN_LOOKUPS = "tpu_embedding_columns.plain_lookups"
 
 
 class ActivationSource:
@@ -54,3 +55,31 @@ def current_source(graph=None):
   graph = graph or tf.compat.v1.get_default_graph()
   sources = graph.get_collection(_COLLECTION)
   return sources[-1] if sources else None
+
+
+def record_plain_lookup(column, graph=None):
+  """Notes that `column` looked up its own table (no engine) in `graph`."""
+  graph = graph or tf.compat.v1.get_default_graph()
+  graph.add_to_collection(_PLAIN_LOOKUPS, column.name)
+
+
+def plain_lookups(graph=None):
+  """Names of the embedding columns (all but tensor-core ones) that looked
+  up their own tables in `graph` (default graph), in order of use."""
+  graph = graph or tf.compat.v1.get_default_graph()
+  return list(graph.get_collection(_PLAIN_LOOKUPS))
+
+
+def under_tpu_inference(graph=None):
+  """Whether ops built now run inside TensorFlow's TPU inference rewrite
+  (its `_TPUInferenceContext`, which TF's TPU serving export opens): there a
+  TPU embedding-core lookup has no TPU embedding to read from."""
+  graph = graph or tf.compat.v1.get_default_graph()
+  while graph is not None:
+    context = graph._get_control_flow_context()
+    while context is not None:
+      if type(context).__name__ == "_TPUInferenceContext":
+        return True
+      context = context.outer_context
+    graph = getattr(graph, "outer_graph", None)
+  return False

@@ -39,17 +39,28 @@ def dense_to_sparse(tensor):
                          tf.shape(tensor, out_type=tf.int64))
 
 
-def categorical_ids(column, features):
-  """(ids, weights or None) as SparseTensors: a TPU embedding column's
-  categorical column run on the raw inputs it reads from `features` (its
-  `parse_example_spec` keys; RaggedTensors are taken as sparse)."""
-  raw = dict(features)
-  for key in column.categorical_column.parse_example_spec:
-    if isinstance(raw.get(key), tf.RaggedTensor):
-      raw[key] = raw[key].to_sparse()
+def id_column(column):
+  """The categorical column that makes a TPU embedding column's ids: its
+  categorical column without the weighted wrapper (weights are read from the
+  weight key as they are, as on a TPU)."""
+  categorical = column.categorical_column
+  if type(categorical).__name__ == "WeightedCategoricalColumn":
+    return categorical.categorical_column
+  return categorical
+
+
+def column_ids(column, features):
+  """SparseTensor ids: a TPU embedding column's id column (`id_column`) run
+  on the raw inputs it reads from `features` (RaggedTensors are taken as
+  sparse)."""
+  categorical = id_column(column)
+  raw = {}
+  for key in categorical.parse_example_spec:
+    value = features[key]
+    raw[key] = value.to_sparse() if isinstance(value,
+                                               tf.RaggedTensor) else value
   cache = tf.__internal__.feature_column.FeatureTransformationCache(raw)
-  pair = column.categorical_column.get_sparse_tensors(cache, None)
-  return pair.id_tensor, pair.weight_tensor
+  return categorical.get_sparse_tensors(cache, None).id_tensor
 
 
 class FlatIds:
@@ -70,37 +81,78 @@ class FlatIds:
     self.static_batch_size = static_batch_size
 
 
+def structure_checks(sparse_ids, sparse_weights, where):
+  """Run-time checks of a feature's SparseTensors, before any use of them:
+  every index lies inside the ids' dense_shape, and the weights (if any) sit
+  at exactly the ids' positions. `where` names the feature and table."""
+  indices = sparse_ids.indices
+  checks = [
+      check(
+          tf.logical_and(
+              tf.greater_equal(indices, 0),
+              tf.less(indices, tf.expand_dims(sparse_ids.dense_shape, 0))),
+          f"{where}: SparseTensor indices are out of bounds of its "
+          "dense_shape (an id would land in another example or position); "
+          "make dense_shape cover every index. dense_shape and the largest "
+          "index:",
+          [sparse_ids.dense_shape, tf.reduce_max(indices, axis=0)])
+  ]
+  if sparse_weights is not None:
+    count = check(
+        tf.equal(tf.size(sparse_weights.values), tf.size(sparse_ids.values)),
+        f"{where}: weights do not match the ids (different number of "
+        "values).")
+    with tf.control_dependencies([count]):
+      same = tf.reduce_all(tf.equal(sparse_weights.indices, indices))
+    checks += [
+        count,
+        check(
+            same, f"{where}: weights are at other positions than the ids "
+            "(their SparseTensors' indices differ); give weights at exactly "
+            "the ids' positions.")
+    ]
+  return checks
+
+
 def flatten_ids(sparse_ids, sparse_weights, vocabulary_size, *, feature,
-                table, drop_negative, ids_non_negative=False):
+                table, drop_negative, ids_non_negative=False,
+                max_positions=None):
   """Validates a SparseTensor of ids (and weights) and returns `FlatIds`.
 
-  Negative ids are dropped when `drop_negative` (the behaviour of
+  Ids at positions >= `max_positions` (sequence length, tensor-core width)
+  are dropped first: they are never looked up, so they are never checked.
+  Negative ids are then dropped when `drop_negative` (the behaviour of
   `use_safe_embedding_lookup=True`), else refused; ids >= vocabulary_size are
-  always refused. Errors are raised when the graph runs and name the feature
-  and the table. `ids_non_negative`: the ids come from a transformation that
-  never yields negative ids (see `never_negative`), so none are dropped.
+  always refused. Weights are cast to float32. Errors are raised when the
+  graph runs and name the feature and the table; `structure_checks` run
+  too. `ids_non_negative`: the ids come from a transformation that never
+  yields negative ids (see `never_negative`), so none are dropped.
   """
+  where = f"Feature {feature!r} (table {table!r})"
   if not isinstance(sparse_ids, tf.SparseTensor):
     raise TypeError(
-        f"Feature {feature!r} (table {table!r}): ids must arrive as a "
-        f"SparseTensor here; got {type(sparse_ids).__name__}.")
+        f"{where}: ids must arrive as a SparseTensor here; got "
+        f"{type(sparse_ids).__name__}.")
   if not sparse_ids.dtype.is_integer:
     raise TypeError(
-        f"Feature {feature!r} (table {table!r}): ids must be integers; got "
-        f"dtype {sparse_ids.dtype.name}. Pass the raw feature through the "
-        "categorical column so that it is turned into ids.")
-  ids = tf.cast(sparse_ids.values, tf.int64)
+        f"{where}: ids must be integers; got dtype {sparse_ids.dtype.name}. "
+        "Pass the raw feature through the categorical column so that it is "
+        "turned into ids.")
+  checks = structure_checks(sparse_ids, sparse_weights, where)
   indices = sparse_ids.indices
+  ids = tf.cast(sparse_ids.values, tf.int64)
   weights = None
   if sparse_weights is not None:
     weights = tf.cast(sparse_weights.values, tf.float32)
-    with tf.control_dependencies([
-        check(
-            tf.equal(tf.size(weights), tf.size(ids)),
-            f"Feature {feature!r} (table {table!r}): weights do not match "
-            "the ids (different number of values).")
-    ]):
-      weights = tf.identity(weights)
+  example = indices[:, 0]
+  rank = tf.compat.dimension_value(sparse_ids.dense_shape.shape[0])
+  position = indices[:, 1] if rank != 1 else tf.zeros_like(example)
+  if max_positions is not None:
+    keep = tf.reshape(tf.where(tf.math.less(position, max_positions)), [-1])
+    ids, example, position = (tf.gather(t, keep)
+                              for t in (ids, example, position))
+    if weights is not None:
+      weights = tf.gather(weights, keep)
   vocabulary = tf.constant(vocabulary_size, tf.int64)
   if drop_negative:
     in_range = tf.less(ids, vocabulary)
@@ -110,24 +162,22 @@ def flatten_ids(sparse_ids, sparse_weights, vocabulary_size, *, feature,
                               tf.greater_equal(ids, 0))
     message = (f"id out of range [0, {vocabulary_size}) (negative ids are "
                "refused with use_safe_embedding_lookup=False)")
-  with tf.control_dependencies([
-      check(in_range, f"Feature {feature!r} (table {table!r}): {message}; "
-            "smallest and largest id of the batch:",
-            [tf.reduce_min(ids), tf.reduce_max(ids)])
-  ]):
+  with tf.control_dependencies(checks):
+    checks.append(
+        check(in_range, f"{where}: {message}; smallest and largest id of "
+              "the batch:", [tf.reduce_min(ids), tf.reduce_max(ids)]))
+  with tf.control_dependencies(checks):
     ids = tf.identity(ids)
-  example = indices[:, 0]
-  rank = tf.compat.dimension_value(sparse_ids.dense_shape.shape[0])
-  position = indices[:, 1] if rank != 1 else tf.zeros_like(example)
+    if weights is not None:
+      weights = tf.identity(weights)
   if drop_negative and not ids_non_negative:
     keep = tf.reshape(tf.where(tf.math.greater_equal(ids, 0)), [-1])
-    ids = tf.gather(ids, keep)
-    example = tf.gather(example, keep)
-    position = tf.gather(position, keep)
+    ids, example, position = (tf.gather(t, keep)
+                              for t in (ids, example, position))
     if weights is not None:
       weights = tf.gather(weights, keep)
-  static_shape = tf.get_static_value(sparse_ids.dense_shape)
-  static_batch = None if static_shape is None else int(static_shape[0])
+  static_batch = (tf.compat.dimension_value(sparse_ids.shape[0])
+                  if sparse_ids.shape.rank else None)
   return FlatIds(example, position, ids, weights, sparse_ids.dense_shape[0],
                  static_batch)
 
@@ -278,13 +328,3 @@ def sequence_lengths(sparse_ids, max_sequence_length):
       tf.cast(sparse_ids.indices[:, 1], tf.int64) + 1, example, batch)
   lengths = tf.maximum(last, 0)  # empty examples give the dtype's minimum
   return tf.minimum(lengths, max_sequence_length)
-
-
-def truncate_positions(flat, max_ids):
-  """Keeps the ids at positions < max_ids (tensor-core padding semantics)."""
-  keep = tf.reshape(tf.where(tf.math.less(flat.position, max_ids)), [-1])
-  weights = None if flat.weights is None else tf.gather(flat.weights, keep)
-  return FlatIds(
-      tf.gather(flat.example, keep), tf.gather(flat.position, keep),
-      tf.gather(flat.ids, keep), weights, flat.batch_size,
-      flat.static_batch_size)

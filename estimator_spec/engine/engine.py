@@ -63,6 +63,9 @@ class LookupStep:
   def __init__(self, engine, parsed, checks, batch_size):
     self._engine = engine
     self.batch_size = batch_size  # int64 scalar tensor
+    # The static batch dimension of the activations: the inputs' when they
+    # have one; a caller that knows better (a TPU step's fixed batch) sets it
+    # before the first lookup.
     self.static_batch_size = next(
         (item.flat.static_batch_size for item in parsed.values()
          if item.flat.static_batch_size is not None), None)
@@ -100,8 +103,12 @@ class LookupStep:
             table, [self._parsed[f] for f in table.features])
         for item in lookup.features:
           rows = tf.gather(lookup.rows, lookup.index_parts[item.name])
-          self.activations[item.name] = lookup.plans[item.name].combine(rows)
+          activation = lookup.plans[item.name].combine(rows)
+          activation.set_shape([self.static_batch_size] +
+                               activation.shape[1:].as_list())
+          self.activations[item.name] = activation
           if item.lengths is not None:
+            item.lengths.set_shape([self.static_batch_size])
             self.sequence_lengths[item.name] = item.lengths
       self.tables[name] = lookup
     return self.tables[name]
@@ -304,11 +311,18 @@ class HostEmbeddingEngine:
           f"{', '.join(missing)}; every configured feature needs one (the "
           "model must use every embedding activation).")
     step = tf.convert_to_tensor(global_step)
+    checks = list(result.checks)
     multiplier = None
     if self.model.gradient_multiplier_fn is not None:
-      multiplier = tf.cast(self.model.gradient_multiplier_fn(step), tf.float32)
-
-    checks = list(result.checks)
+      multiplier = _finite(
+          tf.cast(self.model.gradient_multiplier_fn(step), tf.float32),
+          "experimental_gradient_multiplier_fn", step, checks)
+    rates = collections.OrderedDict(
+        (name, self._learning_rate(name, step, checks))
+        for name in result.tables)
+    # A non-finite multiplier is reported as such, not as the non-finite
+    # gradients it makes.
+    scalar_checks = checks[len(result.checks):]
     accumulated = collections.OrderedDict()
     for name, lookup in result.tables.items():
       contributions = []
@@ -329,10 +343,11 @@ class HostEmbeddingEngine:
       # One check per table, on what would be written: a non-finite
       # gradient of any feature that reaches the table shows up here.
       names = ", ".join(repr(i.name) for i in lookup.features)
-      checks.append(
-          tf.debugging.check_numerics(
-              summed, f"Gradient of features {names} (table {name!r}) is "
-              "not finite; no table was updated.").op)
+      with tf.control_dependencies(scalar_checks):
+        checks.append(
+            tf.debugging.check_numerics(
+                summed, f"Gradient of features {names} (table {name!r}) is "
+                "not finite; no table was updated.").op)
       accumulated[name] = summed
 
     updates = []
@@ -340,9 +355,8 @@ class HostEmbeddingEngine:
       if self._pending is None:
         for name, lookup in result.tables.items():
           updates.append(
-              self._update_table(name, lookup.unique_ids,
-                                 accumulated[name], self._learning_rate(
-                                     name, step), rows=lookup.rows))
+              self._update_table(name, lookup.unique_ids, accumulated[name],
+                                 rates[name], rows=lookup.rows))
         return tf.group(*updates, name="embedding_update")
       # Pipelining: apply the held update of the previous step now that this
       # step's lookups are done, then hold this step's update.
@@ -352,7 +366,7 @@ class HostEmbeddingEngine:
       with tf.control_dependencies(applied):
         held = [
             self._pending[name].hold(lookup.unique_ids, accumulated[name],
-                                     self._learning_rate(name, step))
+                                     rates[name])
             for name, lookup in result.tables.items()
         ]
       return tf.group(*held, name="embedding_update_pipelined")
@@ -365,12 +379,16 @@ class HostEmbeddingEngine:
     return tf.group(*[self._apply_pending(name) for name in self._pending],
                     name="embedding_flush")
 
-  def _learning_rate(self, name, step):
+  def _learning_rate(self, name, step, checks):
+    """The table's learning rate at `step`; a `learning_rate_fn` value is
+    checked to be finite (the check joins `checks`, which gate writes)."""
     table = self.model.tables[name]
     if table.learning_rate is not None:
       return tf.constant(table.learning_rate, tf.float32)
     if table.learning_rate_fn is not None:
-      return tf.cast(table.learning_rate_fn(step), tf.float32)
+      return _finite(
+          tf.cast(table.learning_rate_fn(step), tf.float32),
+          f"learning_rate_fn of table {name!r}", step, checks)
     return tf.constant(self.config.optimizer_for(name).learning_rate,
                        tf.float32)
 
@@ -428,6 +446,18 @@ class HostEmbeddingEngine:
     writes = [table.assign_all(new_rows)]
     writes.extend(slots[k].assign_all(v) for k, v in new_slots.items())
     return tf.group(*writes)
+
+
+def _finite(value, what, step, checks):
+  """`value` (a scalar), with a check that it is finite added to `checks`."""
+  if value.shape.rank not in (0, None):
+    raise ValueError(f"{what} must return a scalar; got shape {value.shape}.")
+  checks.append(
+      column_lookup.check(
+          tf.math.is_finite(value),
+          f"{what} returned a value that is not finite at this global step; "
+          "no table was updated. Global step and value:", [step, value]))
+  return value
 
 
 def _clip_weights(optimizer, rows):

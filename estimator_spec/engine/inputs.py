@@ -1,22 +1,156 @@
-"""From a features dict to validated flat ids, one entry per engine feature.
+"""The one parser of embedding features: from a features dict to ids.
 
-Accepted per feature (SEMANTICS.md section 3):
-* with a column (columns form of the spec): whatever the column's own
-  categorical column takes (raw strings for vocabulary/hash columns, floats
-  for bucketized ones, dense or sparse ids, RaggedTensors); the column turns
-  it into ids and weights exactly as in a plain lookup;
-* without a column (dict form): a SparseTensor, a RaggedTensor or a dense
-  rank-2 tensor of integer ids (dense: the non-zero entries are the ids, as in
-  TPUEstimator's input path), or, for a table with combiner None, a dense
-  rank-1 tensor with one id per example; weights under the feature's
-  `weight_key` in the same form as the ids.
+`read_feature` decides, when the graph is built, what the TPU infeed takes
+from a features dict for one feature; the infeed (`enqueue.split_inputs`)
+and the host engine (`parse_feature`) both use it, so they accept and
+refuse exactly the same inputs (SEMANTICS.md section 3):
+
+* integer ids are taken as given, as TF's TPU input path takes them: a
+  SparseTensor or RaggedTensor, or a dense tensor whose non-zero entries are
+  the ids; for a table with combiner None, a dense rank-1 tensor holds one
+  id per example;
+* other inputs (strings for vocabulary and hash columns, floats for
+  bucketized ones, the raw keys of crossed columns) are turned into ids by
+  the feature's categorical column (columns form of the spec only);
+* weights come from the feature's `weight_key` as a SparseTensor (or
+  RaggedTensor) at the ids' positions, cast to float32; dense weights are
+  refused, as on a TPU.
+
+`parse_feature` then validates when the graph runs (indices inside the
+dense_shape, weights at the ids' positions, ids in range after dropping
+sequence positions past `max_sequence_length`) and flattens the ids.
 """
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import tensorflow as tf
 
+from tpu_embedding_columns import _checks
 from tpu_embedding_columns import lookup as column_lookup
+
+
+@dataclasses.dataclass
+class FeatureInput:
+  """One feature's ids as the TPU infeed takes them.
+
+  ids: a SparseTensor of integer ids, or (`single`) a dense rank-1 tensor
+  with one id per example; weights: a float32 SparseTensor at the ids'
+  positions, or None; transformed: whether the feature's column made the ids;
+  keys: the features dict keys the feature read.
+  """
+  ids: Any
+  weights: Any
+  transformed: bool
+  keys: Tuple[str, ...]
+
+  @property
+  def single(self):
+    return not isinstance(self.ids, tf.SparseTensor)
+
+
+def read_feature(feature, table, features, where):
+  """The `FeatureInput` of `feature` (a model.Feature of `table`) in
+  `features`; raises for inputs a TPU infeed would refuse. `where` starts
+  every message (it names the feature and the table)."""
+  name = feature.name
+  column = feature.column
+  raw = features.get(name)
+  if column is not None and (raw is None or not is_integer(raw)):
+    id_column = column_lookup.id_column(column)
+    keys = tuple(sorted(id_column.parse_example_spec))
+    _require(keys, features, where)
+    ids = column_lookup.column_ids(column, features)
+    if column.is_sequence and ids.shape.rank == 3:
+      # Sequence columns give [batch, position, 1].
+      ids = tf.SparseTensor(ids.indices[:, :2], ids.values,
+                            ids.dense_shape[:2])
+    transformed = True
+  else:
+    keys = (name,)
+    _require(keys, features, where)
+    ids = _as_sparse_or_dense(raw)
+    if not ids.dtype.is_integer:
+      raise _checks.ArgumentTypeError(
+          f"{where}: ids must be integers; got {ids.dtype.name} (SparseTensor "
+          "with string as values are not supported on TPU). Build the spec "
+          "from feature columns to have strings turned into ids, or convert "
+          "them in the input_fn.")
+    if not isinstance(ids, tf.SparseTensor):
+      if (table.combiner is None and ids.shape.rank == 1 and
+          not feature.is_sequence):
+        if feature.weight_key is not None:
+          raise ValueError(
+              f"{where}: Found weights {feature.weight_key} for "
+              "weighted_categorical_column, which is not compatible with "
+              f"sparse feature {name} enqueued as dense tensor (combiner None "
+              "with dense rank-1 ids: one id per example, no weights). Give "
+              "the ids as a SparseTensor or drop the weight_key.")
+        return FeatureInput(ids, None, False, keys)
+      if ids.shape.rank == 1:
+        ids = tf.expand_dims(ids, 1)
+      if ids.shape.rank not in (2, 3):
+        raise ValueError(
+            f"{where}: dense ids must be [batch, ids per example] (rank 2); "
+            f"got shape {ids.shape}. Give a SparseTensor or a RaggedTensor.")
+      ids = column_lookup.dense_to_sparse(ids)
+    transformed = False
+  weights = None
+  if feature.weight_key is not None:
+    weights = _read_weights(feature, features, where)
+    keys += (feature.weight_key,)
+  return FeatureInput(ids, weights, transformed, keys)
+
+
+def _require(keys, features, where):
+  missing = [key for key in keys if key not in features]
+  if missing:
+    raise ValueError(f"{where}: {missing} missing from the features dict; "
+                     f"got keys {sorted(features)}.")
+
+
+def _as_sparse_or_dense(value):
+  if isinstance(value, tf.RaggedTensor):
+    return value.to_sparse()
+  if isinstance(value, tf.SparseTensor):
+    return value
+  return tf.convert_to_tensor(value)
+
+
+def is_integer(value):
+  dtype = getattr(value, "dtype", None)
+  if dtype is None:
+    dtype = tf.convert_to_tensor(value).dtype
+  return tf.as_dtype(dtype).is_integer
+
+
+def _read_weights(feature, features, where):
+  key = feature.weight_key
+  if key not in features:
+    raise ValueError(
+        f"{where}: Cannot find weights {key} for weighted_categorical_column: "
+        f"the features dict has no {key!r} (keys: {sorted(features)}). Note "
+        "weight-sharing among weighted_categorical_column is not supported on "
+        "TPU.")
+  weights = features[key]
+  if isinstance(weights, tf.RaggedTensor):
+    weights = weights.to_sparse()
+  if not isinstance(weights, tf.SparseTensor):
+    raise ValueError(
+        f"{where}: weighted_categorical_column with weight key name {key} has "
+        "dense weights. Dense weights are not supported on TPU. Please use "
+        "sparse weights instead (a SparseTensor or RaggedTensor with the "
+        "ids' indices).")
+  if not (weights.dtype.is_integer or weights.dtype.is_floating):
+    raise _checks.ArgumentTypeError(
+        f"{where}: weights {key!r} must be numbers; got "
+        f"{weights.dtype.name}.")
+  if weights.dtype != tf.float32:
+    # The TPU takes float32 weights (integer weights are cast, as TF's TPU
+    # input path does).
+    weights = tf.SparseTensor(weights.indices,
+                              tf.cast(weights.values, tf.float32),
+                              weights.dense_shape)
+  return weights
 
 
 @dataclasses.dataclass
@@ -31,116 +165,45 @@ class FeatureIds:
   lengths: Optional[Any] = None
 
 
-def _to_sparse(value, feature, what):
-  if isinstance(value, tf.SparseTensor):
-    return value
-  if isinstance(value, tf.RaggedTensor):
-    return value.to_sparse()
-  value = tf.convert_to_tensor(value)
-  if value.shape.rank != 2:
-    raise ValueError(
-        f"Feature {feature!r}: {what} must be a SparseTensor, a RaggedTensor "
-        f"or a rank-2 tensor; got shape {value.shape}.")
-  return column_lookup.dense_to_sparse(value)
-
-
-def _assert_same_positions(a, b, message):
-  same = tf.cond(
-      tf.equal(tf.shape(a)[0], tf.shape(b)[0]),
-      lambda: tf.reduce_all(tf.equal(a, b)), lambda: tf.constant(False))
-  return tf.debugging.assert_equal(same, True, message=message)
-
-
-def parse_feature(feature, table, features, *, drop_negative=True):
+def parse_feature(feature, table, features):
   """Returns the `FeatureIds` of `feature` (a model.Feature) from `features`.
 
-  Python-side problems (missing keys, wrong types or ranks) raise here, at
-  graph-building time; id ranges are checked when the graph runs.
+  Python-side problems (missing keys, wrong types, ranks or forms) raise
+  here, at graph-building time; the rest is checked when the graph runs.
   """
-  name = feature.name
+  where = f"Feature {feature.name!r} (table {table.name!r})"
+  given = read_feature(feature, table, features, where)
+  if given.single:
+    return _single_ids(feature, table, given.ids)
   column = feature.column
-  # A column reads its raw inputs under its own keys (a crossed column
-  # 'a_X_b' reads 'a' and 'b'); the dict form reads the feature's name.
-  needed = (sorted(column.categorical_column.parse_example_spec)
-            if column is not None else [name])
-  missing = [key for key in needed if key not in features]
-  if missing:
-    raise ValueError(
-        f"Feature {name!r} (table {table.name!r}): {missing} missing from "
-        f"the features dict; got keys {sorted(features)}.")
-  if feature.weight_key is not None and feature.weight_key not in features:
-    raise ValueError(
-        f"Feature {name!r} (table {table.name!r}) takes weights from "
-        f"{feature.weight_key!r}, which is missing from the features dict.")
-  if column is not None:
-    drop_negative = column.use_safe_embedding_lookup
-    sparse_ids, sparse_weights = column_lookup.categorical_ids(
-        column, features)
-  else:
-    raw = features[name]
-    if table.combiner is None and not isinstance(
-        raw, (tf.SparseTensor, tf.RaggedTensor)):
-      return _single_ids(feature, table, raw, features)
-    sparse_ids = _to_sparse(raw, name, "ids")
-    sparse_weights = None
-    if feature.weight_key is not None:
-      sparse_weights = _to_sparse(features[feature.weight_key], name,
-                                  f"weights {feature.weight_key!r}")
-      with tf.control_dependencies([
-          _assert_same_positions(
-              sparse_weights.indices, sparse_ids.indices,
-              f"Feature {name!r} (table {table.name!r}): weights "
-              f"{feature.weight_key!r} do not match the ids (different "
-              "positions).")
-      ]):
-        sparse_weights = tf.SparseTensor(
-            sparse_weights.indices, tf.identity(sparse_weights.values),
-            sparse_weights.dense_shape)
-  if not sparse_ids.dtype.is_integer:
-    raise TypeError(
-        f"Feature {name!r} (table {table.name!r}): ids must be integers; got "
-        f"{sparse_ids.dtype.name}. Use the columns form of the spec to turn "
-        "strings into ids, or convert them in the input_fn.")
+  drop_negative = column.use_safe_embedding_lookup if column else True
   flat = column_lookup.flatten_ids(
-      sparse_ids, sparse_weights, table.vocabulary_size, feature=name,
+      given.ids, given.weights, table.vocabulary_size, feature=feature.name,
       table=table.name, drop_negative=drop_negative,
-      ids_non_negative=(column is not None and column_lookup.never_negative(
-          column.categorical_column)))
+      ids_non_negative=given.transformed and column_lookup.never_negative(
+          column.categorical_column),
+      max_positions=feature.max_sequence_length or None)
   lengths = None
   if feature.max_sequence_length:
-    lengths = column_lookup.sequence_lengths(sparse_ids,
+    lengths = column_lookup.sequence_lengths(given.ids,
                                              feature.max_sequence_length)
-    flat = column_lookup.truncate_positions(flat, feature.max_sequence_length)
-  return FeatureIds(name, table.name, flat, feature.max_sequence_length,
-                    table.combiner, lengths)
+  return FeatureIds(feature.name, table.name, flat,
+                    feature.max_sequence_length, table.combiner, lengths)
 
 
-def _single_ids(feature, table, raw, features):
+def _single_ids(feature, table, ids):
   """combiner=None with a dense rank-1 tensor: one id per example."""
-  name = feature.name
-  if feature.weight_key is not None:
-    raise ValueError(
-        f"Feature {name!r} (table {table.name!r}) has combiner None with "
-        f"dense ids, which takes no weights; drop weight_key "
-        f"{feature.weight_key!r}.")
-  del features
-  ids = tf.convert_to_tensor(raw)
-  if ids.shape.rank != 1:
-    raise ValueError(
-        f"Feature {name!r} (table {table.name!r}): combiner None takes a "
-        f"rank-1 tensor of ids (one per example); got shape {ids.shape}.")
-  if not ids.dtype.is_integer:
-    raise TypeError(
-        f"Feature {name!r} (table {table.name!r}): ids must be integers; got "
-        f"{ids.dtype.name}.")
   batch = tf.shape(ids, out_type=tf.int64)[0]
   sparse = tf.SparseTensor(
       tf.stack([tf.range(batch), tf.zeros([batch], tf.int64)], axis=1),
       tf.cast(ids, tf.int64), tf.stack([batch, 1]))
   flat = column_lookup.flatten_ids(
-      sparse, None, table.vocabulary_size, feature=name, table=table.name,
-      drop_negative=False)
-  return FeatureIds(name, table.name, flat, 0, None, None)
+      sparse, None, table.vocabulary_size, feature=feature.name,
+      table=table.name, drop_negative=False)
+  static = tf.compat.dimension_value(ids.shape[0])
+  if static is not None:
+    flat.static_batch_size = static
+  return FeatureIds(feature.name, table.name, flat, 0, None, None)
 
 
 def check_batch_sizes(parsed):

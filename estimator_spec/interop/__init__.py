@@ -13,13 +13,14 @@ The only package of the library that imports TensorFlow's TPU implementation
 """
 from estimator_spec.interop._mid_level import export_mid_level_checkpoint
 from estimator_spec.interop._mid_level import to_mid_level
+from estimator_spec.interop._replica import refuse_tensorflow_columns
 from estimator_spec.interop._replica import single_replica
 from estimator_spec.interop._tensorflow import (columns_by_name,
                                                 from_tensorflow, to_tensorflow)
 from estimator_spec.interop._tpu import (DelegatedTPUEstimator,
                                          TPUNotReachableError)
 
-__all__ = ["single_replica"]
+__all__ = ["single_replica", "refuse_tensorflow_columns"]
 __all__ += ["to_mid_level", "export_mid_level_checkpoint"]
 __all__ += ["to_tensorflow", "from_tensorflow", "columns_by_name",
             "DelegatedTPUEstimator", "TPUNotReachableError"]

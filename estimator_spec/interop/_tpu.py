@@ -85,20 +85,28 @@ class FeatureActivationSource(_context.ActivationSource):
 
   def register_variable(self, column, variable_name):
     # TF's TPUEstimator names the TPU tables from the graph collection that
-    # its own columns fill with {embedding var name: (scope, name)}.
+    # its own columns fill with {embedding var name: (scope, name)}: the
+    # first use records a table; a later use must agree on the name, and a
+    # non-shared table also on the variable scope (as TF's columns check).
     scope, _, name = variable_name.rpartition("/")
     graph = tf.compat.v1.get_default_graph()
     collection = graph.get_collection_ref(_tf_tpu_columns._TPU_FC_TO_SCOPE)
     if not collection:
       collection.append({})
-    recorded = collection[0].setdefault(column.embedding_var_name,
-                                        (scope, name))
-    if recorded != (scope, name):
+    var_name = column.embedding_var_name
+    recorded = collection[0].setdefault(var_name, (scope, name))
+    shared = hasattr(column, "shared_table")
+    if recorded[0] != scope and not shared:
       raise ValueError(
-          f"model_fn: the table of column {column.name!r} is used under two "
-          f"variable names, {'/'.join(p for p in recorded if p)!r} and "
-          f"{variable_name!r}; on a TPU a table has one name. Use the "
+          f"model_fn: For embedding var name {var_name}, the variable scope "
+          f"name is different, got {scope}; expected {recorded[0]}. On a TPU "
+          f"the table of column {column.name!r} has one name: use the "
           "column's layer once, or in one variable scope.")
+    if recorded[1] != name:
+      raise ValueError(
+          f"model_fn: For embedding var name {var_name}, the embedding name "
+          f"is different, got {name}; expected {recorded[1]} (column "
+          f"{column.name!r}).")
 
   def dense_activation(self, column):
     return self._activation(column, column.feature_key)
