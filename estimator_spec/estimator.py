@@ -633,8 +633,9 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
   def _params_for(self, mode, params=None):
     """`params` for model_fn, as TPUEstimator gives them: the mode's batch
     size, `use_tpu` (overwritten), and `context` when the mode runs as on a
-    TPU. On the host, model_fn runs once on the global batch, so its
-    `batch_size` is the global batch size (on a TPU: per replica)."""
+    TPU. On the host, model_fn runs once, as one replica, on the global
+    batch: its `batch_size` is the global batch size and its context says
+    one replica (see `tpu_context.TPUContext.for_model_fn`)."""
     params = dict(self.params if params is None else params)
     batch_size = self._batch_sizes.get(mode)
     if batch_size is not None:
@@ -642,9 +643,8 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     emulated = self._emulates_tpu(mode)
     params["use_tpu"] = emulated
     if emulated:
-      params["context"] = tpu_context.TPUContext(
-          self._tpu_topology, self._deployment(mode), mode,
-          call_from_input_fn=False)
+      self._deployment(mode)  # The batch must split over the topology.
+      params["context"] = tpu_context.TPUContext.for_model_fn(mode)
     return params
 
   def _export_all_saved_models(self, *args, **kwargs):

@@ -5,11 +5,11 @@ On a TPU, TPUEstimator calls input_fn once per host (or per core, or once in
 all, as `TPUConfig.per_host_input_for_training` says) and hands each call a
 `TPUContext` that says which call it is, so that input functions can shard
 their files. When `use_tpu=True` runs on the host (no TPU named in the
-RunConfig), this module gives input_fn and model_fn the same information for
-the topology the run emulates: `tpu_config.num_shards` cores (one when
-unset), eight cores per host. The host then concatenates the batches of all
-invocations, host by host and core by core, into the global batch, and runs
-model_fn once on it.
+RunConfig), this module gives input_fn the same information for the topology
+the run emulates: `tpu_config.num_shards` cores (one when unset), eight
+cores per host. The host then concatenates the batches of all invocations,
+host by host and core by core, into the global batch, and runs model_fn
+once on it, as one replica: model_fn's context says so.
 """
 import dataclasses
 import math
@@ -114,6 +114,14 @@ class TPUContext:
   topology: `current_input_fn_deployment()` and `current_host` in input_fn
   only, `device_assignment` in model_fn only (None: no TPU devices).
   """
+
+  @classmethod
+  def for_model_fn(cls, mode):
+    """The context of model_fn on the host: model_fn runs once, as one
+    replica on one host, on the global batch (`params['batch_size']`), so
+    per-replica arithmetic (`cross_replica_sum(x) / num_replicas`,
+    `batch_size * num_replicas`) gives the global values a TPU gives."""
+    return cls(Topology(1, 1), None, mode, call_from_input_fn=False)
 
   def __init__(self, topology, deploy, mode, *, invocation_index=None,
                call_from_input_fn=True):

@@ -1405,7 +1405,8 @@ def test_tpu_context_with_embeddings(tmp_path, num_shards, method,
   hosts examples; V2: per-core batches, each step taking 8 per host) with
   params['context'] telling its deployment; the host concatenates the
   invocations' examples into the global batch model_fn sees (static batch
-  32, params['batch_size'] = 32, the context without input_fn's fields)."""
+  32, params['batch_size'] = 32, a context of one replica without input_fn's
+  fields)."""
   hosts = 1 if num_shards is None else num_shards // 8
   cores = num_shards or 1
   global_batch = 32
@@ -1481,9 +1482,11 @@ def test_tpu_context_with_embeddings(tmp_path, num_shards, method,
   ]
   for call in input_calls:
     assert "CPU" in str(call["deployment"][0]).upper(), call
+  # model_fn runs once, as one replica, on the global batch: its context
+  # says one replica on one host, so per-replica arithmetic holds.
   assert model_calls == [
       dict(mode=TRAIN, batch=global_batch, use_tpu=True, context=True,
-           num_hosts=hosts, num_replicas=cores, per_host=per_host,
+           num_hosts=1, num_replicas=1, per_host=1,
            current_input_fn_deployment="RuntimeError",
            current_host="RuntimeError", shape=[global_batch, 1])
   ]

@@ -457,3 +457,62 @@ def test_non_finite_rates_stop_the_step_and_change_nothing(tmp_path, what):
   np.testing.assert_array_equal(after.get_tensor(name), table)
   np.testing.assert_array_equal(after.get_tensor(name + "/Adagrad"),
                                 accumulator)
+
+
+# --- model_fn as one replica ---------------------------------------------------
+
+
+def test_model_fn_is_one_replica_so_per_replica_arithmetic_holds(tmp_path):
+  """On 8 emulated cores, input_fn feeds per-core batches (PER_HOST_V2) and
+  model_fn runs once on the global batch: its context says one replica, and
+  a model's own `cross_replica_sum(x) / num_replicas` (a TPU idiom for a
+  global mean) and `batch_size * num_replicas` give the global values."""
+  columns = _columns()
+  seen = {}
+
+  def model_fn(features, labels, mode, params):
+    context = params["context"]
+    x = v1.feature_column.input_layer(features, columns)
+    logits = v1.layers.dense(x, 1, name="out")
+    loss = v1.losses.mean_squared_error(labels, logits)
+    mean = v1.tpu.cross_replica_sum(loss) / context.num_replicas
+    seen.update(global_batch=params["batch_size"] * context.num_replicas,
+                shape=x.shape.as_list())
+    train_op = v1.tpu.CrossShardOptimizer(
+        v1.train.GradientDescentOptimizer(0.1)).minimize(
+            mean, v1.train.get_global_step())
+    return TPUEstimatorSpec(mode, loss=loss, train_op=train_op,
+                            training_hooks=[_Fetch(seen, loss=loss,
+                                                   mean=mean)])
+
+  def input_fn(params):
+    seen["input_batch"] = params["batch_size"]
+    return _ids_input_fn()(params)
+
+  config = tf.compat.v1.estimator.tpu.RunConfig(
+      model_dir=str(tmp_path),
+      tpu_config=tf.compat.v1.estimator.tpu.TPUConfig(
+          num_shards=8,
+          per_host_input_for_training=(
+              tf.compat.v1.estimator.tpu.InputPipelineConfig.PER_HOST_V2)))
+  estimator = TPUEstimator(model_fn=model_fn, config=config, use_tpu=True,
+                           train_batch_size=16,
+                           embedding_config_spec=_spec(columns))
+  estimator.train(input_fn, max_steps=1)
+  assert seen["input_batch"] == 2  # per core
+  assert seen["global_batch"] == 16 and seen["shape"] == [16, 4]
+  assert seen["mean"] == pytest.approx(seen["loss"])
+
+
+class _Fetch(tf.compat.v1.train.SessionRunHook):
+  """Stores the values of some tensors after each run into `into`."""
+
+  def __init__(self, into, **tensors):
+    self._into = into
+    self._tensors = tensors
+
+  def before_run(self, run_context):
+    return tf.compat.v1.train.SessionRunArgs(self._tensors)
+
+  def after_run(self, run_context, run_values):
+    self._into.update(run_values.results)

@@ -170,7 +170,9 @@ def _assert_model_fn_calls(calls, mode, use_tpu, batch_size, cores,
       context = call["context"]
       assert context is not None, ("no params['context'] with use_tpu=True",
                                    call)
-      assert context["num_replicas"] == cores, context
+      # model_fn runs once, as one replica, on the global batch.
+      assert (context["num_replicas"], context["num_hosts"]) == (1, 1), (
+          context)
     else:
       assert call["context"] is None, call
     if activation_shapes is not None:
@@ -431,7 +433,7 @@ def test_multi_host_input_fn_sharding_files_by_context_runs_on_the_host(
                                                                      8],
                                      "feature_3_embedding": [MH_BATCH, 4]})
   for call in result["model_fn"]:
-    assert call["context"]["num_hosts"] == MH_HOSTS, call
+    assert call["context"]["num_hosts"] == 1, call  # one replica, one host
 
   # The input_fn shards the files (in name order) by its call index: with
   # one call per host, host 0 reads the even files and host 1 the odd ones;

@@ -1,12 +1,14 @@
 """Running `tf.compat.v1.tpu.CrossShardOptimizer` as a single replica on the
 host."""
 import contextlib
+import sys
 
 import tensorflow as tf
 
 from tensorflow.python.tpu import feature_column as tf_tpu_columns
 from tensorflow.python.tpu import tpu_function
 from tensorflow.python.tpu import tpu_optimizer
+from tensorflow.python.tpu.ops import tpu_ops
 
 
 class _SingleReplicaOps:
@@ -36,16 +38,25 @@ def single_replica():
   """Runs TPU-replicated training code on the host as one replica.
 
   Inside the block, `CrossShardOptimizer` sees one shard (no loss scaling,
-  no warning) and sums gradients over that one replica (an identity instead
-  of the `CrossReplicaSum` op, which has no CPU kernel).
+  no warning) and sums gradients over that one replica, and so does a
+  model_fn's own `tf.compat.v1.tpu.cross_replica_sum`: an identity instead
+  of the `CrossReplicaSum` op, which has no CPU kernel.
   """
-  real = tpu_optimizer.tpu_ops
-  tpu_optimizer.tpu_ops = _SingleReplicaOps(real)
+  single = _SingleReplicaOps(tpu_ops)
+  patches = [(tpu_optimizer, "tpu_ops", single),
+             (tpu_ops, "cross_replica_sum", single.cross_replica_sum)]
+  api = sys.modules.get("tensorflow._api.v2.compat.v1.tpu")
+  if api is not None and hasattr(api, "cross_replica_sum"):
+    patches.append((api, "cross_replica_sum", single.cross_replica_sum))
+  saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+  for owner, name, value in patches:
+    setattr(owner, name, value)
   try:
     with tpu_function.tpu_shard_context(1):
       yield
   finally:
-    tpu_optimizer.tpu_ops = real
+    for owner, name, value in saved:
+      setattr(owner, name, value)
 
 
 def refuse_tensorflow_columns(graph, cause=None):
