@@ -609,7 +609,8 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
       params["context"] = tpu_context.TPUContext(
           self._tpu_topology, deploy, mode, invocation_index=index)
       results.append(call(params))
-    return tpu_context.combine(results, deploy.elements_per_step)
+    return tpu_context.combine(results, deploy.elements_per_step,
+                               drop_remainder=mode == ModeKeys.TRAIN)
 
   def _emulates_tpu(self, mode):
     """Whether `mode` runs as on a TPU (use_tpu=True without a TPU): TF's

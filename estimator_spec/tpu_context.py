@@ -205,16 +205,18 @@ def pipeline_name(pipeline):
 # --- the global batch from the invocations' batches --------------------------
 
 
-def combine(results, elements_per_step):
+def combine(results, elements_per_step, drop_remainder=True):
   """One input_fn result (a Dataset, or features / (features, labels)) from
   the results of every invocation: each step takes `elements_per_step`
   elements of every invocation and concatenates them, invocation by
-  invocation, into the global batch."""
+  invocation, into the global batch. `drop_remainder=False` (evaluation,
+  prediction) keeps a last step with fewer elements."""
   if len(results) == 1 and elements_per_step == 1:
     return results[0]
   datasets = [isinstance(r, tf.data.Dataset) for r in results]
   if all(datasets):
-    parts = [_merge_elements(ds, elements_per_step) for ds in results]
+    parts = [_merge_elements(ds, elements_per_step, drop_remainder)
+             for ds in results]
     if len(parts) == 1:
       return parts[0]
     return tf.data.Dataset.zip(tuple(parts)).map(
@@ -228,10 +230,10 @@ def combine(results, elements_per_step):
   return _concat(list(results))
 
 
-def _merge_elements(dataset, count):
+def _merge_elements(dataset, count, drop_remainder):
   if count == 1:
     return dataset
-  return dataset.batch(count, drop_remainder=True).map(
+  return dataset.batch(count, drop_remainder=drop_remainder).map(
       lambda *element: tf.nest.map_structure(_merge_leading, (
           element[0] if len(element) == 1 else element)))
 

@@ -516,3 +516,31 @@ class _Fetch(tf.compat.v1.train.SessionRunHook):
 
   def after_run(self, run_context, run_values):
     self._into.update(run_values.results)
+
+
+def test_prediction_on_emulated_cores_keeps_the_last_partial_step(tmp_path):
+  """PER_HOST_V2 on 8 emulated cores: each step takes 8 per-core batches;
+  in prediction the last step may have fewer (nothing is dropped), as in
+  training it may not."""
+  columns = _columns()
+  config = tf.compat.v1.estimator.tpu.RunConfig(
+      model_dir=str(tmp_path),
+      tpu_config=tf.compat.v1.estimator.tpu.TPUConfig(
+          num_shards=8,
+          per_host_input_for_training=(
+              tf.compat.v1.estimator.tpu.InputPipelineConfig.PER_HOST_V2)))
+  estimator = TPUEstimator(model_fn=_linear_model_fn(columns), config=config,
+                           use_tpu=True, train_batch_size=16,
+                           predict_batch_size=16,
+                           embedding_config_spec=_spec(columns))
+  estimator.train(_ids_input_fn(), max_steps=1)
+
+  def predict_input_fn(params):
+    assert params["batch_size"] == 2  # per core
+    ids = np.arange(1, 21)[:, None] % 9 + 1
+    dataset = tf.data.Dataset.from_tensor_slices({"a": ids, "b": ids})
+    return dataset.batch(params["batch_size"]).map(
+        lambda f: {k: tf.sparse.from_dense(v) for k, v in f.items()})
+
+  predictions = list(estimator.predict(predict_input_fn))
+  assert len(predictions) == 20
