@@ -334,9 +334,8 @@ def _topology(config):
   if cluster_spec is not None and "ps" in cluster_spec.jobs:
     num_ps = cluster_spec.num_tasks("ps")
     return num_ps, num_ps, False
-  tpu_config = getattr(config, "tpu_config", None)
-  cores = getattr(tpu_config, "num_shards", None) or 1
-  return max(1, math.ceil(cores / 8)), cores, True
+  topology = tpu_context.Topology.from_run_config(config)
+  return topology.num_hosts, topology.num_replicas, True
 
 
 def _check_arguments(model_fn, model_dir, config, params, use_tpu,
@@ -741,11 +740,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     _check_static_batch(static, expected)
     if dynamic is None:
       return features, labels
-    gate = _check_op(
-        dynamic, tf.constant(expected, tf.int64),
-        message=(f"TPUEstimator: a training batch does not have "
-                 f"train_batch_size={expected} examples; no variable was "
-                 "updated. Batch with drop_remainder=True."))
+    gate = _train_batch_check(dynamic, expected)
     return _after_check(features, gate), _after_check(labels, gate)
 
   def _embedding_model_fn(self, features, labels, mode, config, kwargs):
@@ -764,12 +759,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     if training:
       expected = self._batch_sizes[ModeKeys.TRAIN]
       _check_static_batch(step.static_batch_size, expected)
-      checks.append(
-          _check_op(
-              step.batch_size, tf.constant(expected, tf.int64),
-              message=(f"TPUEstimator: a training batch does not have "
-                       f"train_batch_size={expected} examples; no variable "
-                       "was updated. Batch with drop_remainder=True.")))
+      checks.append(_train_batch_check(step.batch_size, expected))
       # A TPU step has static shapes: so do the activations (the run-time
       # check above holds them to it, and model_fn's other inputs wait for
       # it, so that a partial batch fails on it, not on a shape).
@@ -777,7 +767,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
       features = _after_check(features, checks[0])
       labels = _after_check(labels, checks[0])
     elif step.static_batch_size is None:
-      step.static_batch_size = _static_batch_of((features, labels))
+      step.static_batch_size = _batch_of((features, labels))[0]
     labels, label_checks = _check_labels(labels, step)
     step.add_checks(checks + label_checks)
     if "labels" in kwargs:
@@ -918,31 +908,35 @@ def _check_static_batch(static, expected):
         "drop_remainder=True.")
 
 
-def _static_batch_of(structure):
-  """The static batch dimension of any tensor in `structure`, or None."""
-  for value in tf.nest.flatten(structure):
-    if isinstance(value, (tf.SparseTensor, tf.RaggedTensor, tf.Tensor,
-                          tf.Variable)) and value.shape.rank:
-      static = tf.compat.dimension_value(value.shape[0])
-      if static is not None:
-        return static
-  return None
+def _train_batch_check(batch_size, expected):
+  """The run-time check that a training batch has `expected` examples."""
+  return _check_op(
+      batch_size, tf.constant(expected, tf.int64),
+      message=(f"TPUEstimator: a training batch does not have "
+               f"train_batch_size={expected} examples; no variable was "
+               "updated. Batch with drop_remainder=True."))
 
 
 def _batch_of(structure):
   """(static batch size or None, int64 batch size tensor or None) of the
-  first tensor in `structure` (features or labels) with a batch dimension."""
+  tensors in `structure` (features, labels): the static size is the first
+  one known among them, the tensor that of the first with a batch
+  dimension."""
+  static, dynamic = None, None
   for value in tf.nest.flatten(structure):
-    if isinstance(value, tf.SparseTensor):
-      return (tf.compat.dimension_value(value.shape[0]),
-              value.dense_shape[0])
-    if isinstance(value, tf.RaggedTensor):
-      return (tf.compat.dimension_value(value.shape[0]),
-              value.nrows(out_type=tf.int64))
-    if isinstance(value, (tf.Tensor, tf.Variable)) and value.shape.rank:
-      return (tf.compat.dimension_value(value.shape[0]),
-              tf.shape(value, out_type=tf.int64)[0])
-  return None, None
+    if not isinstance(value, (tf.SparseTensor, tf.RaggedTensor, tf.Tensor,
+                              tf.Variable)) or not value.shape.rank:
+      continue
+    if static is None:
+      static = tf.compat.dimension_value(value.shape[0])
+    if dynamic is None:
+      if isinstance(value, tf.SparseTensor):
+        dynamic = value.dense_shape[0]
+      elif isinstance(value, tf.RaggedTensor):
+        dynamic = value.nrows(out_type=tf.int64)
+      else:
+        dynamic = tf.shape(value, out_type=tf.int64)[0]
+  return static, dynamic
 
 
 def _after_check(structure, check):

@@ -129,9 +129,33 @@ def build_spec(scale=1.0, partition_strategy="div", pipelining=False):
       partition_strategy=partition_strategy)
 
 
+WEIGHT_KEYS = {"query_term_weights": "query_terms"}  # weights: their ids
+
+
+def as_sparse(features):
+  """Padded id arrays as SparseTensors of the present ids (>= 0) and the
+  weights at their ids' positions: what `tf.io.VarLenFeature` parsing gives,
+  and what a TPU input path takes (dense weights are refused there; in a
+  dense id tensor 0 would be padding, not an id)."""
+  result = dict(features)
+  for name, value in features.items():
+    if not value.dtype.is_integer:
+      continue
+    present = tf.where(value >= 0)
+    shape = tf.shape(value, out_type=tf.int64)
+    result[name] = tf.SparseTensor(present, tf.gather_nd(value, present),
+                                   shape)
+    for weight_key, ids_key in WEIGHT_KEYS.items():
+      if ids_key == name:
+        result[weight_key] = tf.SparseTensor(
+            present, tf.gather_nd(features[weight_key], present), shape)
+  return result
+
+
 def input_fn_for(features, labels, shuffle=True, repeat=True):
   """An input_fn over numpy arrays (examples.ctr_data.generate), batched by
-  params['batch_size'] with drop_remainder, as a TPUEstimator input_fn is."""
+  params['batch_size'] with drop_remainder, as a TPUEstimator input_fn is;
+  ids and weights arrive as SparseTensors (`as_sparse`)."""
 
   def input_fn(params):
     dataset = tf.data.Dataset.from_tensor_slices((features, labels))
@@ -139,8 +163,8 @@ def input_fn_for(features, labels, shuffle=True, repeat=True):
       dataset = dataset.shuffle(10_000, seed=1)
     if repeat:
       dataset = dataset.repeat()
-    return dataset.batch(params["batch_size"], drop_remainder=True).prefetch(
-        2)
+    dataset = dataset.batch(params["batch_size"], drop_remainder=True)
+    return dataset.map(lambda x, y: (as_sparse(x), y)).prefetch(2)
 
   return input_fn
 
