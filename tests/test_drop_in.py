@@ -489,12 +489,7 @@ def test_model_fn_is_one_replica_so_per_replica_arithmetic_holds(tmp_path):
     seen["input_batch"] = params["batch_size"]
     return _ids_input_fn()(params)
 
-  config = tf.compat.v1.estimator.tpu.RunConfig(
-      model_dir=str(tmp_path),
-      tpu_config=tf.compat.v1.estimator.tpu.TPUConfig(
-          num_shards=8,
-          per_host_input_for_training=(
-              tf.compat.v1.estimator.tpu.InputPipelineConfig.PER_HOST_V2)))
+  config = _eight_cores_per_host_v2(tmp_path)
   estimator = TPUEstimator(model_fn=model_fn, config=config, use_tpu=True,
                            train_batch_size=16,
                            embedding_config_spec=_spec(columns))
@@ -502,6 +497,15 @@ def test_model_fn_is_one_replica_so_per_replica_arithmetic_holds(tmp_path):
   assert seen["input_batch"] == 2  # per core
   assert seen["global_batch"] == 16 and seen["shape"] == [16, 4]
   assert seen["mean"] == pytest.approx(seen["loss"])
+
+
+def _eight_cores_per_host_v2(model_dir):
+  return tf.compat.v1.estimator.tpu.RunConfig(
+      model_dir=str(model_dir),
+      tpu_config=tf.compat.v1.estimator.tpu.TPUConfig(
+          num_shards=8,
+          per_host_input_for_training=(
+              tf.compat.v1.estimator.tpu.InputPipelineConfig.PER_HOST_V2)))
 
 
 class _Fetch(tf.compat.v1.train.SessionRunHook):
@@ -523,12 +527,7 @@ def test_prediction_on_emulated_cores_keeps_the_last_partial_step(tmp_path):
   in prediction the last step may have fewer (nothing is dropped), as in
   training it may not."""
   columns = _columns()
-  config = tf.compat.v1.estimator.tpu.RunConfig(
-      model_dir=str(tmp_path),
-      tpu_config=tf.compat.v1.estimator.tpu.TPUConfig(
-          num_shards=8,
-          per_host_input_for_training=(
-              tf.compat.v1.estimator.tpu.InputPipelineConfig.PER_HOST_V2)))
+  config = _eight_cores_per_host_v2(tmp_path)
   estimator = TPUEstimator(model_fn=_linear_model_fn(columns), config=config,
                            use_tpu=True, train_batch_size=16,
                            predict_batch_size=16,

@@ -86,16 +86,23 @@ def structure_checks(sparse_ids, sparse_weights, where):
   every index lies inside the ids' dense_shape, and the weights (if any) sit
   at exactly the ids' positions. `where` names the feature and table."""
   indices = sparse_ids.indices
+  # The example and position of each id (the dimensions a lookup reads),
+  # reduced first, then compared: cheaper than comparing every index. Empty
+  # indices reduce to the dtype's extremes and pass.
+  rank = tf.compat.dimension_value(sparse_ids.dense_shape.shape[0])
+  read = [indices[:, 0]] if rank == 1 else [indices[:, 0], indices[:, 1]]
+  largest = tf.stack([tf.reduce_max(column) for column in read])
+  smallest = tf.stack([tf.reduce_min(column) for column in read])
   checks = [
       check(
           tf.logical_and(
-              tf.greater_equal(indices, 0),
-              tf.less(indices, tf.expand_dims(sparse_ids.dense_shape, 0))),
+              tf.reduce_all(tf.less(largest,
+                                    sparse_ids.dense_shape[:len(read)])),
+              tf.reduce_all(tf.greater_equal(smallest, 0))),
           f"{where}: SparseTensor indices are out of bounds of its "
           "dense_shape (an id would land in another example or position); "
           "make dense_shape cover every index. dense_shape and the largest "
-          "index:",
-          [sparse_ids.dense_shape, tf.reduce_max(indices, axis=0)])
+          "example and position:", [sparse_ids.dense_shape, largest])
   ]
   if sparse_weights is not None:
     count = check(
