@@ -608,8 +608,12 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
       params["context"] = tpu_context.TPUContext(
           self._tpu_topology, deploy, mode, invocation_index=index)
       results.append(call(params))
-    return tpu_context.combine(results, deploy.elements_per_step,
-                               drop_remainder=mode == ModeKeys.TRAIN)
+    # A TPU step takes one batch per core: training and evaluation stop at
+    # the last whole step; prediction pads the last step to the full batch
+    # (model_fn's predictions of padded examples are dropped).
+    return tpu_context.combine(
+        results, deploy.elements_per_step,
+        pad_to=self._batch_sizes[mode] if mode == ModeKeys.PREDICT else None)
 
   def _emulates_tpu(self, mode):
     """Whether `mode` runs as on a TPU (use_tpu=True without a TPU): TF's
@@ -671,6 +675,19 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
         num_cores=cores, mode=mode)
 
   def _host_model_fn(self, features, labels, mode, config, params):
+    real_batch_size = None
+    if isinstance(features, dict) and (
+        tpu_context.REAL_BATCH_SIZE_KEY in features):
+      features = dict(features)
+      real_batch_size = features.pop(tpu_context.REAL_BATCH_SIZE_KEY)
+    spec = self._model_fn_on_host(features, labels, mode, config, params)
+    if real_batch_size is not None and spec.predictions is not None:
+      # A padded prediction step: only the real examples' predictions.
+      spec = spec._replace(predictions=tf.nest.map_structure(
+          lambda p: p[:real_batch_size], spec.predictions))
+    return spec
+
+  def _model_fn_on_host(self, features, labels, mode, config, params):
     params = self._params_for(mode, params)
     kwargs = calling.model_fn_kwargs(calling.fn_args(self._user_model_fn),
                                      labels, mode, params, config)

@@ -205,22 +205,43 @@ def pipeline_name(pipeline):
 # --- the global batch from the invocations' batches --------------------------
 
 
-def combine(results, elements_per_step, drop_remainder=True):
+# The features key through which a padded prediction step tells model_fn
+# how many of its examples are real (TPUEstimator pops it before model_fn).
+REAL_BATCH_SIZE_KEY = "estimator_spec/real_batch_size"
+
+
+def combine(results, elements_per_step, pad_to=None):
   """One input_fn result (a Dataset, or features / (features, labels)) from
   the results of every invocation: each step takes `elements_per_step`
   elements of every invocation and concatenates them, invocation by
-  invocation, into the global batch. `drop_remainder=False` (evaluation,
-  prediction) keeps a last step with fewer elements."""
-  if len(results) == 1 and elements_per_step == 1:
-    return results[0]
+  invocation, into the global batch.
+
+  Training and evaluation (`pad_to` None) stop at the last whole step.
+  Prediction (`pad_to` = the global batch size) keeps a last, smaller step
+  and pads every step to `pad_to` examples, as a TPU does, so that shapes
+  are static; the number of real examples travels in the features under
+  `REAL_BATCH_SIZE_KEY`.
+  """
   datasets = [isinstance(r, tf.data.Dataset) for r in results]
+  if pad_to is not None and not all(datasets):
+    raise TypeError(
+        "TPUEstimator: For mode PREDICT, `input_fn` must return `Dataset` "
+        "instead of `features` and `labels` (as on a TPU, where the last "
+        "batch is padded).")
+  drop_remainder = pad_to is None
   if all(datasets):
     parts = [_merge_elements(ds, elements_per_step, drop_remainder)
              for ds in results]
     if len(parts) == 1:
-      return parts[0]
-    return tf.data.Dataset.zip(tuple(parts)).map(
-        lambda *elements: _concat(list(elements)))
+      combined = parts[0]
+    else:
+      combined = tf.data.Dataset.zip(tuple(parts)).map(
+          lambda *elements: _concat(list(elements)))
+    if pad_to is not None:
+      combined = combined.map(lambda *element: _pad_step(element, pad_to))
+    return combined
+  if len(results) == 1 and elements_per_step == 1:
+    return results[0]
   if any(datasets) or elements_per_step > 1:
     raise TypeError(
         "TPUEstimator: with per_host_input_for_training=PER_HOST_V2 input_fn "
@@ -228,6 +249,52 @@ def combine(results, elements_per_step, drop_remainder=True):
         "core); mixing Datasets and tensors between invocations is not "
         "supported either.")
   return _concat(list(results))
+
+
+def _pad_step(element, batch_size):
+  """A prediction step padded to `batch_size` examples (features and labels),
+  with the real count under `REAL_BATCH_SIZE_KEY` in the features."""
+  element = element[0] if len(element) == 1 else element
+  features = element[0] if isinstance(element, tuple) else element
+  if not isinstance(features, dict) or not features:
+    return element
+  real = _batch_size(next(iter(features.values())))
+  missing = tf.cast(batch_size, tf.int64) - real
+  check = tf.debugging.assert_non_negative(
+      missing, message="The real batch size should not be greater than "
+      f"batch_size ({batch_size}): batch the prediction input by "
+      "params['batch_size'].")
+  with tf.control_dependencies([check]):
+    missing = tf.identity(missing)
+  padded = tf.nest.map_structure(lambda t: _pad(t, missing, batch_size),
+                                 element)
+  padded_features = padded[0] if isinstance(element, tuple) else padded
+  padded_features[REAL_BATCH_SIZE_KEY] = real
+  return padded
+
+
+def _batch_size(value):
+  if isinstance(value, tf.SparseTensor):
+    return value.dense_shape[0]
+  if isinstance(value, tf.RaggedTensor):
+    return value.nrows(out_type=tf.int64)
+  return tf.shape(value, out_type=tf.int64)[0]
+
+
+def _pad(value, missing, batch_size):
+  """`value` with `missing` empty (zero) examples appended."""
+  if isinstance(value, tf.SparseTensor):
+    return _with_batch(value, batch_size)
+  if isinstance(value, tf.RaggedTensor):
+    empty = tf.RaggedTensor.from_row_lengths(
+        value.values[:0], tf.zeros([missing], value.row_splits.dtype))
+    return tf.concat([value, empty], 0)
+  rank = value.shape.rank
+  padding = tf.concat([[[0, missing]],
+                       tf.zeros([rank - 1, 2], tf.int64)], 0)
+  padded = tf.pad(value, padding)
+  padded.set_shape([batch_size] + value.shape[1:].as_list())
+  return padded
 
 
 def _merge_elements(dataset, count, drop_remainder):

@@ -543,3 +543,43 @@ def test_prediction_on_emulated_cores_keeps_the_last_partial_step(tmp_path):
 
   predictions = list(estimator.predict(predict_input_fn))
   assert len(predictions) == 20
+
+
+def test_prediction_as_on_a_tpu_pads_steps_and_needs_a_dataset(tmp_path):
+  """Prediction steps are padded to predict_batch_size (static shapes, as a
+  TPU pads them) and only the real examples' predictions come out; as on a
+  TPU, the input_fn must return a Dataset."""
+  columns = _columns()
+  shapes = []
+  inner = _linear_model_fn(columns)
+
+  def model_fn(features, labels, mode, params):
+    spec = inner(features, labels, mode, params)
+    if mode == tf.estimator.ModeKeys.PREDICT:
+      shapes.append(spec.predictions["logits"].shape.as_list())
+    return spec
+
+  estimator = TPUEstimator(model_fn=model_fn, model_dir=str(tmp_path),
+                           use_tpu=True, train_batch_size=4,
+                           predict_batch_size=8,
+                           embedding_config_spec=_spec(columns))
+  estimator.train(_ids_input_fn(), max_steps=1)
+
+  def features(n):
+    ids = np.arange(n)[:, None] % 9 + 1
+    return {"a": ids, "b": ids}
+
+  def dataset_input_fn(params):
+    dataset = tf.data.Dataset.from_tensor_slices(features(11))
+    return dataset.batch(params["batch_size"]).map(
+        lambda f: {k: tf.sparse.from_dense(v) for k, v in f.items()})
+
+  assert len(list(estimator.predict(dataset_input_fn))) == 11
+  assert shapes == [[8, 1]]
+
+  def tensors_input_fn(params):
+    del params
+    return {k: tf.sparse.from_dense(v) for k, v in features(8).items()}
+
+  with pytest.raises(TypeError, match="must return `Dataset`"):
+    next(estimator.predict(tensors_input_fn))
