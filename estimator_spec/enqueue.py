@@ -395,13 +395,8 @@ def _pad_tensor_core(column, features, host_batch):
         "that feature.")
   raw = features.get(key)
   if raw is None or not inputs_lib.is_integer(raw):
-    keys = sorted(lookup.id_column(column).parse_example_spec)
-    missing = [k for k in keys if k not in features]
-    if missing:
-      raise ValueError(
-          f"split_inputs: tensor-core column {column.name!r}: {missing} "
-          f"missing from the features dict; got keys {sorted(features)}.")
-    ids = lookup.column_ids(column, features)
+    ids, keys = inputs_lib.transformed_ids(
+        column, features, f"split_inputs: tensor-core column {column.name!r}")
     for k in keys:
       features.pop(k)
   else:

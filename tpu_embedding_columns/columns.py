@@ -33,7 +33,6 @@ EMBEDDING_WEIGHTS = "embedding_weights"
 LOOKUP_DEVICES = ("cpu", "tpu_tensor_core", "tpu_embedding_core")
 
 
-
 class EmbeddingDevice(enum.Enum):
   """Where a column's lookup runs on a TPU; the names and values of TF's
   `EmbeddingDevice` (`column._embedding_lookup_device`)."""

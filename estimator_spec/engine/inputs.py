@@ -56,14 +56,7 @@ def read_feature(feature, table, features, where):
   column = feature.column
   raw = features.get(name)
   if column is not None and (raw is None or not is_integer(raw)):
-    id_column = column_lookup.id_column(column)
-    keys = tuple(sorted(id_column.parse_example_spec))
-    _require(keys, features, where)
-    ids = column_lookup.column_ids(column, features)
-    if column.is_sequence and ids.shape.rank == 3:
-      # Sequence columns give [batch, position, 1].
-      ids = tf.SparseTensor(ids.indices[:, :2], ids.values,
-                            ids.dense_shape[:2])
+    ids, keys = transformed_ids(column, features, where)
     transformed = True
   else:
     keys = (name,)
@@ -99,6 +92,19 @@ def read_feature(feature, table, features, where):
     weights = _read_weights(feature, features, where)
     keys += (feature.weight_key,)
   return FeatureInput(ids, weights, transformed, keys)
+
+
+def transformed_ids(column, features, where):
+  """(SparseTensor ids, keys read): the raw inputs of a column turned into
+  ids by the id part of its categorical column."""
+  keys = tuple(sorted(column_lookup.id_column(column).parse_example_spec))
+  _require(keys, features, where)
+  ids = column_lookup.column_ids(column, features)
+  if column.is_sequence and ids.shape.rank == 3:
+    # Sequence columns give [batch, position, 1].
+    ids = tf.SparseTensor(ids.indices[:, :2], ids.values,
+                          ids.dense_shape[:2])
+  return ids, keys
 
 
 def _require(keys, features, where):
