@@ -634,13 +634,13 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     return tpu_context.deployment(self._tpu_topology, self._input_pipeline,
                                   mode, batch)
 
-  def _params_for(self, mode, params=None):
+  def _params_for(self, mode, params):
     """`params` for model_fn, as TPUEstimator gives them: the mode's batch
     size, `use_tpu` (overwritten), and `context` when the mode runs as on a
     TPU. On the host, model_fn runs once, as one replica, on the global
     batch: its `batch_size` is the global batch size and its context says
     one replica (see `tpu_context.TPUContext.for_model_fn`)."""
-    params = dict(self.params if params is None else params)
+    params = dict(params)
     batch_size = self._batch_sizes.get(mode)
     if batch_size is not None:
       params["batch_size"] = batch_size

@@ -167,6 +167,16 @@ def train_op_for(optimizer, loss, params):
   return optimizer.minimize(loss, global_step=v1.train.get_global_step())
 
 
+def squared_error_spec(api, mode, labels, predictions, params, optimizer):
+  """EVAL/TRAIN spec of a mean-squared-error model; `optimizer` (a callable
+  making the model's optimizer) trains it in TRAIN."""
+  loss = v1.losses.mean_squared_error(labels, predictions)
+  train_op = None
+  if mode == TRAIN:
+    train_op = train_op_for(optimizer(), loss, params)
+  return api.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
 def read_checkpoint(model_dir):
   """{name: value} of the latest checkpoint (without the partition-strategy
   record of our checkpoints)."""
@@ -604,11 +614,8 @@ def _two_features_model_fn(api, columns, sequence):
                              kernel_initializer=tf.zeros_initializer())
     if mode == PREDICT:
       return api.TPUEstimatorSpec(mode, predictions={"logits": logits})
-    loss = v1.losses.mean_squared_error(labels, logits)
-    train_op = None
-    if mode == TRAIN:
-      train_op = train_op_for(v1.train.AdagradOptimizer(0.5), loss, params)
-    return api.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+    return squared_error_spec(api, mode, labels, logits, params,
+                              lambda: v1.train.AdagradOptimizer(0.5))
 
   return model_fn
 
@@ -884,11 +891,8 @@ def _identity_model_fn(api, columns):
     predictions = tf.identity(v1.keras.layers.DenseFeatures(columns)(features))
     if mode == PREDICT:
       return api.TPUEstimatorSpec(mode, predictions=predictions)
-    loss = v1.losses.mean_squared_error(labels, predictions)
-    train_op = None
-    if mode == TRAIN:
-      train_op = train_op_for(v1.train.AdagradOptimizer(0.5), loss, params)
-    return api.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+    return squared_error_spec(api, mode, labels, predictions, params,
+                              lambda: v1.train.AdagradOptimizer(0.5))
 
   return model_fn
 
@@ -1319,12 +1323,8 @@ def _params_model_fn(api, column, record):
     logits = v1.layers.dense(x, 1)
     if mode == PREDICT:
       return api.TPUEstimatorSpec(mode, predictions={"logits": logits})
-    loss = v1.losses.mean_squared_error(labels, logits)
-    train_op = None
-    if mode == TRAIN:
-      train_op = train_op_for(v1.train.GradientDescentOptimizer(0.1), loss,
-                              params)
-    return api.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+    return squared_error_spec(api, mode, labels, logits, params,
+                              lambda: v1.train.GradientDescentOptimizer(0.1))
 
   return model_fn
 
@@ -1635,12 +1635,8 @@ def test_static_activation_shapes(tmp_path, side, form):
         tf.concat([dense, tf.reshape(seq, [-1, 6])], 1), 1)
     if mode == PREDICT:
       return es.TPUEstimatorSpec(mode, predictions={"logits": logits})
-    loss = v1.losses.mean_squared_error(labels, logits)
-    train_op = None
-    if mode == TRAIN:
-      train_op = train_op_for(v1.train.GradientDescentOptimizer(0.1), loss,
-                              params)
-    return es.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+    return squared_error_spec(es, mode, labels, logits, params,
+                              lambda: v1.train.GradientDescentOptimizer(0.1))
 
   serialized = _serialized_examples()
   labels = np.ones((16, 1), np.float32)
