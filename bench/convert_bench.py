@@ -20,7 +20,8 @@ import os, sys, resource, time
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 import numpy as np, tensorflow as tf
 import estimator_spec as es, tpu_embedding_columns as tec
-from estimator_spec import convert, interop
+from estimator_spec import interop
+from estimator_spec.checkpoints import convert
 rows, dim, what, source, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 spec = es.EmbeddingConfigSpec(
     feature_columns=[tec.embedding_column(

@@ -4,29 +4,45 @@
 `FeatureConfig` take the arguments of TF 2.15's classes of the same names;
 `EmbeddingConfig` derives the TPU embedding configuration proto.
 """
-from estimator_spec.config import EVAL
-from estimator_spec.config import PREDICT
-from estimator_spec.config import TRAIN
-from estimator_spec.config import EmbeddingConfig
-from estimator_spec.estimator import ExportSavedModelApiVersion
-from estimator_spec.estimator import TPUEstimator
-from estimator_spec.estimator import TPUEstimatorSpec
-from estimator_spec.model import EmbeddingModel
-from estimator_spec.optimizers import ALL_OPTIMIZERS
-from estimator_spec.optimizers import AdagradMomentumParameters
-from estimator_spec.optimizers import AdagradParameters
-from estimator_spec.optimizers import AdamParameters
-from estimator_spec.optimizers import FtrlParameters
-from estimator_spec.optimizers import MomentumParameters
-from estimator_spec.optimizers import OptimizationParameters
-from estimator_spec.optimizers import ProximalAdagradParameters
-from estimator_spec.optimizers import ProximalYogiParameters
-from estimator_spec.optimizers import RMSPropParameters
-from estimator_spec.optimizers import StochasticGradientDescentParameters
-from estimator_spec.sharding import ShardLayout
-from estimator_spec.spec import EmbeddingConfigSpec
-from estimator_spec.spec import FeatureConfig
-from estimator_spec.spec import TableConfig
+from estimator_spec.config.modes import EVAL
+from estimator_spec.config.modes import PREDICT
+from estimator_spec.config.modes import TRAIN
+from estimator_spec.tpu.proto import EmbeddingConfig
+from estimator_spec.config.model import EmbeddingModel
+from estimator_spec.config.optimizers import ALL_OPTIMIZERS
+from estimator_spec.config.optimizers import AdagradMomentumParameters
+from estimator_spec.config.optimizers import AdagradParameters
+from estimator_spec.config.optimizers import AdamParameters
+from estimator_spec.config.optimizers import FtrlParameters
+from estimator_spec.config.optimizers import MomentumParameters
+from estimator_spec.config.optimizers import OptimizationParameters
+from estimator_spec.config.optimizers import ProximalAdagradParameters
+from estimator_spec.config.optimizers import ProximalYogiParameters
+from estimator_spec.config.optimizers import RMSPropParameters
+from estimator_spec.config.optimizers import StochasticGradientDescentParameters
+from estimator_spec.config.sharding import ShardLayout
+from estimator_spec.config.spec import EmbeddingConfigSpec
+from estimator_spec.config.spec import FeatureConfig
+from estimator_spec.config.spec import TableConfig
+
+# The TPUEstimator surface loads TF's Estimator; it is imported on first use,
+# so that the config model, the engine and the columns load without it.
+_LAZY = {
+    "TPUEstimator": "estimator_spec.estimator",
+    "TPUEstimatorSpec": "estimator_spec.estimator",
+    "ExportSavedModelApiVersion": "estimator_spec.estimator",
+}
+
+
+def __getattr__(name):
+  import importlib  # pylint: disable=import-outside-toplevel
+  if name in _LAZY:
+    return getattr(importlib.import_module(_LAZY[name]), name)
+  if name in ("estimator", "interop", "checkpoints", "engine", "tpu",
+              "config"):
+    return importlib.import_module(f"estimator_spec.{name}")
+  raise AttributeError(f"module 'estimator_spec' has no attribute {name!r}")
+
 
 __all__ = [
     "EmbeddingConfigSpec", "EmbeddingConfig", "EmbeddingModel", "TableConfig",

@@ -130,7 +130,7 @@ def main(argv=None):
   from estimator_spec import quiet  # pylint: disable=import-outside-toplevel
   quiet.silence_deprecation_notices()
   import estimator_spec  # pylint: disable=import-outside-toplevel
-  from estimator_spec import report  # pylint: disable=import-outside-toplevel
+  from estimator_spec.config import report  # pylint: disable=import-outside-toplevel
 
   spec = _load_spec(args.spec, args.command)
   if args.command == "describe":
@@ -148,7 +148,7 @@ def main(argv=None):
 
 def _run_checkpoint_command(args, spec):
   """convert / export-mid-level; refusals exit with 1 and a message."""
-  from estimator_spec import convert  # pylint: disable=import-outside-toplevel
+  from estimator_spec.checkpoints import convert  # pylint: disable=import-outside-toplevel
   names = dict(args.variable_names) or None
   try:
     if args.command == "convert":

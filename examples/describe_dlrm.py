@@ -10,7 +10,7 @@ from estimator_spec import quiet  # pylint: disable=g-import-not-at-top
 quiet.silence_deprecation_notices()
 
 import estimator_spec  # pylint: disable=g-import-not-at-top
-from estimator_spec import report  # pylint: disable=g-import-not-at-top
+from estimator_spec.config import report  # pylint: disable=g-import-not-at-top
 from examples import dlrm  # pylint: disable=g-import-not-at-top
 
 

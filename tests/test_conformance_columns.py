@@ -17,7 +17,7 @@ from a run. TF's TPU-only paths (a TPU shard or TPU inference context) run
 for both where TF's context managers work on CPU; otherwise only ours runs.
 
 Errors: where TF raises for an input, ours must raise the same exception type
-(or `_checks.ArgumentTypeError`, a TypeError that is also a ValueError) with
+(or `errors.ArgumentTypeError`, a TypeError that is also a ValueError) with
 a message containing TF's own key phrase.
 
 Deliberate, documented differences (README) are asserted as such: ours
@@ -55,6 +55,7 @@ import estimator_spec as es
 from estimator_spec.interop import _tpu as interop_tpu
 import tpu_embedding_columns as tec
 from tpu_embedding_columns import _checks
+from tpu_embedding_columns import errors
 
 fc = tf.feature_column
 v1 = tf.compat.v1
@@ -213,7 +214,7 @@ def raises_like_tensorflow(error_type, phrase):
   error = info.value
   assert isinstance(error, error_type), (
       f"expected {error_type.__name__}, got {type(error).__name__}: {error}")
-  if isinstance(error, _checks.ArgumentTypeError):
+  if isinstance(error, errors.ArgumentTypeError):
     assert isinstance(error, TypeError) and isinstance(error, ValueError)
   assert phrase in str(error), (
       f"message lacks TensorFlow's phrase {phrase!r}: {error}")

@@ -75,7 +75,7 @@ from tensorflow_estimator.python.estimator.tpu import (
 
 import estimator_spec as es
 import tpu_embedding_columns as tec
-from estimator_spec import checkpoints
+from estimator_spec.checkpoints import restore as checkpoints
 
 fc = tf.feature_column
 v1 = tf.compat.v1

@@ -29,9 +29,9 @@ import tensorflow as tf
 import estimator_spec as es
 import tpu_embedding_columns as tec
 from estimator_spec import __main__ as cli
-from estimator_spec import checkpoints
-from estimator_spec import convert
-from estimator_spec import progress
+from estimator_spec.checkpoints import restore as checkpoints
+from estimator_spec.checkpoints import convert
+from estimator_spec.checkpoints import progress
 from estimator_spec.engine import storage
 from tests import test_mid_level as ml
 

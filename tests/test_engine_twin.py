@@ -30,7 +30,7 @@ import pytest
 import tensorflow as tf
 
 import estimator_spec as es
-from estimator_spec import optimizers as opt_lib
+from estimator_spec.config import optimizers as opt_lib
 from estimator_spec.engine import HostEmbeddingEngine
 from tests import numpy_twin as twin
 from tests.ragged import sparse_value

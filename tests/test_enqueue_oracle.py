@@ -33,7 +33,7 @@ from tensorflow_estimator.python.estimator.tpu import _tpu_estimator_embedding a
 
 import estimator_spec as es  # pylint: disable=g-import-not-at-top
 import tpu_embedding_columns as tec  # pylint: disable=g-import-not-at-top
-from estimator_spec import enqueue  # pylint: disable=g-import-not-at-top
+from estimator_spec.tpu import enqueue  # pylint: disable=g-import-not-at-top
 from tests import test_config_proto_oracle as oracle  # pylint: disable=g-import-not-at-top
 
 ATTRS = ("N", "T1", "T2", "T3", "device_ordinal", "combiners")
@@ -82,7 +82,7 @@ def make_features(config, tf_tensor_core, host_batch, seed):
     width = (feature.max_sequence_length + 2
              if feature.max_sequence_length else 4)
     form = rng.integers(0, 3)
-    if feature.column is None and table.combiner is None and (
+    if feature.column_name is None and table.combiner is None and (
         feature.weight_key is None) and not feature.max_sequence_length and (
             form == 0):
       values[name] = rng.integers(0, vocab, size=host_batch).astype(np.int64)

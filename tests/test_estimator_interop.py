@@ -33,7 +33,7 @@ import pytest
 import tensorflow as tf
 
 import estimator_spec as es
-from estimator_spec import checkpoints
+from estimator_spec.checkpoints import restore as checkpoints
 import tpu_embedding_columns as tec
 
 fc = tf.feature_column

@@ -34,6 +34,7 @@ import tpu_embedding_columns as tec
 from estimator_spec import interop
 from estimator_spec.interop import _tpu
 from tests import test_config_proto_oracle as oracle
+from tpu_embedding_columns import errors
 
 fc = tf.feature_column
 TPUConfig = tf.compat.v1.estimator.tpu.TPUConfig
@@ -737,7 +738,7 @@ def test_unreachable_tpu_fails_fast_and_says_what_to_do(tmp_path, monkeypatch):
   for call in (lambda: estimator.train(lambda params: None, max_steps=1),
                lambda: estimator.evaluate(lambda params: None, steps=1),
                lambda: estimator.predict(lambda params: None)):
-    with pytest.raises(interop.TPUNotReachableError) as error:
+    with pytest.raises(errors.TPUNotReachableError) as error:
       call()
     assert master in str(error.value) and "use_tpu=False" in str(error.value)
     assert "RunConfig's master" in str(error.value)
@@ -751,7 +752,7 @@ def test_unreachable_tpu_fails_fast_and_says_what_to_do(tmp_path, monkeypatch):
       config=TPURunConfig(cluster=resolver, model_dir=str(tmp_path),
                           tpu_config=TPUConfig(num_shards=16)),
       embedding_config_spec=_delegating_spec(columns))
-  with pytest.raises(interop.TPUNotReachableError,
+  with pytest.raises(errors.TPUNotReachableError,
                      match="10.255.255.1:8470.*TPUClusterResolver"):
     silent.train(lambda params: None, max_steps=1)
   assert time.monotonic() - start < 10

@@ -10,8 +10,8 @@ import pytest
 import tensorflow as tf
 
 import estimator_spec
-from estimator_spec import report
-from estimator_spec import sharding
+from estimator_spec.config import report
+from estimator_spec.config import sharding
 from examples import dlrm
 from tests import numpy_twin
 

@@ -1,7 +1,7 @@
 """Every validation rule of the user-facing constructors, one test each.
 
 Each refusal is checked for its exception type (wrong-type arguments raise
-`_checks.ArgumentTypeError`, a TypeError that is also a ValueError) and for a
+`errors.ArgumentTypeError`, a TypeError that is also a ValueError) and for a
 message naming the offending argument -- plus the column, table or feature
 where one is involved. A few tests check that a refusal loses nothing: no
 TensorFlow ops or variables appear, and the objects passed in stay usable.
@@ -20,8 +20,9 @@ from tensorflow.python.tpu import tpu_embedding as tf_tpu_embedding
 
 import estimator_spec as es
 import tpu_embedding_columns as tec
-from estimator_spec import optimizers as opt
+from estimator_spec.config import optimizers as opt
 from tpu_embedding_columns import _checks
+from tpu_embedding_columns import errors
 
 fc = tf.feature_column
 
@@ -63,8 +64,8 @@ def dict_spec(features=None, tables=None, **kwargs):
 
 
 def test_argument_type_error_is_type_and_value_error():
-  assert issubclass(_checks.ArgumentTypeError, TypeError)
-  assert issubclass(_checks.ArgumentTypeError, ValueError)
+  assert issubclass(errors.ArgumentTypeError, TypeError)
+  assert issubclass(errors.ArgumentTypeError, ValueError)
 
 
 # =============================================================================

@@ -8,14 +8,7 @@ import numbers
 
 import numpy as np
 
-
-class ArgumentTypeError(TypeError, ValueError):
-  """An argument of the wrong type.
-
-  It is a TypeError, and also a ValueError because TensorFlow's own classes
-  raise ValueError for several of these cases; code written against either
-  keeps catching it.
-  """
+from tpu_embedding_columns.errors import ArgumentTypeError
 
 
 def fail(owner, arg, message, value, error=ValueError):

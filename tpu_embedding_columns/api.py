@@ -17,6 +17,7 @@ import math
 import tensorflow as tf
 
 from tpu_embedding_columns import _checks
+from tpu_embedding_columns import errors
 from tpu_embedding_columns import columns as cols
 from tpu_embedding_columns import lookup
 
@@ -197,7 +198,7 @@ def _check_categorical(owner, arg, column):
   if not isinstance(column, cols.CategoricalColumn):
     kind = ("shared_embedding_columns" if owner.startswith(_SHARED_OWNER) else
             "embedding_column")
-    raise _checks.ArgumentTypeError(
+    raise errors.ArgumentTypeError(
         f"{owner}: categorical_column for tpu {kind} must be type "
         f"CategoricalColumn, got {type(column)}: {column!r} (`{arg}`: use a "
         "categorical column of tf.feature_column: categorical_column_with_*, "
@@ -211,7 +212,7 @@ def _check_dimension(owner, dimension):
         f"{owner}: Invalid dimension {dimension}. `dimension` must be a "
         f"positive int; got {dimension!r}.")
   if not _checks.is_int(dimension):
-    raise _checks.ArgumentTypeError(
+    raise errors.ArgumentTypeError(
         f"{owner}: Invalid dimension {dimension!r}. `dimension` must be a "
         f"positive int; got {dimension!r}.")
   return int(dimension)
@@ -221,7 +222,7 @@ def _check_initializer(owner, initializer, dimension):
   if initializer is None:
     return default_initializer(dimension)
   if not callable(initializer):
-    raise _checks.ArgumentTypeError(
+    raise errors.ArgumentTypeError(
         f"{owner}: initializer must be callable if specified; got "
         f"`initializer`={initializer!r} (e.g. "
         "tf.compat.v1.truncated_normal_initializer).")

@@ -27,9 +27,15 @@ from tpu_embedding_columns import context
 from tpu_embedding_columns import lookup
 
 TABLE_NAME_PREFIX = "tbl_"
-SEQUENCE_LENGTH_SUFFIX = "_seq_length_"
+_SEQUENCE_LENGTH_SUFFIX = "_seq_length_"
 TENSOR_CORE_MASK_SUFFIX = "__TENSOR_CORE_MASK"
 EMBEDDING_WEIGHTS = "embedding_weights"
+
+
+def sequence_length_key(feature_key):
+  """The features-dict key of a sequence feature's lengths, beside its ids
+  (`<feature>_seq_length_`: TF's TPU sequence columns and infeed use it)."""
+  return feature_key + _SEQUENCE_LENGTH_SUFFIX
 LOOKUP_DEVICES = ("cpu", "tpu_tensor_core", "tpu_embedding_core")
 
 
@@ -113,7 +119,7 @@ class _TPUEmbeddingColumnBase(tf.__internal__.feature_column.DenseColumn,
 
   @property
   def sequence_length_feature_key(self):
-    return self.feature_key + SEQUENCE_LENGTH_SUFFIX
+    return sequence_length_key(self.feature_key)
 
   @property
   def tensor_core_mask_key(self):

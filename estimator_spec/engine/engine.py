@@ -22,6 +22,7 @@ import collections
 
 import tensorflow as tf
 
+from tpu_embedding_columns import columns
 from tpu_embedding_columns import lookup as column_lookup
 
 from estimator_spec.engine import inputs as inputs_lib
@@ -51,8 +52,9 @@ class LookupResult:
 
   @property
   def length_features(self):
-    """{'<feature>_seq_length_': lengths} for sequence features."""
-    return {f"{name}_seq_length_": value
+    """{'<feature>_seq_length_': lengths} for sequence features (the keys
+    TF's sequence columns read)."""
+    return {columns.sequence_length_key(name): value
             for name, value in self.sequence_lengths.items()}
 
 
@@ -266,7 +268,8 @@ class HostEmbeddingEngine:
     parsed = collections.OrderedDict()
     for name, feature in self.model.features.items():
       parsed[name] = inputs_lib.parse_feature(
-          feature, self.model.tables[feature.table], features)
+          feature, self.model.tables[feature.table],
+          self.config.spec.column_for(name), features)
     batch_size, checks = inputs_lib.check_batch_sizes(parsed)
     return LookupStep(self, parsed, checks + list(extra_checks), batch_size)
 

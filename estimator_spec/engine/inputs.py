@@ -26,6 +26,7 @@ from typing import Any, Optional, Tuple
 import tensorflow as tf
 
 from tpu_embedding_columns import _checks
+from tpu_embedding_columns import errors
 from tpu_embedding_columns import lookup as column_lookup
 
 
@@ -48,12 +49,12 @@ class FeatureInput:
     return not isinstance(self.ids, tf.SparseTensor)
 
 
-def read_feature(feature, table, features, where):
-  """The `FeatureInput` of `feature` (a model.Feature of `table`) in
-  `features`; raises for inputs a TPU infeed would refuse. `where` starts
-  every message (it names the feature and the table)."""
+def read_feature(feature, table, column, features, where):
+  """The `FeatureInput` of `feature` (a model.Feature of `table`, configured
+  by `column`, None in the dict form) in `features`; raises for inputs a TPU
+  infeed would refuse. `where` starts every message (it names the feature
+  and the table)."""
   name = feature.name
-  column = feature.column
   raw = features.get(name)
   if column is not None and (raw is None or not is_integer(raw)):
     ids, keys = transformed_ids(column, features, where)
@@ -63,7 +64,7 @@ def read_feature(feature, table, features, where):
     _require(keys, features, where)
     ids = _as_sparse_or_dense(raw)
     if not ids.dtype.is_integer:
-      raise _checks.ArgumentTypeError(
+      raise errors.ArgumentTypeError(
           f"{where}: ids must be integers; got {ids.dtype.name} (SparseTensor "
           "with string as values are not supported on TPU). Build the spec "
           "from feature columns to have strings turned into ids, or convert "
@@ -147,7 +148,7 @@ def _read_weights(feature, features, where):
         "sparse weights instead (a SparseTensor or RaggedTensor with the "
         "ids' indices).")
   if not (weights.dtype.is_integer or weights.dtype.is_floating):
-    raise _checks.ArgumentTypeError(
+    raise errors.ArgumentTypeError(
         f"{where}: weights {key!r} must be numbers; got "
         f"{weights.dtype.name}.")
   if weights.dtype != tf.float32:
@@ -171,17 +172,16 @@ class FeatureIds:
   lengths: Optional[Any] = None
 
 
-def parse_feature(feature, table, features):
+def parse_feature(feature, table, column, features):
   """Returns the `FeatureIds` of `feature` (a model.Feature) from `features`.
 
   Python-side problems (missing keys, wrong types, ranks or forms) raise
   here, at graph-building time; the rest is checked when the graph runs.
   """
   where = f"Feature {feature.name!r} (table {table.name!r})"
-  given = read_feature(feature, table, features, where)
+  given = read_feature(feature, table, column, features, where)
   if given.single:
     return _single_ids(feature, table, given.ids)
-  column = feature.column
   drop_negative = column.use_safe_embedding_lookup if column else True
   flat = column_lookup.flatten_ids(
       given.ids, given.weights, table.vocabulary_size, feature=feature.name,

@@ -12,7 +12,7 @@ import re
 
 import tensorflow as tf
 
-from estimator_spec import sharding
+from estimator_spec.config import sharding
 
 
 def partition_device_fn(shard_device_fn):

@@ -13,26 +13,19 @@ import tempfile
 
 import tensorflow as tf
 
-from estimator_spec import checkpoints
-from estimator_spec import convert
-from estimator_spec import optimizers as _opt
-from estimator_spec import progress as _progress
-from estimator_spec import sharding
+from estimator_spec.checkpoints import restore as checkpoints
+from estimator_spec.checkpoints import convert
+from estimator_spec.config import optimizers as _opt
+from estimator_spec.checkpoints import progress as _progress
+from estimator_spec.config import sharding
 from tpu_embedding_columns import _checks
 
 _tpu = tf.tpu.experimental.embedding
 
-# Our optimizer classes that TF 2.15's mid-level API has, with our slot
-# name -> TF2's slot name (TF2 checkpoints a slot as `<table>/<slot>`).
-_SLOTS = {
-    _opt.StochasticGradientDescentParameters: {},
-    _opt.AdagradParameters: {"accumulator": "accumulators"},
-    _opt.AdagradMomentumParameters: {"accumulator": "accumulators",
-                                     "momenta": "momenta"},
-    _opt.AdamParameters: {"m": "momenta", "v": "velocities"},
-    _opt.FtrlParameters: {"accumulator": "accumulators", "linear": "linears"},
-}
-_TF2_NAMES = "SGD, Adagrad, AdagradMomentum, Adam and FTRL"
+# The optimizers TF 2.15's mid-level API has (each class knows its TF2
+# counterpart: `mid_level_class`).
+_TF2_NAMES = ", ".join(
+    cls.mid_level_class for cls in _opt.ALL_OPTIMIZERS if cls.mid_level_class)
 
 
 class MidLevelConfig(
@@ -243,7 +236,7 @@ def _step_rate(fn, global_step):
 
 
 def _check_convertible(owner, parameters, where):
-  if type(parameters) not in _SLOTS:
+  if parameters.mid_level_class is None:
     raise ValueError(
         f"{owner}: {where} uses {type(parameters).__name__}, which TF 2.15's "
         f"tf.tpu.experimental.embedding does not have (it has {_TF2_NAMES}); "
@@ -264,32 +257,11 @@ def _convert_optimizer(model, parameters, learning_rate, where, owner):
       clipvalue=None if lower is None and upper is None else (lower, upper))
   p = parameters
   try:
-    if isinstance(p, _opt.StochasticGradientDescentParameters):
-      return _tpu.SGD(**common)
-    if isinstance(p, _opt.AdagradParameters):
-      return _tpu.Adagrad(initial_accumulator_value=p.initial_accumulator,
-                          **common)
-    if isinstance(p, _opt.AdagradMomentumParameters):
-      return _tpu.AdagradMomentum(momentum=p.momentum,
-                                  use_nesterov=p.use_nesterov,
-                                  exponent=p.exponent, beta2=p.beta2,
-                                  epsilon=p.epsilon, **common)
-    if isinstance(p, _opt.AdamParameters):
-      return _tpu.Adam(beta_1=p.beta1, beta_2=p.beta2, epsilon=p.epsilon,
-                       lazy_adam=p.lazy_adam,
-                       sum_inside_sqrt=p.sum_inside_sqrt, **common)
-    if p.initial_accumulator_value <= 0:
-      raise ValueError(
-          f"{owner}: {where} uses FtrlParameters with "
-          "initial_accumulator_value=0, which TF 2.15's FTRL refuses "
-          "(it must be > 0); use a small positive value.")
-    return _tpu.FTRL(
-        learning_rate_power=p.learning_rate_power,
-        l1_regularization_strength=p.l1_regularization_strength,
-        l2_regularization_strength=p.l2_regularization_strength,
-        beta=p.beta, initial_accumulator_value=p.initial_accumulator_value,
-        multiply_linear_by_learning_rate=p.multiply_linear_by_learning_rate,
-        allow_zero_accumulator=p.allow_zero_accumulator, **common)
+    try:
+      arguments = p.mid_level_arguments()
+    except ValueError as error:
+      raise ValueError(f"{owner}: {where} uses {error}") from error
+    return getattr(_tpu, p.mid_level_class)(**arguments, **common)
   except ValueError as error:
     if str(error).startswith(owner):
       raise
@@ -335,7 +307,7 @@ def export_mid_level_checkpoint(model_dir, spec, output_prefix, *,
       if it has none.
     variable_names: optional {table name: checkpoint tensor name} for tables
       whose tensor cannot be found unambiguously (see
-      `estimator_spec.convert.locate_tables`).
+      `estimator_spec.checkpoints.convert.locate_tables`).
     allow_missing_slots: a checkpoint without a table's slots (e.g. written
       by TF's CPU path) is refused unless True; then the slots get their
       initial values.
@@ -385,7 +357,7 @@ def export_mid_level_checkpoint(model_dir, spec, output_prefix, *,
         if source not in shapes or list(shapes[source]) != shape:
           missing.append(source)
           source = None
-        slots.append((_SLOTS[type(parameters)][slot.name], source,
+        slots.append((slot.mid_level, source,
                       slot.initial_value))
     plans.append((name, table, tensor, slots))
   if missing and not allow_missing_slots:

@@ -24,11 +24,12 @@ from tensorflow_estimator.python.estimator.tpu import _tpu_estimator_embedding a
 
 from tpu_embedding_columns import TPU_EMBEDDING_COLUMN_TYPES
 from tpu_embedding_columns import _checks
+from tpu_embedding_columns import errors
 from tpu_embedding_columns import api as _column_api
 from tpu_embedding_columns import columns as _columns
 
-from estimator_spec import optimizers as _optimizers
-from estimator_spec import spec as _spec
+from estimator_spec.config import optimizers as _optimizers
+from estimator_spec.config import spec as _spec
 
 TensorFlowEmbeddingConfigSpec = _tf_estimator_embedding.EmbeddingConfigSpec
 
@@ -278,7 +279,7 @@ def from_tensorflow(tf_spec):
   tables = {}
   for name, table in tf_spec.table_to_config_dict.items():
     if not isinstance(table, _tf_embedding.TableConfig):
-      raise _checks.ArgumentTypeError(
+      raise errors.ArgumentTypeError(
           f"{owner}: `table_to_config_dict[{name!r}]` must be TF's "
           f"TableConfig; got {type(table).__name__}.")
     tables[name] = _table_as(
@@ -289,7 +290,7 @@ def from_tensorflow(tf_spec):
   features = {}
   for name, feature in tf_spec.feature_to_config_dict.items():
     if not isinstance(feature, _tf_embedding.FeatureConfig):
-      raise _checks.ArgumentTypeError(
+      raise errors.ArgumentTypeError(
           f"{owner}: `feature_to_config_dict[{name!r}]` must be TF's "
           f"FeatureConfig; got {type(feature).__name__}.")
     features[name] = _feature_as(_spec.FeatureConfig, feature)
@@ -302,7 +303,7 @@ def _optimizer_from_tensorflow(owner, where, optimizer):
     return None
   name = type(optimizer).__name__
   if name not in _TF_OPTIMIZERS or type(optimizer) is not _TF_OPTIMIZERS[name]:
-    raise _checks.ArgumentTypeError(
+    raise errors.ArgumentTypeError(
         f"{owner}: `{where}` must be one of TensorFlow's TPU embedding "
         "optimizers (tf.compat.v1.tpu.experimental.AdagradParameters, ...: "
         + ", ".join(sorted(_TF_OPTIMIZERS)) + f"); got {name}: {optimizer!r}.")
@@ -357,7 +358,7 @@ def _columns_from_tensorflow(owner, columns):
                 "embedding_column / shared_embedding_columns convert; other "
                 "feature columns (numeric, plain embedding columns) belong to "
                 "the dense model, not to the embedding spec")
-      raise _checks.ArgumentTypeError(
+      raise errors.ArgumentTypeError(
           f"{owner}: `feature_columns` holds {column!r} of type "
           f"{type(column).__name__}; {hint}.")
     if isinstance(column, _tf_columns._TPUSharedEmbeddingColumnV2):

@@ -38,15 +38,12 @@ from tensorflow.python.tpu import tpu_function as _tf_tpu_function
 from tensorflow_estimator.python.estimator.tpu import tpu_estimator as _tf_tpu_estimator
 
 from tpu_embedding_columns import context as _context
+from tpu_embedding_columns.errors import TPUNotReachableError
 
-from estimator_spec import calling
+from estimator_spec.estimator import calling
 from estimator_spec.interop import _tensorflow
 
 REACHABILITY_TIMEOUT_SECONDS = 10.0
-
-
-class TPUNotReachableError(RuntimeError):
-  """The TPU that the RunConfig names does not answer."""
 
 
 def in_tpu_computation():

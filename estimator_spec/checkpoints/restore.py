@@ -25,7 +25,7 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from estimator_spec import sharding
+from estimator_spec.config import sharding
 
 
 LAYOUT_TENSOR = "estimator_spec/partition_strategy"

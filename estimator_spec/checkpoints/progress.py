@@ -8,6 +8,7 @@ import sys
 import time
 
 from tpu_embedding_columns import _checks
+from tpu_embedding_columns import errors
 
 
 class RowProgress:
@@ -79,6 +80,6 @@ def factory(progress):
     return RowProgress
   if callable(getattr(progress, "write", None)):
     return lambda label, total: RowProgress(label, total, stream=progress)
-  raise _checks.ArgumentTypeError(
+  raise errors.ArgumentTypeError(
       "`progress` must be True, False, None or a writable text stream; got "
       f"{progress!r}.")

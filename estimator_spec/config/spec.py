@@ -10,11 +10,12 @@ import collections
 
 from tpu_embedding_columns import TPU_EMBEDDING_COLUMN_TYPES
 from tpu_embedding_columns import _checks
+from tpu_embedding_columns import errors
 from tpu_embedding_columns import api as _column_api
 from tpu_embedding_columns import lookup as _lookup
 
-from estimator_spec import model as _model
-from estimator_spec import optimizers
+from estimator_spec.config import model as _model
+from estimator_spec.config import optimizers
 
 PARTITION_STRATEGIES = ("div", "mod")
 
@@ -223,7 +224,7 @@ class EmbeddingConfigSpec(
                       allow_none=True)
     if optimization_parameters is not None and not isinstance(
         optimization_parameters, optimizers.OptimizationParameters):
-      raise _checks.ArgumentTypeError(
+      raise errors.ArgumentTypeError(
           f"{owner}: optimization_parameters must be an instance of type "
           "one of " + ", ".join(o.__name__ for o in optimizers.ALL_OPTIMIZERS)
           + " (estimator_spec's) (`optimization_parameters`). Got "
@@ -250,7 +251,7 @@ class EmbeddingConfigSpec(
                   "tpu_embedding_columns.embedding_column / "
                   "shared_embedding_columns; other feature columns belong to "
                   "the dense model, not to the embedding spec")
-          raise _checks.ArgumentTypeError(
+          raise errors.ArgumentTypeError(
               f"{owner}: Unsupported feature column {type(column)}. "
               "Supported types are (EmbeddingColumn, SharedEmbeddingColumn) "
               f"of tpu_embedding_columns: `feature_columns` holds {column!r}"
@@ -285,6 +286,9 @@ class EmbeddingConfigSpec(
         profile_data_directory=profile_data_directory)
     # Derive the config model now: every table/feature problem surfaces here.
     spec.__dict__["_model"] = _model.EmbeddingModel.from_spec(spec)
+    spec.__dict__["_columns"] = {
+        column.feature_key: column for column in embedding_core_columns or ()
+    }
     return spec
 
   def _constructor_args(self):
@@ -298,9 +302,13 @@ class EmbeddingConfigSpec(
   @property
   def model(self):
     """The config model (tables, features, optimizers) of this spec."""
-    if "_model" not in self.__dict__:
-      self.__dict__["_model"] = _model.EmbeddingModel.from_spec(self)
     return self.__dict__["_model"]
+
+  def column_for(self, feature_name):
+    """The embedding column that configures feature `feature_name` (the
+    live object the config model refers to by name), or None in the dict
+    form."""
+    return self.__dict__["_columns"].get(feature_name)
 
 
 def _check_dict(owner, arg, value, value_type):
@@ -312,7 +320,7 @@ def _check_dict(owner, arg, value, value_type):
                    TypeError)
     if not isinstance(config, value_type):
       what = "feature" if value_type is FeatureConfig else "table"
-      raise _checks.ArgumentTypeError(
+      raise errors.ArgumentTypeError(
           f"{owner}: `{arg}[{key!r}]`: Config for {what} {key} must be of "
           f"type `{value_type.__name__}` (estimator_spec's). Got "
           f"{type(config)}.")

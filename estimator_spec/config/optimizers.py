@@ -23,9 +23,13 @@ from tpu_embedding_columns import _checks
 
 # A slot variable of an optimizer: `name` is the key used by the engine,
 # `suffix` is appended to the table variable's name for checkpoints
-# (`<var>/<suffix>`), `initial_value` fills every row at creation.
-SlotSpec = collections.namedtuple("SlotSpec",
-                                  ["name", "suffix", "initial_value"])
+# (`<var>/<suffix>`, the name TF's TPUEstimator gives it), `initial_value`
+# fills every row at creation, and `mid_level` is the slot's name in TF2's
+# `tf.tpu.experimental.embedding` (checkpointed as `<table>/<mid_level>`),
+# None for optimizers TF2 lacks.
+SlotSpec = collections.namedtuple(
+    "SlotSpec", ["name", "suffix", "initial_value", "mid_level"],
+    defaults=[None])
 
 
 class OptimizationParameters:
@@ -37,6 +41,10 @@ class OptimizationParameters:
   """
 
   _proto_field = None
+  # The class of TF2's `tf.tpu.experimental.embedding` with this rule (its
+  # name), or None when TF2 has none; `mid_level_arguments` gives its own
+  # arguments (the common ones are the config model's).
+  mid_level_class = None
 
   def __init__(self, learning_rate, use_gradient_accumulation,
                clip_weight_min, clip_weight_max, weight_decay_factor,
@@ -93,6 +101,12 @@ class OptimizationParameters:
     """Returns the `SlotSpec`s of this optimizer, in checkpoint order."""
     return ()
 
+  def mid_level_arguments(self):
+    """Arguments of `mid_level_class` particular to this optimizer (the
+    common ones, learning rate and clipping, are added by the caller);
+    ValueError where TF2's class cannot express this configuration."""
+    return {}
+
   def update_rows(self, w, slots, g, lr):
     """The optimizer's own rule on touched rows (float32 tensors [U, D]).
 
@@ -134,6 +148,7 @@ class AdagradParameters(OptimizationParameters):
   `initial_accumulator`."""
 
   _proto_field = "adagrad"
+  mid_level_class = "Adagrad"
 
   def __init__(self, learning_rate, initial_accumulator=0.1,
                use_gradient_accumulation=True, clip_weight_min=None,
@@ -146,7 +161,11 @@ class AdagradParameters(OptimizationParameters):
         above=0.0)
 
   def slot_specs(self):
-    return (SlotSpec("accumulator", "Adagrad", self.initial_accumulator),)
+    return (SlotSpec("accumulator", "Adagrad", self.initial_accumulator,
+                     "accumulators"),)
+
+  def mid_level_arguments(self):
+    return dict(initial_accumulator_value=self.initial_accumulator)
 
   def update_rows(self, w, slots, g, lr):
     accumulator = slots["accumulator"] + g * g
@@ -158,6 +177,7 @@ class AdagradMomentumParameters(OptimizationParameters):
   """Adagrad with a momentum accumulator and a configurable exponent."""
 
   _proto_field = "adagrad_momentum"
+  mid_level_class = "AdagradMomentum"
 
   def __init__(self, learning_rate, momentum, use_nesterov=False, exponent=2,
                beta2=1, epsilon=1e-10, use_gradient_accumulation=True,
@@ -184,8 +204,14 @@ class AdagradMomentumParameters(OptimizationParameters):
     message.epsilon = self.epsilon
 
   def slot_specs(self):
-    return (SlotSpec("accumulator", "AdagradMomentum/Accumulator", 0.0),
-            SlotSpec("momenta", "AdagradMomentum/Momentum", 0.0))
+    return (SlotSpec("accumulator", "AdagradMomentum/Accumulator", 0.0,
+                     "accumulators"),
+            SlotSpec("momenta", "AdagradMomentum/Momentum", 0.0, "momenta"))
+
+  def mid_level_arguments(self):
+    return dict(momentum=self.momentum, use_nesterov=self.use_nesterov,
+                exponent=self.exponent, beta2=self.beta2,
+                epsilon=self.epsilon)
 
   def update_rows(self, w, slots, g, lr):
     # The TPU definition (optimization_parameters.proto): the momentum
@@ -251,6 +277,7 @@ class AdamParameters(OptimizationParameters):
   """
 
   _proto_field = "adam"
+  mid_level_class = "Adam"
 
   def __init__(self, learning_rate, beta1=0.9, beta2=0.999, epsilon=1e-08,
                lazy_adam=True, sum_inside_sqrt=True,
@@ -281,7 +308,12 @@ class AdamParameters(OptimizationParameters):
     message.use_sum_inside_sqrt = self.sum_inside_sqrt
 
   def slot_specs(self):
-    return (SlotSpec("m", "Adam/m", 0.0), SlotSpec("v", "Adam/v", 0.0))
+    return (SlotSpec("m", "Adam/m", 0.0, "momenta"),
+            SlotSpec("v", "Adam/v", 0.0, "velocities"))
+
+  def mid_level_arguments(self):
+    return dict(beta_1=self.beta1, beta_2=self.beta2, epsilon=self.epsilon,
+                lazy_adam=self.lazy_adam, sum_inside_sqrt=self.sum_inside_sqrt)
 
   def update_rows(self, w, slots, g, lr):
     m = self.beta1 * slots["m"] + (1.0 - _f32(self.beta1)) * g
@@ -303,6 +335,7 @@ class FtrlParameters(OptimizationParameters):
   `allow_zero_accumulator` as in the TPU proto."""
 
   _proto_field = "ftrl"
+  mid_level_class = "FTRL"
 
   def __init__(self, learning_rate, learning_rate_power=-0.5,
                initial_accumulator_value=0.1, l1_regularization_strength=0.0,
@@ -343,8 +376,23 @@ class FtrlParameters(OptimizationParameters):
     message.allow_zero_accumulator = self.allow_zero_accumulator
 
   def slot_specs(self):
-    return (SlotSpec("accumulator", "Ftrl", self.initial_accumulator_value),
-            SlotSpec("linear", "Ftrl_1", self.initial_linear_value))
+    return (SlotSpec("accumulator", "Ftrl", self.initial_accumulator_value,
+                     "accumulators"),
+            SlotSpec("linear", "Ftrl_1", self.initial_linear_value, "linears"))
+
+  def mid_level_arguments(self):
+    if self.initial_accumulator_value <= 0:
+      raise ValueError(
+          "FtrlParameters with initial_accumulator_value=0, which TF 2.15's "
+          "FTRL refuses (it must be > 0); use a small positive value.")
+    return dict(
+        learning_rate_power=self.learning_rate_power,
+        l1_regularization_strength=self.l1_regularization_strength,
+        l2_regularization_strength=self.l2_regularization_strength,
+        beta=self.beta, initial_accumulator_value=(
+            self.initial_accumulator_value),
+        multiply_linear_by_learning_rate=self.multiply_linear_by_learning_rate,
+        allow_zero_accumulator=self.allow_zero_accumulator)
 
   def update_rows(self, w, slots, g, lr):
     # Zero-safe in every case: a^(-p) is computed directly (0 stays 0) and
@@ -490,6 +538,7 @@ class StochasticGradientDescentParameters(OptimizationParameters):
   """Plain SGD: `w -= lr * g`; no slot variables."""
 
   _proto_field = "stochastic_gradient_descent"
+  mid_level_class = "SGD"
 
   def __init__(self, learning_rate, use_gradient_accumulation=True,
                clip_weight_min=None, clip_weight_max=None,

@@ -29,13 +29,14 @@ import tensorflow as tf
 from tpu_embedding_columns import context
 from tpu_embedding_columns import lookup as column_lookup
 
-from estimator_spec import calling
-from estimator_spec import checkpoints
-from estimator_spec import config as config_lib
+from estimator_spec.estimator import calling
+from estimator_spec.checkpoints import restore as checkpoints
+from estimator_spec.tpu import proto as config_lib
 from estimator_spec import interop
-from estimator_spec import spec as spec_lib
-from estimator_spec import tpu_context
+from estimator_spec.config import spec as spec_lib
+from estimator_spec.estimator import tpu_context
 from estimator_spec.engine import engine as engine_lib
+from tpu_embedding_columns import errors
 
 ModeKeys = tf.estimator.ModeKeys
 
@@ -430,7 +431,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
       `interop.to_tensorflow`; model_fn keeps using our columns, which read
       the activations TF's TPU step puts into `features`. `params` then
       follow TF (per-core `batch_size` in model_fn). An unreachable TPU
-      raises `interop.TPUNotReachableError` at train/evaluate/predict.
+      raises `errors.TPUNotReachableError` at train/evaluate/predict.
       Without a TPU, use_tpu=True runs on the host as on the TPU topology
       `tpu_config.num_shards` describes: input_fn is deployed as
       `per_host_input_for_training` says, with `params['context']`, and
@@ -800,7 +801,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     else:
       tap_fn = lambda feature, activation: activation
     source = _EngineSource(engine, step, tap_fn)
-    columns_form = _uses_columns(model)
+    columns_form = model.uses_columns
     model_features = features
     if not columns_form:
       model_features = _dict_form_features(features, model, step, tap_fn)
@@ -1043,10 +1044,6 @@ def _ancestors(op):
   return seen
 
 
-def _uses_columns(model):
-  return any(f.column is not None for f in model.features.values())
-
-
 def _dict_form_features(features, model, step, tap):
   """features with each configured feature's activation in place of its
   ids (and `<name>_seq_length_` for sequence features), weights removed, as
@@ -1055,7 +1052,7 @@ def _dict_form_features(features, model, step, tap):
   for name, feature in model.features.items():
     result[name] = tap(name, step.activation(name))
     if feature.is_sequence:
-      result[f"{name}_seq_length_"] = step.sequence_length(name)
+      result[feature.length_key] = step.sequence_length(name)
     if feature.weight_key is not None:
       result.pop(feature.weight_key, None)
   return result

@@ -28,7 +28,6 @@ import logging
 
 import tensorflow as tf
 
-from tpu_embedding_columns import columns as column_lib
 from tpu_embedding_columns import lookup
 
 from estimator_spec.engine import inputs as inputs_lib
@@ -339,7 +338,9 @@ def split_inputs(config, features, labels=None):
   for name, feature in config.features.items():
     table = config.tables[feature.table]
     where = f"split_inputs: feature {name!r} (table {table.name!r})"
-    given = inputs_lib.read_feature(feature, table, features, where)
+    given = inputs_lib.read_feature(feature, table,
+                                    config.spec.column_for(name), features,
+                                    where)
     read.update(given.keys)
     if given.single:
       per_feature[name] = [EnqueueData(piece)
@@ -352,7 +353,7 @@ def split_inputs(config, features, labels=None):
     if feature.max_sequence_length > 0:
       lengths = lookup.sequence_lengths(ids, feature.max_sequence_length)
       lengths.set_shape([host_batch])
-      added[name + column_lib.SEQUENCE_LENGTH_SUFFIX] = lengths
+      added[feature.length_key] = lengths
     per_feature[name] = [
         EnqueueData.from_sparse_tensor(piece, weights=weight_piece)
         for piece, weight_piece in zip(_split(ids, num_splits),

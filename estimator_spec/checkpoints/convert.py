@@ -32,10 +32,10 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
-from estimator_spec import checkpoints
-from estimator_spec import progress as _progress
-from estimator_spec import sharding
-from estimator_spec import spec as _spec
+from estimator_spec.checkpoints import restore as checkpoints
+from estimator_spec.checkpoints import progress as _progress
+from estimator_spec.config import sharding
+from estimator_spec.config import spec as _spec
 from tpu_embedding_columns import _checks
 
 _BLOCK_BYTES = 16 << 20  # rows scattered per step (bounds temporaries)

@@ -16,8 +16,10 @@ import collections
 import dataclasses
 from typing import Any, Callable, Optional, Tuple
 
-from estimator_spec import optimizers as _optimizers
-from estimator_spec import sharding
+from tpu_embedding_columns import columns as _columns
+
+from estimator_spec.config import optimizers as _optimizers
+from estimator_spec.config import sharding
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,11 +49,20 @@ class Feature:
   table: str
   max_sequence_length: int
   weight_key: Optional[str]
-  column: Any = dataclasses.field(default=None, compare=False)
+  # The name of the embedding column that configures it (None in the dict
+  # form); the column object itself stays with the spec
+  # (`EmbeddingConfigSpec.column_for`).
+  column_name: Optional[str] = None
 
   @property
   def is_sequence(self):
     return self.max_sequence_length > 0
+
+  @property
+  def length_key(self):
+    """The key of the feature's sequence lengths beside its activation
+    (`<feature>_seq_length_`, as TF's sequence columns name it)."""
+    return _columns.sequence_length_key(self.name)
 
 
 class EmbeddingModel:
@@ -123,6 +134,11 @@ class EmbeddingModel:
 
   # --- queries ---------------------------------------------------------------
 
+  @property
+  def uses_columns(self):
+    """Whether the spec was given as feature columns (else as dicts)."""
+    return any(f.column_name is not None for f in self.features.values())
+
   def optimizer_for(self, table_name):
     """The optimizer that trains `table_name` (its own, else the spec's)."""
     table = self.tables[table_name]
@@ -140,13 +156,13 @@ class EmbeddingModel:
     reads; ValueError when the spec does not configure that column (same
     feature key, table, dimension and sequence length)."""
     feature = self.features.get(column.feature_key)
-    if feature is None or feature.column is None or (
+    if feature is None or feature.column_name is None or (
         feature.table != column.table_name) or (
             self.tables[feature.table].dimension != column.dimension) or (
                 feature.max_sequence_length != column.max_sequence_length):
       configured = sorted(
-          f.column.name for f in self.features.values()
-          if f.column is not None)
+          f.column_name for f in self.features.values()
+          if f.column_name is not None)
       raise ValueError(
           f"model_fn uses embedding column {column.name!r} (feature "
           f"{column.feature_key!r}, table {column.table_name!r}), which is "
@@ -154,9 +170,6 @@ class EmbeddingModel:
           f"{configured}). Add it to EmbeddingConfigSpec(feature_columns=...)"
           " or use the spec's own column objects.")
     return feature
-
-  def table_of(self, feature_name):
-    return self.tables[self.features[feature_name].table]
 
   def shard_layout(self, table_name, num_shards):
     return sharding.ShardLayout(self.tables[table_name].vocabulary_size,
@@ -190,11 +203,11 @@ def _from_columns(columns):
       raise ValueError(
           f"EmbeddingConfigSpec: `feature_columns`: Feature column {feature} "
           "is used with multiple embeddings and this is not supported "
-          f"(feature {feature!r}: columns {features[feature].column.name!r} "
+          f"(feature {feature!r}: columns {features[feature].column_name!r} "
           f"and {column.name!r}); a feature can look up only one table.")
     features[feature] = Feature(feature, column.table_name,
                                 column.max_sequence_length, column.weight_key,
-                                column)
+                                column.name)
     name = column.table_name
     if name in owners:
       first = owners[name]

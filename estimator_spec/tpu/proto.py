@@ -15,15 +15,11 @@ from tensorflow.core.protobuf.tpu import tpu_embedding_configuration_pb2
 
 from tpu_embedding_columns import _checks
 
-from estimator_spec import enqueue
-from estimator_spec import optimizers
-from estimator_spec import spec as spec_lib
+from estimator_spec.config.modes import EVAL, MODES, PREDICT, TRAIN
+from estimator_spec.tpu import enqueue
+from estimator_spec.config import optimizers
+from estimator_spec.config import spec as spec_lib
 
-# tf.estimator.ModeKeys values, without importing the estimator here.
-TRAIN = "train"
-EVAL = "eval"
-PREDICT = "infer"
-MODES = (TRAIN, EVAL, PREDICT)
 
 _Configuration = tpu_embedding_configuration_pb2.TPUEmbeddingConfiguration
 _ACCUMULATION = optimization_parameters_pb2.GradientAccumulationStatus
@@ -146,13 +142,13 @@ class EmbeddingConfig:
 
   def split_inputs(self, features, labels=None):
     """One host's batch prepared for the enqueue ops: returns (features,
-    labels, features_per_core); see `estimator_spec.enqueue.split_inputs`."""
+    labels, features_per_core); see `estimator_spec.tpu.enqueue.split_inputs`."""
     return enqueue.split_inputs(self, features, labels)
 
   def generate_enqueue_ops(self, features_per_core, mode_override=None,
                            ragged=False):
     """One `EnqueueTPUEmbeddingArbitraryTensorBatch` op per core; see
-    `estimator_spec.enqueue.generate_enqueue_ops`."""
+    `estimator_spec.tpu.enqueue.generate_enqueue_ops`."""
     return enqueue.generate_enqueue_ops(self, features_per_core,
                                         mode_override=mode_override,
                                         ragged=ragged)

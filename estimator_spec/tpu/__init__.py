@@ -1,0 +1,2 @@
+"""What a TPU needs from the config model: the embedding configuration
+proto (`proto.EmbeddingConfig`) and the infeed enqueue ops (`enqueue`)."""
