@@ -22,9 +22,43 @@ from estimator_spec.config import optimizers as _optimizers
 from estimator_spec.config import sharding
 
 
-@dataclasses.dataclass(frozen=True)
+def _initializer_identity(initializer):
+  """What makes two initializers the same: class and configuration (TF's
+  initializer objects compare by identity, which a copy of the model sent
+  to another process would not keep)."""
+  get_config = getattr(initializer, "get_config", None)
+  if get_config is None:
+    return initializer
+  return (type(initializer).__module__, type(initializer).__qualname__,
+          repr(sorted(get_config().items())))
+
+
+class _Initializer:
+  """A table's initializer as a value: it compares and prints by class and
+  configuration; `value` is the initializer itself."""
+
+  def __init__(self, value):
+    self.value = value
+
+  def __eq__(self, other):
+    return isinstance(other, _Initializer) and (
+        _initializer_identity(self.value) == _initializer_identity(other.value))
+
+  def __hash__(self):
+    return hash(_initializer_identity(self.value))
+
+  def __repr__(self):
+    get_config = getattr(self.value, "get_config", None)
+    if get_config is None:
+      return repr(self.value)
+    args = ", ".join(f"{k}={v!r}" for k, v in get_config().items())
+    return f"{type(self.value).__name__}({args})"
+
+
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class Table:
-  """One embedding table of the model."""
+  """One embedding table of the model. Tables compare and print by value,
+  their initializers by class and configuration."""
   name: str
   vocabulary_size: int
   dimension: int
@@ -40,6 +74,21 @@ class Table:
   # scope): the categorical column's name, the shared collection name, or
   # the table name in the dict form.
   embedding_var_name: str
+
+  def _values(self):
+    return tuple(
+        (field.name, _Initializer(getattr(self, field.name))
+         if field.name == "initializer" else getattr(self, field.name))
+        for field in dataclasses.fields(self))
+
+  def __eq__(self, other):
+    return isinstance(other, Table) and self._values() == other._values()
+
+  def __hash__(self):
+    return hash(self._values())
+
+  def __repr__(self):
+    return "Table(" + ", ".join(f"{k}={v!r}" for k, v in self._values()) + ")"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,13 +114,48 @@ class Feature:
     return _columns.sequence_length_key(self.name)
 
 
+@dataclasses.dataclass(frozen=True)
+class LearningRate:
+  """The learning rate that trains one table (SEMANTICS.md section 4).
+
+  The table's own `learning_rate` comes first, then its `learning_rate_fn`
+  (of the global step), then its optimizer's `learning_rate`. Exactly one of
+  `constant` and `fn` is set (`constant` is None for a table without an
+  optimizer, in inference); `tag` numbers the distinct functions in table
+  order (the TPU's dynamic learning-rate tag), None for constants.
+  """
+  constant: Optional[float]
+  fn: Optional[Callable] = None
+  tag: Optional[int] = None
+
+  def label(self):
+    """A short printable form: the constant, `fn#<tag>`, or '-'."""
+    if self.fn is not None:
+      return f"fn#{self.tag}"
+    return "-" if self.constant is None else f"{self.constant:g}"
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorCoreFeature:
+  """A column looked up by the dense model (tensor core), not the engine:
+  its ids are padded to `shape` and masked under `mask_key`."""
+  column_name: str
+  shape: Tuple[int, ...]
+  mask_key: str
+
+
 class EmbeddingModel:
-  """Tables, features and training settings of one `EmbeddingConfigSpec`."""
+  """Tables, features and training settings of one `EmbeddingConfigSpec`.
+
+  Plain data: it prints, compares by value and pickles (callables such as
+  a `learning_rate_fn` pickle when they are module-level functions), so it
+  can be sent to another process; the column objects stay with the spec.
+  """
 
   def __init__(self, tables, features, optimizer, *, clipping_limit=None,
                pipeline_execution_with_tensor_core=False,
                gradient_multiplier_fn=None, partition_strategy="div",
-               profile_data_directory=None, tensor_core_columns=()):
+               profile_data_directory=None, tensor_core_features=()):
     self.tables = collections.OrderedDict(
         (name, tables[name]) for name in sorted(tables))
     self.features = collections.OrderedDict(
@@ -85,12 +169,20 @@ class EmbeddingModel:
     self.gradient_multiplier_fn = gradient_multiplier_fn
     self.partition_strategy = partition_strategy
     self.profile_data_directory = profile_data_directory
-    self.tensor_core_columns = tuple(tensor_core_columns)
+    self.tensor_core_features = tuple(tensor_core_features)
+    # A table's own rate (constant or function), None for its optimizer's.
+    self._own_rates = {}
     fns = []
-    for table in self.tables.values():
-      if (table.learning_rate is None and table.learning_rate_fn is not None and
-          table.learning_rate_fn not in fns):
-        fns.append(table.learning_rate_fn)
+    for name, table in self.tables.items():
+      rate = None
+      if table.learning_rate is not None:
+        rate = LearningRate(table.learning_rate)
+      elif table.learning_rate_fn is not None:
+        if table.learning_rate_fn not in fns:
+          fns.append(table.learning_rate_fn)
+        rate = LearningRate(None, table.learning_rate_fn,
+                            fns.index(table.learning_rate_fn))
+      self._own_rates[name] = rate
     self.learning_rate_fns = tuple(fns)
     if clipping_limit is not None:
       for table in self.tables.values():
@@ -126,7 +218,10 @@ class EmbeddingModel:
     if spec.feature_columns is not None:
       tables, features = _from_columns(spec.feature_columns)
       return cls(tables, features, spec.optimization_parameters,
-                 tensor_core_columns=spec.tensor_core_feature_columns or (),
+                 tensor_core_features=tuple(
+                     TensorCoreFeature(c.name, tuple(c.tensor_core_shape),
+                                       c.tensor_core_mask_key)
+                     for c in spec.tensor_core_feature_columns or ()),
                  **settings)
     tables, features = _from_dicts(spec.table_to_config_dict,
                                    spec.feature_to_config_dict)
@@ -144,12 +239,16 @@ class EmbeddingModel:
     table = self.tables[table_name]
     return table.table_optimizer or self.optimizer
 
-  def learning_rate_tag(self, table_name):
-    """The dynamic learning-rate tag of a table, or None if it has none."""
-    table = self.tables[table_name]
-    if table.learning_rate is not None or table.learning_rate_fn is None:
-      return None
-    return self.learning_rate_fns.index(table.learning_rate_fn)
+  def learning_rate(self, table_name, optimizer=None):
+    """The `LearningRate` of a table: its own, else that of `optimizer` (by
+    default the optimizer that trains it). The precedence is decided here
+    only."""
+    own = self._own_rates[table_name]
+    if own is not None:
+      return own
+    if optimizer is None:
+      optimizer = self.optimizer_for(table_name)
+    return LearningRate(None if optimizer is None else optimizer.learning_rate)
 
   def feature_of_column(self, column):
     """The configured `Feature` an embedding column used in a model_fn
@@ -186,6 +285,18 @@ class EmbeddingModel:
       lower = -limit if lower is None else max(lower, -limit)
       upper = limit if upper is None else min(upper, limit)
     return lower, upper
+
+  def _values(self):
+    return (self.tables, self.features, self.optimizer, self.clipping_limit,
+            self.pipeline_execution_with_tensor_core,
+            self.gradient_multiplier_fn, self.partition_strategy,
+            self.profile_data_directory, self.tensor_core_features)
+
+  def __eq__(self, other):
+    return isinstance(other, EmbeddingModel) and (
+        self._values() == other._values())
+
+  __hash__ = None  # mutable container of tables
 
   def __repr__(self):
     return (f"EmbeddingModel(tables={list(self.tables)}, "

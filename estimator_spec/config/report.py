@@ -21,13 +21,10 @@ def _optimizer_label(optimizer):
 
 
 def _learning_rate_label(config, table):
-  if table.learning_rate is not None:
-    return f"{table.learning_rate:g}"
-  tag = config.model.learning_rate_tag(table.name)
-  if tag is not None:
-    return f"fn#{tag}"
   optimizer = config.optimizer_for(table.name)
-  return "-" if optimizer is None else f"{optimizer.learning_rate:g}"
+  if optimizer is None:  # inference: no optimizer, no learning rate
+    return "-"
+  return config.model.learning_rate(table.name, optimizer).label()
 
 
 def shard_bytes(config, num_shards=None):
@@ -87,12 +84,12 @@ def describe(config, num_shards=None, include_proto=False):
     out.write(f"  {feature.name:<{fw}} {feature.table:<{tw}} "
               f"{feature.max_sequence_length:>7} "
               f"{str(feature.weight_key or '-'):<14} {shape}\n")
-  if model.tensor_core_columns:
+  if model.tensor_core_features:
     out.write("\nTensor-core columns (looked up by the dense model):\n")
-    for column in model.tensor_core_columns:
-      out.write(f"  {column.name}: tensor_core_shape="
-                f"{list(column.tensor_core_shape)}, mask feature "
-                f"{column.tensor_core_mask_key!r}\n")
+    for feature in model.tensor_core_features:
+      out.write(f"  {feature.column_name}: tensor_core_shape="
+                f"{list(feature.shape)}, mask feature "
+                f"{feature.mask_key!r}\n")
 
   per_shard = np.zeros(num_shards, dtype=np.int64)
   for table_sizes in sizes.values():

@@ -35,16 +35,21 @@ class ShardLayout:
 
   def locate(self, ids):
     """Returns (partition, local_index) arrays for an array of row ids."""
-    ids = np.asarray(ids, dtype=np.int64)
-    if self.strategy == "mod":
-      return ids % self.num_partitions, ids // self.num_partitions
-    base, extra = divmod(self.vocabulary_size, self.num_partitions)
-    threshold = extra * (base + 1)
-    big = ids < threshold
-    partition = np.where(big, ids // (base + 1),
-                         extra + (ids - threshold) // max(base, 1))
-    local = ids - np.asarray(self.offsets, dtype=np.int64)[partition]
-    return partition, local
+    return self.route(np.asarray(ids, dtype=np.int64))
+
+  def route(self, ids, where=np.where, constant=np.asarray, gather=np.take):
+    """(partition, local index) of each row id in `ids`, the one routing
+    rule of both strategies. The operations default to NumPy's; the engine
+    passes TensorFlow's (`tf.where`, an int64 `tf.constant`, `tf.gather`)
+    to route int64 tensors with the same formula."""
+    n = self.num_partitions
+    if self.strategy == "mod" or n == 1:
+      return ids % n, ids // n
+    base, extra = divmod(self.vocabulary_size, n)
+    threshold = extra * (base + 1)  # rows held by the bigger partitions
+    partition = where(ids < threshold, ids // (base + 1),
+                      extra + (ids - threshold) // base)
+    return partition, ids - gather(constant(self.offsets), partition)
 
   def row_ids(self, partition):
     """The global row ids stored in `partition`, in local order."""

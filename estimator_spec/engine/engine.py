@@ -252,14 +252,15 @@ class HostEmbeddingEngine:
     """
     return self.begin_lookup(features).result()
 
-  def begin_lookup(self, features, extra_checks=()):
+  def begin_lookup(self, features):
     """Parses and checks every feature now; gathers each table on demand.
 
     Returns a `LookupStep`: `activation(feature)` looks up the feature's
     table (creating its variables, under the name registered so far) the
     first time one of its features is asked for; `result()` looks up the
-    rest and returns the `LookupResult`. `extra_checks` (ops) gate the
-    lookups and every write of the step like the engine's own input checks.
+    rest and returns the `LookupResult`. `LookupStep.add_checks` adds
+    checks that gate the lookups and every write of the step like the
+    engine's own input checks.
     """
     if not isinstance(features, dict):
       raise TypeError(
@@ -271,7 +272,7 @@ class HostEmbeddingEngine:
           feature, self.model.tables[feature.table],
           self.config.spec.column_for(name), features)
     batch_size, checks = inputs_lib.check_batch_sizes(parsed)
-    return LookupStep(self, parsed, checks + list(extra_checks), batch_size)
+    return LookupStep(self, parsed, checks, batch_size)
 
   def _lookup_table(self, table, items):
     ids = tf.concat([item.flat.ids for item in items], axis=0)
@@ -385,15 +386,12 @@ class HostEmbeddingEngine:
   def _learning_rate(self, name, step, checks):
     """The table's learning rate at `step`; a `learning_rate_fn` value is
     checked to be finite (the check joins `checks`, which gate writes)."""
-    table = self.model.tables[name]
-    if table.learning_rate is not None:
-      return tf.constant(table.learning_rate, tf.float32)
-    if table.learning_rate_fn is not None:
+    rate = self.model.learning_rate(name)
+    if rate.fn is not None:
       return _finite(
-          tf.cast(table.learning_rate_fn(step), tf.float32),
+          tf.cast(rate.fn(step), tf.float32),
           f"learning_rate_fn of table {name!r}", step, checks)
-    return tf.constant(self.config.optimizer_for(name).learning_rate,
-                       tf.float32)
+    return tf.constant(rate.constant, tf.float32)
 
   def _apply_pending(self, name):
     pending = self._pending[name]

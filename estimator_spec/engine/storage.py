@@ -63,19 +63,13 @@ class PartitionedRows:
           f"{list(layout.sizes)}.")
 
   def _route(self, ids):
-    """(partition of each id, local index of each id), int32."""
-    n = self.layout.num_partitions
-    ids = tf.cast(ids, tf.int64)
-    if n == 1:
-      return tf.zeros_like(ids, tf.int32), ids
-    if self.layout.strategy == "mod":
-      return tf.cast(ids % n, tf.int32), ids // n
-    base, extra = divmod(self.layout.vocabulary_size, n)
-    threshold = extra * (base + 1)
-    partition = tf.where(ids < threshold, ids // (base + 1),
-                         extra + (ids - threshold) // base)
-    offsets = tf.constant(self.layout.offsets, tf.int64)
-    return tf.cast(partition, tf.int32), ids - tf.gather(offsets, partition)
+    """(partition of each id, local index of each id), by the layout's
+    routing rule (`ShardLayout.route`)."""
+    partition, local = self.layout.route(
+        tf.cast(ids, tf.int64), where=tf.where,
+        constant=lambda values: tf.constant(values, tf.int64),
+        gather=tf.gather)
+    return tf.cast(partition, tf.int32), local
 
   def gather(self, ids):
     """Rows [len(ids), D] for distinct or repeated global `ids`."""

@@ -112,9 +112,8 @@ def to_mid_level(spec, *, global_step=None, for_serving=False):
 def _build(spec, *, global_step, for_serving, owner, skeleton=False):
   model = convert.check_spec(owner, spec)
   for_serving = _checks.check_bool(owner, "for_serving", for_serving)
-  uses_fn = sorted(t.name for t in model.tables.values()
-                   if t.learning_rate is None and
-                   t.learning_rate_fn is not None)
+  uses_fn = [name for name in model.tables
+             if model.learning_rate(name).fn is not None]
   if global_step is not None:
     if not isinstance(global_step, tf.Variable):
       _checks.fail(owner, "global_step", "must be a tf.Variable", global_step,
@@ -156,15 +155,14 @@ def _build(spec, *, global_step, for_serving, owner, skeleton=False):
     own = None
     if parameters is not None:
       _check_convertible(owner, parameters, f"table {name!r}")
-      rate = None  # the optimizer's own
-      if table.learning_rate is not None:
-        rate = table.learning_rate
-      elif table.learning_rate_fn is not None and not for_serving:
-        rate = table.learning_rate_fn
-      if table.table_optimizer is not None or rate is not None:
-        own = tf2_optimizer(
-            parameters, parameters.learning_rate if rate is None else rate,
-            f"table {name!r}")
+      rate = model.learning_rate(name)
+      # Serving has no global step: a table's schedule gives way to its
+      # optimizer's constant rate.
+      rate = (parameters.learning_rate if for_serving and rate.fn else
+              rate.fn or rate.constant)
+      if table.table_optimizer is not None or (
+          rate != parameters.learning_rate):
+        own = tf2_optimizer(parameters, rate, f"table {name!r}")
     try:
       tables[name] = _tpu.TableConfig(
           vocabulary_size=1 if skeleton else table.vocabulary_size,

@@ -361,7 +361,7 @@ def split_inputs(config, features, labels=None):
     ]
   features = {k: v for k, v in features.items() if k not in read}
   features.update(added)
-  for column in config.model.tensor_core_columns:
+  for column in config.spec.tensor_core_feature_columns or ():
     _pad_tensor_core(column, features, host_batch)
   features_per_core = [{name: datas[core]
                         for name, datas in per_feature.items()}

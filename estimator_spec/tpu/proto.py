@@ -183,13 +183,11 @@ class EmbeddingConfig:
       descriptor.dimension = table.dimension
       optimizer = self._proto_optimizer(table)
       params = descriptor.optimization_parameters
-      tag = self.model.learning_rate_tag(table.name)
-      if table.learning_rate is not None:
-        params.learning_rate.constant = table.learning_rate
-      elif tag is not None:
-        params.learning_rate.dynamic.tag = tag
+      rate = self.model.learning_rate(table.name, optimizer)
+      if rate.fn is not None:
+        params.learning_rate.dynamic.tag = rate.tag
       else:
-        params.learning_rate.constant = optimizer.learning_rate
+        params.learning_rate.constant = rate.constant
       params.gradient_accumulation_status = (
           _ACCUMULATION.ENABLED
           if optimizer.use_gradient_accumulation else _ACCUMULATION.DISABLED)
