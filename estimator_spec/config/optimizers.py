@@ -27,9 +27,15 @@ from tpu_embedding_columns import _checks
 # fills every row at creation, and `mid_level` is the slot's name in TF2's
 # `tf.tpu.experimental.embedding` (checkpointed as `<table>/<mid_level>`),
 # None for optimizers TF2 lacks.
-SlotSpec = collections.namedtuple(
-    "SlotSpec", ["name", "suffix", "initial_value", "mid_level"],
-    defaults=[None])
+class SlotSpec(
+    collections.namedtuple("SlotSpec",
+                           ["name", "suffix", "initial_value", "mid_level"],
+                           defaults=[None])):
+  """One slot variable of an optimizer (see the fields above)."""
+
+  def variable_name(self, table_variable_name):
+    """The slot's variable (and checkpoint) name beside its table's."""
+    return f"{table_variable_name}/{self.suffix}"
 
 
 class OptimizationParameters:

@@ -222,7 +222,7 @@ class HostEmbeddingEngine:
     if optimizer is not None:
       for spec in optimizer.slot_specs():
         self.slots[name][spec.name] = storage.create_table(
-            f"{var_name}/{spec.suffix}", table.vocabulary_size,
+            spec.variable_name(var_name), table.vocabulary_size,
             table.dimension, tf.compat.v1.constant_initializer(
                 spec.initial_value), self.num_shards, strategy,
             self.shard_device_fn)
