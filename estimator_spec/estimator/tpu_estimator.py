@@ -31,7 +31,7 @@ from tpu_embedding_columns import lookup as column_lookup
 
 from estimator_spec.estimator import calling
 from estimator_spec.checkpoints import restore as checkpoints
-from estimator_spec.tpu import proto as config_lib
+from estimator_spec.config import placement as config_lib
 from estimator_spec import interop
 from estimator_spec.config import spec as spec_lib
 from estimator_spec.estimator import tpu_context

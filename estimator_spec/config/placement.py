@@ -1,0 +1,163 @@
+"""`EmbeddingConfig`: the config model placed on a topology and a mode.
+
+`EmbeddingConfig(spec, batch_size=..., num_hosts=..., num_cores=..., mode=...)`
+binds a spec's config model to a batch size, a number of hosts and cores and
+a mode (TRAIN, or EVAL/PREDICT which give the INFERENCE mode without an
+optimizer). Everything downstream takes it: the host engine, and the TPU
+layer, whose proto (`config_proto`, built by `estimator_spec.tpu.proto`) and
+infeed (`split_inputs`, `generate_enqueue_ops`, `estimator_spec.tpu.enqueue`)
+are offered here as methods, as TF's own configuration object offers them.
+"""
+import collections
+
+from tpu_embedding_columns import _checks
+
+from estimator_spec.config import spec as spec_lib
+from estimator_spec.config.modes import MODES, TRAIN
+from estimator_spec.tpu import enqueue
+from estimator_spec.tpu import proto as proto_lib
+
+
+class EmbeddingConfig:
+  """A spec's tables and features on a given topology and mode.
+
+  Args:
+    spec: an `EmbeddingConfigSpec`.
+    batch_size: the global batch size; must divide evenly by `num_cores`.
+    num_hosts: hosts (TPU) or parameter-server shards of every table.
+    num_cores: cores in all; must divide evenly by `num_hosts`.
+    mode: `tf.estimator.ModeKeys.TRAIN` ('train'), `EVAL` ('eval') or
+      `PREDICT` ('infer').
+  """
+
+  def __init__(self, spec, *, batch_size, num_hosts=1, num_cores=1,
+               mode=TRAIN):
+    owner = "EmbeddingConfig"
+    if not isinstance(spec, spec_lib.EmbeddingConfigSpec):
+      _checks.fail(owner, "spec", "must be an estimator_spec "
+                   "EmbeddingConfigSpec", spec, TypeError)
+    self.spec = spec
+    self.model = spec.model
+    self.batch_size = _checks.check_int(owner, "batch_size", batch_size,
+                                        minimum=1)
+    self.num_hosts = _checks.check_int(owner, "num_hosts", num_hosts,
+                                       minimum=1)
+    self.num_cores = _checks.check_int(owner, "num_cores", num_cores,
+                                       minimum=1)
+    if self.num_cores % self.num_hosts:
+      raise ValueError(
+          f"{owner}: `num_cores` ({self.num_cores}) must be a multiple of "
+          f"`num_hosts` ({self.num_hosts}).")
+    if self.batch_size % self.num_cores:
+      raise ValueError(
+          f"{owner}: `batch_size` ({self.batch_size}) must be a multiple of "
+          f"`num_cores` ({self.num_cores}); each core takes an equal share.")
+    if mode not in MODES:
+      _checks.fail(owner, "mode",
+                   "must be tf.estimator.ModeKeys.TRAIN, EVAL or PREDICT",
+                   mode)
+    self.mode = mode
+    if self.is_training:
+      missing = [
+          name for name in self.model.tables
+          if self.model.optimizer_for(name) is None
+      ]
+      if missing:
+        raise ValueError(
+            f"{owner}: training needs an optimizer for every table; tables "
+            f"{missing} have none. Set the spec's `optimization_parameters` "
+            "or each TableConfig's `optimization_parameters`.")
+    self._proto = None
+
+  # --- topology -------------------------------------------------------------
+
+  @property
+  def is_training(self):
+    return self.mode == TRAIN
+
+  @property
+  def num_cores_per_host(self):
+    return self.num_cores // self.num_hosts
+
+  @property
+  def batch_size_per_core(self):
+    return self.batch_size // self.num_cores
+
+  # --- the model, as TF's dicts ----------------------------------------------
+
+  @property
+  def tables(self):
+    return self.model.tables
+
+  @property
+  def features(self):
+    return self.model.features
+
+  def optimizer_for(self, table_name):
+    """The optimizer of a table in this mode: None when not training."""
+    return self.model.optimizer_for(table_name) if self.is_training else None
+
+  @property
+  def table_to_config_dict(self):
+    """{table name: TableConfig}, tables sorted by name."""
+    return collections.OrderedDict(
+        (t.name,
+         spec_lib.TableConfig(
+             vocabulary_size=t.vocabulary_size,
+             dimension=t.dimension,
+             initializer=t.initializer,
+             combiner=t.combiner,
+             hot_id_replication=t.hot_id_replication,
+             learning_rate=t.learning_rate,
+             learning_rate_fn=t.learning_rate_fn,
+             optimization_parameters=t.table_optimizer))
+        for t in self.model.tables.values())
+
+  @property
+  def feature_to_config_dict(self):
+    """{feature name: FeatureConfig}, in proto order."""
+    return collections.OrderedDict(
+        (f.name,
+         spec_lib.FeatureConfig(
+             table_id=f.table,
+             max_sequence_length=f.max_sequence_length,
+             weight_key=f.weight_key)) for f in self.model.features.values())
+
+  def shard_layouts(self, num_shards=None):
+    """{table name: ShardLayout}; `num_shards` defaults to `num_hosts`."""
+    num_shards = self.num_hosts if num_shards is None else num_shards
+    return collections.OrderedDict(
+        (name, self.model.shard_layout(name, num_shards))
+        for name in self.model.tables)
+
+  # --- the infeed -------------------------------------------------------------
+
+  def split_inputs(self, features, labels=None):
+    """One host's batch prepared for the enqueue ops: returns (features,
+    labels, features_per_core); see `estimator_spec.tpu.enqueue.split_inputs`."""
+    return enqueue.split_inputs(self, features, labels)
+
+  def generate_enqueue_ops(self, features_per_core, mode_override=None,
+                           ragged=False):
+    """One `EnqueueTPUEmbeddingArbitraryTensorBatch` op per core; see
+    `estimator_spec.tpu.enqueue.generate_enqueue_ops`."""
+    return enqueue.generate_enqueue_ops(self, features_per_core,
+                                        mode_override=mode_override,
+                                        ragged=ragged)
+
+  # --- the proto ------------------------------------------------------------
+
+  @property
+  def config_proto(self):
+    """The `TPUEmbeddingConfiguration` proto (a fresh copy each call)."""
+    if self._proto is None:
+      self._proto = proto_lib.build_proto(self)
+    proto = proto_lib.Configuration()
+    proto.CopyFrom(self._proto)
+    return proto
+
+  def __repr__(self):
+    return (f"EmbeddingConfig(tables={len(self.model.tables)}, features="
+            f"{len(self.model.features)}, batch_size={self.batch_size}, "
+            f"num_hosts={self.num_hosts}, num_cores={self.num_cores}, "
+            f"mode={self.mode!r})")
