@@ -139,9 +139,10 @@ class Checkpoint:
     self.shapes = {name: [int(d) for d in shape] for name, shape in
                    self.reader.get_variable_to_shape_map().items()}
     self.dtypes = self.reader.get_variable_to_dtype_map()
-    self._slices = None
-    self._session = None
-    self._restores = {}
+    self._slices = None  # {name: slices}, read from the index when needed
+    self._session = None  # a private session running RestoreV2
+    self._feeds = None
+    self._restores = {}  # {dtype: RestoreV2 output}
 
   # Reader-like access (`recorded_strategy` takes either).
   def has_tensor(self, name):
@@ -163,7 +164,8 @@ class Checkpoint:
 
   def partition_count(self, name):
     """How many slices tensor `name` was saved in (1: saved whole)."""
-    return len(self._saved_slices().get(name, ((),)))
+    slices = self._saved_slices().get(name)
+    return 1 if slices is None else len(slices)
 
   def row_slices(self, name):
     """((start row, rows), ...) of the slices tensor `name` was saved in,
