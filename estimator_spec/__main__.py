@@ -9,7 +9,7 @@ returns the model's EmbeddingConfigSpec.
   --to-strategy {div,mod} --to-shards N`: the checkpoint with its embedding
   tables and slots laid out for a run with that partition strategy and
   number of shards, everything else copied unchanged
-  (`estimator_spec.convert`).
+  (`estimator_spec.checkpoints.convert.convert_checkpoint`).
 * `export-mid-level SPEC --model-dir DIR --output PREFIX`: the tables and
   slots of a model_dir's latest checkpoint as a TF2 object-based checkpoint
   for `tf.tpu.experimental.embedding.TPUEmbeddingForServing`
@@ -157,8 +157,8 @@ def _run_checkpoint_command(args, spec):
           to_shards=args.to_shards, from_strategy=args.from_strategy,
           variable_names=names, progress=True)
     else:
-      from estimator_spec import interop  # pylint: disable=import-outside-toplevel
-      path = interop.export_mid_level_checkpoint(
+      from estimator_spec.checkpoints import mid_level  # pylint: disable=import-outside-toplevel
+      path = mid_level.export_mid_level_checkpoint(
           args.model_dir, spec, args.output, variable_names=names,
           allow_missing_slots=args.allow_missing_slots,
           attribute=args.attribute, progress=True)

@@ -32,6 +32,7 @@ from estimator_spec import __main__ as cli
 from estimator_spec.checkpoints import restore as checkpoints
 from estimator_spec.checkpoints import convert
 from estimator_spec.checkpoints import progress
+from estimator_spec.checkpoints import tables
 from estimator_spec.engine import storage
 from tests import test_mid_level as ml
 
@@ -137,14 +138,15 @@ def test_conversion_relays_out_tables_and_copies_the_rest(
                                         to_strategy), rows)
   np.testing.assert_array_equal(
       rows_of(reader, TABLE + "/Adagrad", to_shards, to_strategy), slot)
-  stored = checkpoints.stored_partitions(reader)
+  stored = checkpoints.stored_partitions(out)
   assert stored[TABLE] == stored[TABLE + "/Adagrad"] == min(vocab, to_shards)
-  slices = checkpoints.stored_slice_shapes(reader)
-  if min(vocab, to_shards) > 1:
-    _, sizes = stored_order(vocab, to_shards, to_strategy)
-    if to_strategy == "div":
-      sizes = div_sizes(vocab, to_shards)
-    assert [s[0] for s in slices[TABLE]] == sizes
+  with tables.Checkpoint(out) as written:
+    if min(vocab, to_shards) > 1:
+      _, sizes = stored_order(vocab, to_shards, to_strategy)
+      if to_strategy == "div":
+        sizes = div_sizes(vocab, to_shards)
+      assert [rows for _, rows in written.row_slices(TABLE)] == sizes
+    assert written.row_slices("partitioned/dense") == ((0, 4), (4, 3))
   for name in ("global_step", "out/kernel", "out/kernel/Momentum",
                "vocabulary_name", "partitioned/dense"):
     assert reader.get_variable_to_dtype_map()[name] == (
@@ -152,7 +154,6 @@ def test_conversion_relays_out_tables_and_copies_the_rest(
     np.testing.assert_array_equal(reader.get_tensor(name),
                                   source.get_tensor(name))
   np.testing.assert_array_equal(reader.get_tensor("partitioned/dense"), dense)
-  assert slices["partitioned/dense"] == [(4, 2), (3, 2)]
   assert tf.train.latest_checkpoint(os.path.join(directory, "out")) == out
 
 
@@ -354,16 +355,15 @@ def test_cli_errors(tmp_path, capsys, args, code, words):
 
 def table_rows(model_dir, spec, shards, strategy):
   """{tensor: rows in row order} of every table and slot tensor."""
-  reader = tf.compat.v1.train.NewCheckpointReader(
-      tf.train.latest_checkpoint(str(model_dir)))
-  names = convert.locate_tables(reader, spec.model)
-  result = {}
-  for tensors in convert.table_row_tensors(reader, spec.model,
-                                           names).values():
-    for name in tensors:
-      result[name] = rows_of(reader, name, shards, strategy)
-  result["out/kernel"] = reader.get_tensor("out/kernel")
-  result["global_step"] = reader.get_tensor("global_step")
+  with tables.open_checkpoint(model_dir) as checkpoint:
+    names = tables.locate_tables(checkpoint, spec.model)
+    result = {}
+    for tensors in tables.table_row_tensors(checkpoint, spec.model,
+                                            names).values():
+      for name in tensors:
+        result[name] = rows_of(checkpoint, name, shards, strategy)
+    result["out/kernel"] = checkpoint.get_tensor("out/kernel")
+    result["global_step"] = checkpoint.get_tensor("global_step")
   return result
 
 
@@ -380,9 +380,7 @@ def test_estimator_trains_on_from_a_converted_checkpoint(tmp_path, capsys):
   err = capsys.readouterr().err
   assert "tbl_b_s_shared_embedding (2 tensors) [" in err
   spec = ml.build_spec("div")
-  reader = tf.compat.v1.train.NewCheckpointReader(
-      str(converted_dir / "model.ckpt-2"))
-  assert checkpoints.stored_partitions(reader)[
+  assert checkpoints.stored_partitions(str(converted_dir / "model.ckpt-2"))[
       "input_layer/a_embedding/embedding_weights"] == 2
 
   # 16 cores: 2 hosts, so 2 mod shards: restored directly (no re-layout).

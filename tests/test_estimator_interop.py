@@ -685,7 +685,7 @@ def test_checkpoint_restores_under_the_other_strategy(tmp_path, written,
   got.train(train_input_fn(features, labels), max_steps=2)
   reader = tf.train.load_checkpoint(str(tmp_path))
   assert reader.get_tensor(checkpoints.LAYOUT_TENSOR) == read[0].encode()
-  assert checkpoints.stored_partitions(reader)[
+  assert checkpoints.stored_partitions(str(tmp_path))[
       "dense_features/m_embedding/embedding_weights"] == read[1] // 8
 
 

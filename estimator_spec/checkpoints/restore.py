@@ -9,8 +9,10 @@ different `mod` layout would silently permute rows.
 `LayoutAwareSaver` is the saver the estimator gives its Scaffold: saving is
 a plain `Saver`'s; restoring checks every engine variable against the
 checkpoint and, when the checkpoint was written with another partition
-count (another TPU topology, TF's CPU path, or a plain evaluation job), reads
-the tensor, re-lays its rows out for this run and assigns it. Slot
+count (another TPU topology, TF's CPU path, or a plain evaluation job),
+assigns this run's partitions one at a time, each from the rows it needs
+(`tables.Checkpoint.partition`: memory is one partition plus about two
+stored slices, not the whole table). Slot
 variables missing from a checkpoint (one written by TF's CPU path, where
 the tables were dense variables of the user's optimizer) start from their
 initial values, and the restore says so.
@@ -20,56 +22,14 @@ tables were laid out with (the string tensor `LAYOUT_TENSOR`), so a restore
 knows how a table stored in several partitions is ordered. Checkpoints
 without it (TF's own, or older ones) are taken to use this run's strategy.
 """
-import re
-
-import numpy as np
 import tensorflow as tf
 
+from estimator_spec.checkpoints import tables
 from estimator_spec.config import sharding
-
-
-LAYOUT_TENSOR = "estimator_spec/partition_strategy"
-
-
-def recorded_strategy(reader):
-  """The partition strategy a checkpoint records ('div'/'mod'), or None."""
-  if not reader.has_tensor(LAYOUT_TENSOR):
-    return None
-  value = reader.get_tensor(LAYOUT_TENSOR)
-  value = value.decode("utf-8") if isinstance(value, bytes) else str(value)
-  if value not in sharding.STRATEGIES:
-    raise ValueError(
-        f"Checkpoint tensor {LAYOUT_TENSOR!r} holds {value!r}, not a "
-        f"partition strategy {sharding.STRATEGIES}.")
-  return value
-
-
-# One slice in a checkpoint reader's debug listing (TF 2.15's format): b'\x00',
-# the tensor name, b'\x00\x01', ..., ' (DT_<type>) [<slice dims>]'.
-_SLICE_LINE = re.compile(
-    rb"\x00([^\x00]+)\x00\x01.*? \(DT_[A-Z0-9_]+\) \[([0-9,]*)\]\n", re.S)
-
-
-def stored_slice_shapes(reader):
-  """{tensor name: [shape of each stored slice, in stored order]} for the
-  tensors of a `tf.compat.v1.train.NewCheckpointReader`'s checkpoint that
-  were saved as partitions (slices of one tensor)."""
-  result = {}
-  for match in _SLICE_LINE.finditer(reader.debug_string()):
-    name = match.group(1).decode("utf-8", "replace")
-    dims = match.group(2).decode()
-    result.setdefault(name, []).append(
-        tuple(int(d) for d in dims.split(",")) if dims else ())
-  return result
-
-
-def stored_partitions(reader):
-  """{tensor name: number of partitions it was saved in} (1 when saved
-  whole), from a `tf.compat.v1.train.NewCheckpointReader`."""
-  result = {name: 1 for name in reader.get_variable_to_shape_map()}
-  result.update((name, len(shapes))
-                for name, shapes in stored_slice_shapes(reader).items())
-  return result
+# Public here too: the estimator's tests and tools know them from this module.
+from estimator_spec.checkpoints.tables import LAYOUT_TENSOR  # pylint: disable=unused-import
+from estimator_spec.checkpoints.tables import recorded_strategy  # pylint: disable=unused-import
+from estimator_spec.checkpoints.tables import stored_partitions  # pylint: disable=unused-import
 
 
 class _EngineVariable:
@@ -137,13 +97,14 @@ class LayoutAwareSaver(tf.compat.v1.train.Saver):
   def restore(self, sess, save_path):
     if save_path is None:
       return super().restore(sess, save_path)
-    reader = tf.compat.v1.train.NewCheckpointReader(save_path)
-    stored = stored_partitions(reader)
-    written_strategy = recorded_strategy(reader)
+    with tables.Checkpoint(save_path) as checkpoint:
+      return self._restore(sess, save_path, checkpoint)
+
+  def _restore(self, sess, save_path, checkpoint):
+    written_strategy = checkpoint.strategy
     plan = []
     for entry in self._variables:
-      count = stored.get(entry.name)
-      if count is None:
+      if not checkpoint.has_tensor(entry.name):
         if not (entry.is_slot and self._allow_missing_slots):
           raise tf.errors.NotFoundError(
               None, None,
@@ -152,7 +113,8 @@ class LayoutAwareSaver(tf.compat.v1.train.Saver):
               "written for another model or embedding_config_spec.")
         plan.append(("init", entry, None))
       else:
-        written = sharding.ShardLayout(entry.layout.vocabulary_size, count,
+        written = sharding.ShardLayout(entry.layout.vocabulary_size,
+                                       checkpoint.partition_count(entry.name),
                                        written_strategy or self._strategy)
         if _row_order_differs(written, entry.layout):
           plan.append(("convert", entry, written))
@@ -165,8 +127,8 @@ class LayoutAwareSaver(tf.compat.v1.train.Saver):
       sess.run(self._marker.initializer)
     planned = {id(entry) for _, entry, _ in plan}
     for entry in self._variables:
-      if id(entry) not in planned:
-        _assign_rows(sess, entry, reader.get_tensor(entry.name), entry.layout)
+      if id(entry) not in planned:  # stored in this run's order
+        _assign_partitions(sess, checkpoint, entry, entry.layout)
     for action, entry, written in plan:
       if action == "init":
         tf.compat.v1.logging.warning(
@@ -179,11 +141,7 @@ class LayoutAwareSaver(tf.compat.v1.train.Saver):
             "Restoring %s from %d partitions (%s layout) into %d (%s).",
             entry.name, written.num_partitions, written.strategy,
             entry.layout.num_partitions, entry.layout.strategy)
-        stored_rows = reader.get_tensor(entry.name)
-        rows = written.join(np.split(stored_rows,
-                                     np.cumsum(written.sizes)[:-1]))
-        _assign_rows(sess, entry, np.concatenate(entry.layout.split(rows)),
-                     entry.layout)
+        _assign_partitions(sess, checkpoint, entry, written)
     return None
 
 
@@ -199,10 +157,11 @@ def _row_order_differs(written, layout):
           written.strategy != layout.strategy)
 
 
-def _assign_rows(sess, entry, stored, layout):
-  """Assigns a tensor already in this run's stored (partition) order."""
-  feed = {}
-  for placeholder, offset, size in zip(entry.placeholders, layout.offsets,
-                                       layout.sizes):
-    feed[placeholder] = stored[offset:offset + size]
-  sess.run(entry.assigns, feed)
+def _assign_partitions(sess, checkpoint, entry, written):
+  """Assigns an engine variable from its tensor, stored in `written`'s
+  partition order, one partition at a time (reading only its rows)."""
+  for index, (placeholder, assign) in enumerate(
+      zip(entry.placeholders, entry.assigns)):
+    rows = checkpoint.partition(entry.name, written, entry.layout, index)
+    sess.run(assign, {placeholder: rows})
+    del rows

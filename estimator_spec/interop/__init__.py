@@ -11,7 +11,7 @@ The only package of the library that imports TensorFlow's TPU implementation
 * `to_mid_level`, `export_mid_level_checkpoint`: the spec and its
   checkpoints for TF2's `tf.tpu.experimental.embedding` (`_mid_level.py`).
 """
-from estimator_spec.interop._mid_level import export_mid_level_checkpoint
+from estimator_spec.checkpoints.mid_level import export_mid_level_checkpoint
 from estimator_spec.interop._mid_level import to_mid_level
 from estimator_spec.interop._replica import refuse_tensorflow_columns
 from estimator_spec.interop._replica import single_replica

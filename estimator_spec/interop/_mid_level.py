@@ -1,23 +1,16 @@
-"""The spec as TF2's mid-level TPU embedding API, and checkpoints for it.
+"""The spec as TF2's mid-level TPU embedding API.
 
 `to_mid_level(spec)` gives the `tf.tpu.experimental.embedding` objects
 (FeatureConfig / TableConfig / optimizer) that describe the same tables,
-features and training settings; `export_mid_level_checkpoint` writes the
-tables and slots of a TPUEstimator checkpoint as the object-based
-checkpoint `TPUEmbedding` / `TPUEmbeddingForServing` restore.
+features and training settings. Checkpoints for them:
+`estimator_spec.checkpoints.mid_level.export_mid_level_checkpoint`.
 """
 import collections
-import os
-import shutil
-import tempfile
 
 import tensorflow as tf
 
-from estimator_spec.checkpoints import restore as checkpoints
-from estimator_spec.checkpoints import convert
+from estimator_spec.checkpoints.tables import check_spec
 from estimator_spec.config import optimizers as _opt
-from estimator_spec.checkpoints import progress as _progress
-from estimator_spec.config import sharding
 from tpu_embedding_columns import _checks
 
 _tpu = tf.tpu.experimental.embedding
@@ -110,7 +103,7 @@ def to_mid_level(spec, *, global_step=None, for_serving=False):
 
 
 def _build(spec, *, global_step, for_serving, owner, skeleton=False):
-  model = convert.check_spec(owner, spec)
+  model = check_spec(owner, spec)
   for_serving = _checks.check_bool(owner, "for_serving", for_serving)
   uses_fn = [name for name in model.tables
              if model.learning_rate(name).fn is not None]
@@ -266,180 +259,3 @@ def _convert_optimizer(model, parameters, learning_rate, where, owner):
     raise ValueError(
         f"{owner}: {where}: TF2's {type(p).__name__} counterpart refuses "
         f"{p!r}: {error}") from error
-
-
-# --- checkpoint export ----------------------------------------------------------
-
-
-def export_mid_level_checkpoint(model_dir, spec, output_prefix, *,
-                                variable_names=None,
-                                allow_missing_slots=False,
-                                attribute="embedding", progress=False):
-  """Writes a TPUEstimator checkpoint's tables and slots for TF2.
-
-  Reads the latest checkpoint of `model_dir` (or the checkpoint prefix
-  given), puts each table's and slot's rows back into row order (`mod`
-  tables are stored in partition order; the partition count comes from the
-  checkpoint, the strategy from what the checkpoint records, else from the
-  spec) and writes an object-based
-  checkpoint that
-
-      config = to_mid_level(spec, for_serving=True)
-      embedding = tf.tpu.experimental.embedding.TPUEmbeddingForServing(
-          config.feature_config, config.optimizer)
-      tf.train.Checkpoint(embedding=embedding).restore(path)
-
-  restores completely (`assert_consumed()` holds once the embedding is
-  built): the tables, and the optimizer slots TF2 creates for them
-  (Adagrad `accumulators`, Adam `momenta`/`velocities`, FTRL
-  `accumulators`/`linears`, AdagradMomentum `accumulators`/`momenta`).
-  The checkpoint holds the same object graph a `tf.train.Checkpoint` of
-  that embedding saves (with `save_counter`). Memory: one table (or slot)
-  in row order plus one stored partition of it at a time.
-
-  Args:
-    model_dir: a TPUEstimator model directory or a checkpoint prefix.
-    spec: the `EmbeddingConfigSpec` the model was trained with.
-    output_prefix: where to write (e.g. `export/embedding`); must not hold a
-      checkpoint yet. Its directory gets a `checkpoint` state file naming it
-      if it has none.
-    variable_names: optional {table name: checkpoint tensor name} for tables
-      whose tensor cannot be found unambiguously (see
-      `estimator_spec.checkpoints.convert.locate_tables`).
-    allow_missing_slots: a checkpoint without a table's slots (e.g. written
-      by TF's CPU path) is refused unless True; then the slots get their
-      initial values.
-    attribute: the name of the embedding object in the restoring
-      `tf.train.Checkpoint(...)` (default 'embedding').
-    progress: True for a progress bar per table on stderr, a text stream
-      for one there, False/None for none.
-
-  Returns:
-    The written checkpoint prefix (absolute).
-
-  Raises:
-    FileNotFoundError: no checkpoint in `model_dir`.
-    FileExistsError: `output_prefix` already holds a checkpoint.
-    ValueError, TypeError: the spec does not convert (see `to_mid_level`),
-      a table or slot is not in the checkpoint, or bad arguments. Nothing
-      is written then.
-  """
-  owner = "export_mid_level_checkpoint"
-  model = convert.check_spec(owner, spec)
-  allow_missing_slots = _checks.check_bool(owner, "allow_missing_slots",
-                                           allow_missing_slots)
-  attribute = _checks.check_str(owner, "attribute", attribute)
-  if not attribute.isidentifier():
-    _checks.fail(owner, "attribute", "must be a Python identifier",
-                 attribute)
-  bar = _progress.factory(progress)
-  _build(spec, global_step=None, for_serving=True, owner=owner)
-  prefix = convert.resolve_checkpoint(model_dir, owner)
-  reader = tf.compat.v1.train.NewCheckpointReader(prefix)
-  table_tensors = convert.locate_tables(reader, model, variable_names, owner)
-  stored = checkpoints.stored_partitions(reader)
-  slice_shapes = checkpoints.stored_slice_shapes(reader)
-  shapes = reader.get_variable_to_shape_map()
-  dtypes = reader.get_variable_to_dtype_map()
-
-  plans = []
-  missing = []
-  for name, tensor in table_tensors.items():
-    table = model.tables[name]
-    parameters = model.optimizer_for(name)
-    slots = []
-    if parameters is not None:
-      for slot in parameters.slot_specs():
-        source = f"{tensor}/{slot.suffix}"
-        shape = [table.vocabulary_size, table.dimension]
-        if source not in shapes or list(shapes[source]) != shape:
-          missing.append(source)
-          source = None
-        slots.append((slot.mid_level, source,
-                      slot.initial_value))
-    plans.append((name, table, tensor, slots))
-  if missing and not allow_missing_slots:
-    raise ValueError(
-        f"{owner}: the checkpoint {prefix} has no slot tensors {missing} "
-        "(written by a run whose optimizer had no such slots?); pass "
-        "allow_missing_slots=True to export them at their initial values.")
-
-  keys, extra = _object_graph_keys(spec, attribute, owner)
-  expected = {name for name, *_ in plans} | {
-      f"{name}/{slot}" for name, _, _, slots in plans for slot, *_ in slots
-  }
-  if set(keys) != expected:
-    raise RuntimeError(
-        f"Internal error: TPUEmbeddingForServing checkpoints variables "
-        f"{sorted(keys)}, expected {sorted(expected)}.")
-
-  written_strategy = (checkpoints.recorded_strategy(reader) or
-                      model.partition_strategy)
-  with convert.StagedCheckpoint(output_prefix, owner) as staged:
-    staged.save(*extra)
-    for name, table, tensor, slots in plans:
-      row_order = sharding.ShardLayout(table.vocabulary_size, 1, "div")
-      with bar(name, table.vocabulary_size * (1 + len(slots))) as shown:
-        sources = [(keys[name], tensor, 0.0)] + [
-            (keys[f"{name}/{slot}"], source, initial)
-            for slot, source, initial in slots
-        ]
-        for key, source, initial in sources:
-          if source is None:
-            value = tf.fill([table.vocabulary_size, table.dimension],
-                            tf.constant(initial, tf.float32))
-            shown.advance(table.vocabulary_size)
-          else:
-            layout = convert.source_layout(model, name, source, stored,
-                                           slice_shapes,
-                                           written_strategy, owner)
-            rows, = convert.read_relaid(
-                prefix, source, shapes[source], dtypes[source], layout,
-                row_order,
-                convert.axis0_sizes(slice_shapes.get(source), shapes[source]),
-                shown.advance)
-            value = convert.as_tensor(rows)
-            del rows
-          staged.save([key], [""], [value])
-          del value
-    return staged.commit()
-
-
-def _object_graph_keys(spec, attribute, owner):
-  """({variable full name: checkpoint key}, (names, slices, tensors) of the
-  checkpoint's other entries) of `tf.train.Checkpoint(<attribute>=
-  TPUEmbeddingForServing(...))`, from a one-row-per-table copy built and
-  saved in a temporary directory."""
-  from tensorflow.core.protobuf import trackable_object_graph_pb2  # pylint: disable=g-import-not-at-top,import-outside-toplevel
-  with tf.init_scope():
-    if not tf.executing_eagerly():
-      raise RuntimeError(
-          f"{owner} needs eager execution (TF2 behaviour); it was called "
-          "with eager execution disabled.")
-    small = _build(spec, global_step=None, for_serving=True, owner=owner,
-                   skeleton=True)
-    embedding = _tpu.TPUEmbeddingForServing(small.feature_config,
-                                            small.optimizer)
-    embedding.build()
-    scratch = tempfile.mkdtemp(prefix="mid_level_graph_")
-    try:
-      path = tf.train.Checkpoint(**{attribute: embedding}).save(
-          os.path.join(scratch, "graph"))
-      reader = tf.train.load_checkpoint(path)
-      graph = trackable_object_graph_pb2.TrackableObjectGraph()
-      graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
-      keys = {}
-      for node in graph.nodes:
-        for attr in node.attributes:
-          if attr.checkpoint_key.startswith(attribute + "/"):
-            keys[attr.full_name] = attr.checkpoint_key
-      owned = set(keys.values())
-      names, slices, tensors = [], [], []
-      for key in sorted(reader.get_variable_to_shape_map()):
-        if key not in owned:
-          names.append(key)
-          slices.append("")
-          tensors.append(tf.constant(reader.get_tensor(key)))
-      return keys, (names, slices, tensors)
-    finally:
-      shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,191 @@
+"""TPUEstimator checkpoints for TF2's mid-level TPU embedding API.
+
+`export_mid_level_checkpoint` writes the tables and slots of a checkpoint
+of this library's (or TF's) TPUEstimator as the object-based checkpoint
+that `tf.tpu.experimental.embedding.TPUEmbedding` / `TPUEmbeddingForServing`
+built from `estimator_spec.interop.to_mid_level(spec)` restore. Tables and
+slots are found and read through `tables`; the object graph (which key each
+variable has) is the one TF2 itself saves for that embedding.
+"""
+import os
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+from estimator_spec.checkpoints import progress as _progress
+from estimator_spec.checkpoints import tables
+from estimator_spec.config import sharding
+from tpu_embedding_columns import _checks
+
+
+def export_mid_level_checkpoint(model_dir, spec, output_prefix, *,
+                                variable_names=None,
+                                allow_missing_slots=False,
+                                attribute="embedding", progress=False):
+  """Writes a TPUEstimator checkpoint's tables and slots for TF2.
+
+  Reads the latest checkpoint of `model_dir` (or the checkpoint prefix
+  given), puts each table's and slot's rows back into row order (`mod`
+  tables are stored in partition order; the partition count comes from the
+  checkpoint, the strategy from what the checkpoint records, else from the
+  spec) and writes an object-based
+  checkpoint that
+
+      config = to_mid_level(spec, for_serving=True)
+      embedding = tf.tpu.experimental.embedding.TPUEmbeddingForServing(
+          config.feature_config, config.optimizer)
+      tf.train.Checkpoint(embedding=embedding).restore(path)
+
+  restores completely (`assert_consumed()` holds once the embedding is
+  built): the tables, and the optimizer slots TF2 creates for them
+  (Adagrad `accumulators`, Adam `momenta`/`velocities`, FTRL
+  `accumulators`/`linears`, AdagradMomentum `accumulators`/`momenta`).
+  The checkpoint holds the same object graph a `tf.train.Checkpoint` of
+  that embedding saves (with `save_counter`). Memory: one table (or slot)
+  in row order plus one stored partition of it at a time.
+
+  Args:
+    model_dir: a TPUEstimator model directory or a checkpoint prefix.
+    spec: the `EmbeddingConfigSpec` the model was trained with.
+    output_prefix: where to write (e.g. `export/embedding`); must not hold a
+      checkpoint yet. Its directory gets a `checkpoint` state file naming it
+      if it has none.
+    variable_names: optional {table name: checkpoint tensor name} for tables
+      whose tensor cannot be found unambiguously (see
+      `estimator_spec.checkpoints.tables.locate_tables`).
+    allow_missing_slots: a checkpoint without a table's slots (e.g. written
+      by TF's CPU path) is refused unless True; then the slots get their
+      initial values.
+    attribute: the name of the embedding object in the restoring
+      `tf.train.Checkpoint(...)` (default 'embedding').
+    progress: True for a progress bar per table on stderr, a text stream
+      for one there, False/None for none.
+
+  Returns:
+    The written checkpoint prefix (absolute).
+
+  Raises:
+    FileNotFoundError: no checkpoint in `model_dir`.
+    FileExistsError: `output_prefix` already holds a checkpoint.
+    ValueError, TypeError: the spec does not convert (see `to_mid_level`),
+      a table or slot is not in the checkpoint, or bad arguments. Nothing
+      is written then.
+  """
+  from estimator_spec.interop import _mid_level  # pylint: disable=import-outside-toplevel
+  owner = "export_mid_level_checkpoint"
+  model = tables.check_spec(owner, spec)
+  allow_missing_slots = _checks.check_bool(owner, "allow_missing_slots",
+                                           allow_missing_slots)
+  attribute = _checks.check_str(owner, "attribute", attribute)
+  if not attribute.isidentifier():
+    _checks.fail(owner, "attribute", "must be a Python identifier",
+                 attribute)
+  bar = _progress.factory(progress)
+  _mid_level._build(spec, global_step=None, for_serving=True, owner=owner)
+  with tables.open_checkpoint(model_dir, owner) as checkpoint:
+    return _export(spec, model, checkpoint, output_prefix, variable_names,
+                   allow_missing_slots, attribute, bar, owner)
+
+
+def _export(spec, model, checkpoint, output_prefix, variable_names,
+            allow_missing_slots, attribute, bar, owner):
+  table_tensors = tables.locate_tables(checkpoint, model, variable_names,
+                                       owner)
+  plans = []
+  missing = []
+  for name, tensor in table_tensors.items():
+    table = model.tables[name]
+    parameters = model.optimizer_for(name)
+    slots = []
+    if parameters is not None:
+      for slot in parameters.slot_specs():
+        source = f"{tensor}/{slot.suffix}"
+        shape = [table.vocabulary_size, table.dimension]
+        if checkpoint.shapes.get(source) != shape:
+          missing.append(source)
+          source = None
+        slots.append((slot.mid_level, source, slot.initial_value))
+    plans.append((name, table, tensor, slots))
+  if missing and not allow_missing_slots:
+    raise ValueError(
+        f"{owner}: the checkpoint {checkpoint.prefix} has no slot tensors "
+        f"{missing} (written by a run whose optimizer had no such slots?); "
+        "pass allow_missing_slots=True to export them at their initial "
+        "values.")
+
+  keys, extra = _object_graph_keys(spec, attribute, owner)
+  expected = {name for name, *_ in plans} | {
+      f"{name}/{slot}" for name, _, _, slots in plans for slot, *_ in slots
+  }
+  if set(keys) != expected:
+    raise RuntimeError(
+        f"Internal error: TPUEmbeddingForServing checkpoints variables "
+        f"{sorted(keys)}, expected {sorted(expected)}.")
+
+  written_strategy = checkpoint.strategy or model.partition_strategy
+  with tables.StagedCheckpoint(output_prefix, owner) as staged:
+    staged.save(*extra)
+    for name, table, tensor, slots in plans:
+      row_order = sharding.ShardLayout(table.vocabulary_size, 1, "div")
+      with bar(name, table.vocabulary_size * (1 + len(slots))) as shown:
+        sources = [(keys[name], tensor, 0.0)] + [
+            (keys[f"{name}/{slot}"], source, initial)
+            for slot, source, initial in slots
+        ]
+        for key, source, initial in sources:
+          if source is None:
+            value = tf.fill([table.vocabulary_size, table.dimension],
+                            tf.constant(initial, tf.float32))
+            shown.advance(table.vocabulary_size)
+          else:
+            layout = checkpoint.written_layout(source, table,
+                                               written_strategy, owner)
+            rows, = checkpoint.relaid(source, layout, row_order,
+                                      shown.advance)
+            value = tables.as_tensor(rows)
+            del rows
+          staged.save([key], [""], [value])
+          del value
+    return staged.commit()
+
+
+def _object_graph_keys(spec, attribute, owner):
+  """({variable full name: checkpoint key}, (names, slices, tensors) of the
+  checkpoint's other entries) of `tf.train.Checkpoint(<attribute>=
+  TPUEmbeddingForServing(...))`, from a one-row-per-table copy built and
+  saved in a temporary directory."""
+  from tensorflow.core.protobuf import trackable_object_graph_pb2  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  from estimator_spec.interop import _mid_level  # pylint: disable=import-outside-toplevel
+  with tf.init_scope():
+    if not tf.executing_eagerly():
+      raise RuntimeError(
+          f"{owner} needs eager execution (TF2 behaviour); it was called "
+          "with eager execution disabled.")
+    small = _mid_level._build(spec, global_step=None, for_serving=True,
+                              owner=owner, skeleton=True)
+    embedding = tf.tpu.experimental.embedding.TPUEmbeddingForServing(
+        small.feature_config, small.optimizer)
+    embedding.build()
+    scratch = tempfile.mkdtemp(prefix="mid_level_graph_")
+    try:
+      path = tf.train.Checkpoint(**{attribute: embedding}).save(
+          os.path.join(scratch, "graph"))
+      reader = tf.train.load_checkpoint(path)
+      graph = trackable_object_graph_pb2.TrackableObjectGraph()
+      graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+      keys = {}
+      for node in graph.nodes:
+        for attr in node.attributes:
+          if attr.checkpoint_key.startswith(attribute + "/"):
+            keys[attr.full_name] = attr.checkpoint_key
+      owned = set(keys.values())
+      names, slices, tensors = [], [], []
+      for key in sorted(reader.get_variable_to_shape_map()):
+        if key not in owned:
+          names.append(key)
+          slices.append("")
+          tensors.append(tf.constant(reader.get_tensor(key)))
+      return keys, (names, slices, tensors)
+    finally:
+      shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,583 @@
+"""Tables and slots of a checkpoint: find them, read their rows partition by
+partition, write them in a layout.
+
+Restoring into a run of another layout (`restore`), offline conversion
+(`convert`) and the TF2 mid-level export (`mid_level`) all go through here.
+
+Stored order: a table's tensor (and each of its slots') holds the rows in
+the order of the partitions that wrote it: row order for `div` and for one
+partition; for `mod` over n partitions the rows r with r % n == 0 first,
+then r % n == 1, and so on. A partitioned variable is saved as slices along
+axis 0, one per partition. Names, shapes and dtypes come from TensorFlow's
+checkpoint reader (its maps); the slices from the checkpoint's `.index`
+(`bundle_index`); the strategy that wrote the tables from the string tensor
+`LAYOUT_TENSOR`, which this library's checkpoints hold.
+
+Reading: `Checkpoint` reads stored rows [start, stop) of a tensor with TF's
+`RestoreV2` and a slice spec, in a private graph and session of its own, so
+it works with and without eager execution. To give any part of a stored
+slice TF loads that whole slice, so:
+
+* `Checkpoint.relaid` fills every partition of a target `ShardLayout` and
+  reads each stored slice once: memory is the target partitions (one table)
+  plus one stored slice.
+* `Checkpoint.partition` fills one target partition, reading from each
+  stored slice that has some of its rows the range covering them: memory is
+  that partition plus about two stored slices; a stored slice is loaded
+  once per target partition that needs rows from it.
+
+Writing: `StagedCheckpoint` writes a checkpoint piece by piece in a staging
+directory and moves it into place once complete; `save_partitions` saves a
+tensor as the slices a run of a given layout saves; `copy_tensors` copies
+tensors unchanged, slices included.
+"""
+import os
+import shutil
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+
+from estimator_spec.checkpoints import bundle_index
+from estimator_spec.config import sharding
+from estimator_spec.config import spec as _spec
+from tpu_embedding_columns import _checks
+
+LAYOUT_TENSOR = "estimator_spec/partition_strategy"
+
+_BLOCK_BYTES = 16 << 20  # rows moved per NumPy step (bounds temporaries)
+_ALIGNMENT = 64  # TensorFlow's CPU tensors need 64-byte aligned buffers
+
+
+# --- arguments and opening -----------------------------------------------------
+
+
+def check_spec(owner, spec):
+  """The config model of `spec`, an EmbeddingConfigSpec."""
+  if not isinstance(spec, _spec.EmbeddingConfigSpec):
+    _checks.fail(owner, "spec", "must be an estimator_spec.EmbeddingConfigSpec",
+                 spec, TypeError)
+  return spec.model
+
+
+def _check_path(owner, arg, value):
+  if not isinstance(value, (str, os.PathLike)):
+    _checks.fail(owner, arg, "must be a path (str or os.PathLike)", value,
+                 TypeError)
+  if not os.fspath(value):
+    _checks.fail(owner, arg, "must not be empty", value)
+  return value
+
+
+def resolve_checkpoint(path, owner="checkpoint"):
+  """A checkpoint prefix from a model directory (its latest checkpoint) or a
+  prefix. Raises FileNotFoundError when there is none."""
+  path = os.fspath(_check_path(owner, "checkpoint", path))
+  if os.path.isdir(path):
+    latest = tf.train.latest_checkpoint(path)
+    if latest is None:
+      raise FileNotFoundError(
+          f"{owner}: no checkpoint in directory {path!r} (it has no "
+          "`checkpoint` state file naming one); train the model first or "
+          "pass a checkpoint prefix such as model_dir/model.ckpt-100.")
+    path = latest
+  if not tf.io.gfile.exists(path + ".index"):
+    raise FileNotFoundError(
+        f"{owner}: {path!r} is neither a model directory nor a checkpoint "
+        f"prefix ({path}.index does not exist).")
+  return path
+
+
+def open_checkpoint(path, owner="checkpoint"):
+  """A `Checkpoint` of a model directory (its latest) or a prefix."""
+  return Checkpoint(resolve_checkpoint(path, owner))
+
+
+def recorded_strategy(reader):
+  """The partition strategy a checkpoint records ('div'/'mod'), or None.
+  `reader`: a `tf.compat.v1.train.NewCheckpointReader` or a `Checkpoint`."""
+  if not reader.has_tensor(LAYOUT_TENSOR):
+    return None
+  value = reader.get_tensor(LAYOUT_TENSOR)
+  value = value.decode("utf-8") if isinstance(value, bytes) else str(value)
+  if value not in sharding.STRATEGIES:
+    raise ValueError(
+        f"Checkpoint tensor {LAYOUT_TENSOR!r} holds {value!r}, not a "
+        f"partition strategy {sharding.STRATEGIES}.")
+  return value
+
+
+def stored_partitions(checkpoint):
+  """{tensor name: number of slices it was saved in} (1 when saved whole)
+  of a `Checkpoint`, a checkpoint prefix or a model directory."""
+  if isinstance(checkpoint, Checkpoint):
+    return {name: checkpoint.partition_count(name)
+            for name in checkpoint.shapes}
+  with open_checkpoint(checkpoint, "stored_partitions") as opened:
+    return stored_partitions(opened)
+
+
+# --- reading -------------------------------------------------------------------
+
+
+class Checkpoint:
+  """A checkpoint opened for reading tables and slots.
+
+  Attributes:
+    prefix: the checkpoint prefix.
+    reader: TF's `NewCheckpointReader` of it.
+    shapes: {tensor name: shape as a list of ints}.
+    dtypes: {tensor name: tf.DType}.
+
+  Use it as a context manager, or call `close()`: reading rows holds a
+  small TF session.
+  """
+
+  def __init__(self, prefix):
+    self.prefix = os.fspath(prefix)
+    self.reader = tf.compat.v1.train.NewCheckpointReader(self.prefix)
+    self.shapes = {name: [int(d) for d in shape] for name, shape in
+                   self.reader.get_variable_to_shape_map().items()}
+    self.dtypes = self.reader.get_variable_to_dtype_map()
+    self._slices = None  # {name: slices}, read from the index when needed
+    self._session = None  # a private session running RestoreV2
+    self._feeds = None
+    self._restores = {}  # {dtype: RestoreV2 output}
+
+  # Reader-like access (`recorded_strategy` takes either).
+  def has_tensor(self, name):
+    return name in self.shapes
+
+  def get_tensor(self, name):
+    """The whole tensor `name` (NumPy)."""
+    return self.reader.get_tensor(name)
+
+  @property
+  def strategy(self):
+    """The strategy this checkpoint records for its tables, or None."""
+    return recorded_strategy(self)
+
+  def _saved_slices(self):
+    if self._slices is None:
+      self._slices = bundle_index.tensor_slices(self.prefix)
+    return self._slices
+
+  def partition_count(self, name):
+    """How many slices tensor `name` was saved in (1: saved whole)."""
+    slices = self._saved_slices().get(name)
+    return 1 if slices is None else len(slices)
+
+  def row_slices(self, name):
+    """((start row, rows), ...) of the slices tensor `name` was saved in,
+    in row order: ((0, rows),) when saved whole; None for a scalar or when
+    the slices do not split axis 0 alone."""
+    shape = self.shapes[name]
+    if not shape:
+      return None
+    slices = self._saved_slices().get(name)
+    if slices is None:
+      return ((0, shape[0]),)
+    rest = [(0, size) for size in shape[1:]]
+    start = 0
+    for extents in slices:
+      if extents[0][0] != start or list(extents[1:]) != rest:
+        return None
+      start += extents[0][1]
+    if start != shape[0]:
+      return None
+    return tuple(extents[0] for extents in slices)
+
+  def written_layout(self, name, table, strategy, owner):
+    """The `ShardLayout` table tensor `name` (of `table`, a config-model
+    table) was written with: its partition count from the checkpoint,
+    `strategy` that of the run that wrote it. Raises ValueError when the
+    stored slices cannot be that layout's."""
+    count = self.partition_count(name)
+    layout = sharding.ShardLayout(table.vocabulary_size, count, strategy)
+    if layout.num_partitions != count:
+      raise ValueError(
+          f"{owner}: checkpoint tensor {name!r} (table {table.name!r}) is "
+          f"stored in {count} partitions, more than its "
+          f"{table.vocabulary_size} rows; it was not written by a "
+          f"{strategy!r} layout.")
+    if strategy == "mod" and count > 1:
+      slices = self.row_slices(name)
+      sizes = None if slices is None else [rows for _, rows in slices]
+      if sizes is not None and tuple(sizes) != layout.sizes:
+        raise ValueError(
+            f"{owner}: checkpoint tensor {name!r} (table {table.name!r}) is "
+            f"stored in partitions of {sizes} rows, not the 'mod' layout's "
+            f"{list(layout.sizes)}; was it written with another "
+            "partition_strategy? Pass the strategy of the run that wrote it.")
+    return layout
+
+  def read_rows(self, name, start, stop):
+    """Rows [start, stop) of tensor `name` in stored order (NumPy)."""
+    shape = self.shapes[name]
+    spec = ("" if (start, stop) == (0, shape[0]) else
+            slice_spec(shape, start, stop - start))
+    return self._restore(name, spec)
+
+  def _restore(self, name, spec):
+    dtype = self.dtypes[name]
+    if self._session is None:
+      graph = tf.Graph()
+      with graph.as_default():
+        self._feeds = (tf.compat.v1.placeholder(tf.string, []),
+                       tf.compat.v1.placeholder(tf.string, [1]),
+                       tf.compat.v1.placeholder(tf.string, [1]))
+      self._session = tf.compat.v1.Session(graph=graph)
+    prefix, names, specs = self._feeds
+    if dtype not in self._restores:
+      with self._session.graph.as_default():
+        self._restores[dtype] = tf.raw_ops.RestoreV2(
+            prefix=prefix, tensor_names=names, shape_and_slices=specs,
+            dtypes=[dtype])[0]
+    return self._session.run(self._restores[dtype], {
+        prefix: self.prefix, names: [name], specs: [spec]})
+
+  def _reads(self, name):
+    """(start, rows) of the pieces to read `name` in: its stored slices."""
+    return self.row_slices(name) or ((0, self.shapes[name][0]),)
+
+  def relaid(self, name, source, target, advance=None):
+    """The rows of tensor `name`, stored in `source`'s partition order, as
+    the partitions of `target` (a list of arrays). Each stored slice is
+    read once; `advance(n)` is called as rows are placed."""
+    parts = [self._empty(name, size) for size in target.sizes]
+    chunk = self._chunk_rows(name)
+    for start, size in self._reads(name):
+      rows = self.read_rows(name, start, start + size)
+      ids = _stored_row_ids(source, start, size)
+      for lo in range(0, size, chunk):
+        hi = min(size, lo + chunk)
+        partition, local = target.locate(ids[lo:hi])
+        if target.num_partitions == 1:
+          parts[0][local] = rows[lo:hi]
+        else:
+          block = rows[lo:hi]
+          for p in np.unique(partition):
+            chosen = partition == p
+            parts[p][local[chosen]] = block[chosen]
+        if advance is not None:
+          advance(hi - lo)
+      del rows
+    return parts
+
+  def partition(self, name, source, target, index):
+    """Partition `index` of `target` of tensor `name`, stored in `source`'s
+    partition order. Reads, from each stored slice holding some of its
+    rows, only the range that covers them."""
+    ids = target.row_ids(index)
+    where, local = source.locate(ids)
+    positions = np.asarray(source.offsets, np.int64)[where] + local
+    order = np.argsort(positions, kind="stable")
+    positions = positions[order]
+    result = self._empty(name, len(ids))
+    chunk = self._chunk_rows(name)
+    for start, size in self._reads(name):
+      lo, hi = np.searchsorted(positions, [start, start + size])
+      if lo == hi:
+        continue
+      first = int(positions[lo])
+      rows = self.read_rows(name, first, int(positions[hi - 1]) + 1)
+      for c in range(lo, hi, chunk):
+        d = min(hi, c + chunk)
+        result[order[c:d]] = rows[positions[c:d] - first]
+      del rows
+    return result
+
+  def _empty(self, name, rows):
+    return aligned_empty([rows] + self.shapes[name][1:],
+                         self.dtypes[name].as_numpy_dtype)
+
+  def _chunk_rows(self, name):
+    row_bytes = int(np.prod(self.shapes[name][1:], dtype=np.int64)) * (
+        self.dtypes[name].size)
+    return max(1, _BLOCK_BYTES // max(1, row_bytes))
+
+  def close(self):
+    if self._session is not None:
+      self._session.close()
+      self._session = None
+      self._restores = {}
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, exc_type, exc, tb):
+    self.close()
+    return False
+
+
+def _stored_row_ids(layout, start, size):
+  """The row ids at stored positions [start, start + size) of a tensor
+  stored in `layout`'s partition order."""
+  ids = []
+  for j in range(layout.num_partitions):
+    lo = max(start, layout.offsets[j])
+    hi = min(start + size, layout.offsets[j] + layout.sizes[j])
+    if lo < hi:
+      ids.append(layout.row_ids(j)[lo - layout.offsets[j]:
+                                   hi - layout.offsets[j]])
+  return np.concatenate(ids)
+
+
+# --- finding tables and slots ----------------------------------------------------
+
+
+def _check_variable_names(owner, model, variable_names):
+  if variable_names is None:
+    return {}
+  if not isinstance(variable_names, dict):
+    _checks.fail(owner, "variable_names",
+                 "must be a dict {table name: checkpoint tensor name}",
+                 variable_names, TypeError)
+  unknown = sorted(set(variable_names) - set(model.tables))
+  if unknown:
+    raise ValueError(
+        f"{owner}: `variable_names` names unknown tables {unknown}; the "
+        f"spec's tables are {list(model.tables)}.")
+  for table, name in variable_names.items():
+    _checks.check_str(owner, f"variable_names[{table!r}]", name)
+  return dict(variable_names)
+
+
+def _name_matches(name, table):
+  """Whether `name` is a name a CPU lookup of `table` gives its variable:
+  `[<scope>/]<var name>` (shared columns, dict form) or
+  `[<scope>/]<var name>_embedding/embedding_weights` (a column's own)."""
+  base = table.embedding_var_name
+  for tail in (base, f"{base}_embedding/embedding_weights"):
+    if name == tail or name.endswith("/" + tail):
+      return True
+  return False
+
+
+def _same_shape(shapes, shape):
+  return sorted(n for n, s in shapes.items() if s == shape)
+
+
+def locate_tables(checkpoint, model, variable_names=None,
+                  owner="locate_tables"):
+  """{table name: checkpoint tensor name} for every table of `model`, in a
+  `Checkpoint`.
+
+  A table's tensor is the float32 [vocabulary_size, dimension] tensor whose
+  name is the one a CPU lookup of the table gives its variable under any
+  layer scope: `<scope>/<column name>/embedding_weights` for a column's own
+  table (`input_layer/...`, `dense_features/...`, `sequence_features/...`),
+  `[<scope>/]<shared collection name>` for shared columns, the table name
+  for the dict form. `variable_names` ({table: tensor name}) settles a table
+  whose tensor is missing or ambiguous. Raises ValueError listing the
+  candidates otherwise.
+  """
+  explicit = _check_variable_names(owner, model, variable_names)
+  shapes, dtypes = checkpoint.shapes, checkpoint.dtypes
+  found = {}
+  for table_name, table in model.tables.items():
+    shape = [table.vocabulary_size, table.dimension]
+    if table_name in explicit:
+      name = explicit[table_name]
+      if name not in shapes:
+        raise ValueError(
+            f"{owner}: `variable_names[{table_name!r}]` is {name!r}, which is "
+            "not a tensor of the checkpoint; tensors of shape "
+            f"{shape}: {_same_shape(shapes, shape)}.")
+      if shapes[name] != shape or dtypes[name] != tf.float32:
+        raise ValueError(
+            f"{owner}: `variable_names[{table_name!r}]` is {name!r}, a "
+            f"{dtypes[name].name} tensor of shape {shapes[name]}; table "
+            f"{table_name!r} needs float32 {shape}.")
+      found[table_name] = name
+      continue
+    candidates = sorted(
+        name for name, s in shapes.items()
+        if s == shape and dtypes[name] == tf.float32 and
+        _name_matches(name, table))
+    if len(candidates) != 1:
+      what = "no tensor" if not candidates else "several tensors"
+      raise ValueError(
+          f"{owner}: {what} of the checkpoint {'is' if not candidates else 'are'}"
+          f" table {table_name!r} ({shape[0]} x {shape[1]}, variable name "
+          f"ending in {table.embedding_var_name!r} or "
+          f"'{table.embedding_var_name}_embedding/embedding_weights')"
+          + (f": {candidates}" if candidates else "") +
+          f". Tensors of shape {shape}: {_same_shape(shapes, shape)}. Pass "
+          f"variable_names={{{table_name!r}: '<tensor name>'}} to choose.")
+    found[table_name] = candidates[0]
+  tensors = list(found.values())
+  twice = sorted({n for n in tensors if tensors.count(n) > 1})
+  if twice:
+    raise ValueError(
+        f"{owner}: tables {sorted(t for t, n in found.items() if n in twice)} "
+        f"all resolve to checkpoint tensor(s) {twice}; pass variable_names "
+        "to tell them apart.")
+  return found
+
+
+def table_row_tensors(checkpoint, model, table_tensors):
+  """{table name: [its tensor, then every `<tensor>/...` tensor of the same
+  shape (slots), sorted]} in a `Checkpoint`."""
+  result = {}
+  for table_name, tensor in table_tensors.items():
+    table = model.tables[table_name]
+    shape = [table.vocabulary_size, table.dimension]
+    slots = sorted(
+        name for name, s in checkpoint.shapes.items()
+        if name.startswith(tensor + "/") and s == shape)
+    result[table_name] = [tensor] + slots
+  return result
+
+
+# --- zero-copy hand-over between NumPy and TensorFlow -----------------------
+
+
+def aligned_empty(shape, dtype):
+  """An uninitialized C-contiguous array whose buffer TensorFlow can adopt
+  without a copy (see `as_tensor`)."""
+  dtype = np.dtype(dtype)
+  nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+  raw = np.empty(nbytes + _ALIGNMENT, np.uint8)
+  offset = (-raw.ctypes.data) % _ALIGNMENT
+  return raw[offset:offset + nbytes].view(dtype).reshape(shape)
+
+
+def as_tensor(array):
+  """An eager tensor of `array`, sharing its buffer when it is aligned (no
+  second copy of a table), else copied."""
+  if (array.size and array.flags.c_contiguous and
+      array.ctypes.data % _ALIGNMENT == 0 and
+      array.dtype.kind in "fiub"):
+    return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
+  return tf.constant(array)
+
+
+# --- writing -------------------------------------------------------------------
+
+
+def slice_spec(full_shape, start, length):
+  """The `shape_and_slices` spec of rows [start, start + length) of a
+  tensor of `full_shape` (SaveV2 / RestoreV2)."""
+  dims = " ".join(str(d) for d in full_shape)
+  rest = ["-"] * (len(full_shape) - 1)
+  return f"{dims} {':'.join([f'{start},{length}'] + rest)}"
+
+
+class StagedCheckpoint:
+  """A checkpoint written piece by piece in a temporary directory next to
+  `output_prefix` and moved into place by `commit()`.
+
+  Refuses (FileExistsError) an `output_prefix` that already has checkpoint
+  files. As a context manager, an error removes everything it wrote
+  (including the output directory if it created it).
+  """
+
+  def __init__(self, output_prefix, owner):
+    output_prefix = os.fspath(_check_path(owner, "output_prefix",
+                                          output_prefix))
+    self.owner = owner
+    self.output_prefix = os.path.abspath(output_prefix)
+    directory = os.path.dirname(self.output_prefix)
+    if os.path.isdir(self.output_prefix):
+      raise ValueError(
+          f"{owner}: `output_prefix` {output_prefix!r} is a directory; give "
+          "a checkpoint prefix inside it, e.g. "
+          f"{os.path.join(output_prefix, 'model.ckpt')!r}.")
+    existing = tf.io.gfile.glob(self.output_prefix + ".index") + (
+        tf.io.gfile.glob(self.output_prefix + ".data-*"))
+    if existing:
+      raise FileExistsError(
+          f"{owner}: a checkpoint already exists at {output_prefix!r} "
+          f"({sorted(existing)}); choose another output prefix or remove it.")
+    self._created_dir = None
+    if not os.path.isdir(directory):
+      missing = directory
+      while not os.path.isdir(os.path.dirname(missing)):
+        missing = os.path.dirname(missing)
+      os.makedirs(directory)
+      self._created_dir = missing
+    self.directory = directory
+    self._staging = tempfile.mkdtemp(prefix=".staging-",
+                                     dir=self.directory)
+    self._prefixes = []
+    self.committed = False
+
+  def save(self, names, slices, tensors):
+    """Saves tensors (with `shape_and_slices` specs, '' = whole tensor)."""
+    prefix = os.path.join(self._staging, f"piece-{len(self._prefixes):05d}")
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=list(names),
+                      shape_and_slices=list(slices), tensors=list(tensors))
+    self._prefixes.append(prefix)
+
+  def save_partitions(self, name, full_shape, target, parts):
+    """Saves tensor `name` from the partitions of layout `target` (arrays,
+    taken out of the list `parts` as they are handed to TensorFlow) as the
+    slices a run with that layout saves (whole when it has one)."""
+    if target.num_partitions == 1:
+      slices = [""]
+    else:
+      slices = [slice_spec(full_shape, o, s)
+                for o, s in zip(target.offsets, target.sizes)]
+    values = []
+    while parts:  # hand each part to TF and drop the NumPy reference
+      values.append(as_tensor(parts.pop(0)))
+    self.save([name] * len(values), slices, values)
+
+  def commit(self):
+    """Merges the pieces and moves the checkpoint to `output_prefix`; writes
+    a `checkpoint` state file naming it when the directory has none."""
+    merged = os.path.join(self._staging, "merged")
+    tf.raw_ops.MergeV2Checkpoints(checkpoint_prefixes=self._prefixes,
+                                  destination_prefix=merged,
+                                  delete_old_dirs=False)
+    data = sorted(tf.io.gfile.glob(merged + ".data-*"))
+    for path in data:  # data files first: the index makes it a checkpoint
+      os.replace(path, self.output_prefix + path[len(merged):])
+    os.replace(merged + ".index", self.output_prefix + ".index")
+    if not os.path.exists(os.path.join(self.directory, "checkpoint")):
+      tf.compat.v1.train.update_checkpoint_state(
+          self.directory, os.path.basename(self.output_prefix))
+    self.committed = True
+    shutil.rmtree(self._staging, ignore_errors=True)
+    return self.output_prefix
+
+  def abort(self):
+    shutil.rmtree(self._staging, ignore_errors=True)
+    if self._created_dir is not None:
+      shutil.rmtree(self._created_dir, ignore_errors=True)
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, exc_type, exc, tb):
+    if exc_type is not None or not self.committed:
+      self.abort()
+    return False
+
+
+def copy_tensors(checkpoint, names, staged, group_bytes):
+  """Copies tensors of a `Checkpoint` unchanged (partitioned ones keep their
+  row slices) into `staged`, in groups of at most `group_bytes` (one
+  tensor may exceed it)."""
+  group = ([], [], [])
+  size = 0
+  for name in names:
+    value = checkpoint.get_tensor(name)
+    nbytes = getattr(value, "nbytes", 0)
+    if group[0] and size + nbytes > group_bytes:
+      staged.save(*group)
+      group, size = ([], [], []), 0
+    slices = checkpoint.row_slices(name)
+    if slices is None or len(slices) < 2:
+      pieces = [("", value)]
+    else:
+      pieces = [(slice_spec(checkpoint.shapes[name], start, rows),
+                 value[start:start + rows]) for start, rows in slices]
+    for spec, piece in pieces:
+      group[0].append(name)
+      group[1].append(spec)
+      group[2].append(tf.constant(piece, dtype=checkpoint.dtypes[name]))
+    size += nbytes
+  if group[0]:
+    staged.save(*group)

@@ -1,0 +1,340 @@
+"""Reading table partitions from checkpoints (`checkpoints.tables`,
+`checkpoints.bundle_index`) and restoring them streamed (`restore`).
+
+* The slices each tensor was saved in, read from the checkpoint's `.index`,
+  are the partitions `tf.compat.v1.train.Saver` saved: every TF partitioner
+  (fixed size with 1..5 partitions, vocabularies smaller than the partition
+  count, min/max and axis-size partitioners with uneven sizes, axis 1) and
+  the engine's own `div` and `mod` tables; reading each listed slice back
+  through TF's RestoreV2 gives that partition's values. Indexes spread over
+  several blocks are read whole; a V1 checkpoint, a compressed block and a
+  file that is no index are refused by name.
+* `LayoutAwareSaver` restores tables and slots written in any (strategy,
+  partitions) into any other, row for row (an independent NumPy oracle of
+  the stored order), one target partition at a time, reading from each
+  stored slice only the range that covers that partition's rows; it keeps
+  its refusals (a missing table) and its allowances (missing slots start
+  from their initial value, with a warning), and training on writes the
+  run's own strategy.
+"""
+import os
+import shutil
+import types
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import hypothesis  # pylint: disable=g-import-not-at-top
+from hypothesis import strategies as st
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from estimator_spec.checkpoints import bundle_index
+from estimator_spec.checkpoints import restore
+from estimator_spec.checkpoints import tables
+from estimator_spec.config import sharding
+from estimator_spec.engine import storage
+from tests import test_convert_cli as cli_tests
+from tests import test_mid_level as ml
+
+v1 = tf.compat.v1
+
+
+# ---------------------------------------------------------------------------
+# Slices from the index, against what the Saver saved.
+
+PARTITIONERS = {
+    **{f"fixed_{k}": (lambda k=k: v1.fixed_size_partitioner(k))
+       for k in range(1, 6)},
+    # 11 rows of 12 bytes: at most 4 partitions of >= 24 bytes -> 3 of
+    # 4, 4, 3 rows.
+    "min_max": lambda: v1.min_max_variable_partitioner(
+        max_partitions=4, min_slice_size=24),
+    "axis_size": lambda: v1.variable_axis_size_partitioner(
+        max_shard_bytes=40),
+    "axis_1": lambda: v1.fixed_size_partitioner(2, axis=1),
+}
+
+
+def saved_by_saver(directory, partitioner, vocab):
+  """Saves [vocab, 3] float32 variables `t` (partitioned) and `plain` (not)
+  with a Saver; returns (prefix, [(offsets, value) of each partition])."""
+  with tf.Graph().as_default():
+    partitioned = v1.get_variable(
+        "t", [vocab, 3], initializer=v1.random_normal_initializer(seed=1),
+        partitioner=partitioner())
+    v1.get_variable("plain", [4, 2])
+    parts = (list(partitioned) if hasattr(partitioned, "_get_variable_list")
+             else [partitioned])
+    with v1.Session() as sess:
+      sess.run(v1.global_variables_initializer())
+      prefix = v1.train.Saver().save(sess, os.path.join(directory, "ckpt"))
+      values = sess.run(parts)
+  return prefix, values
+
+
+def offsets_of(values, shape, axis):
+  """Each partition's (start, length) per dimension, from the partition
+  shapes (partitions follow each other along `axis`)."""
+  result, start = [], 0
+  for value in values:
+    result.append(tuple(
+        (start, value.shape[a]) if a == axis else (0, shape[a])
+        for a in range(len(shape))))
+    start += value.shape[axis]
+  return tuple(result)
+
+
+@pytest.mark.parametrize("name", sorted(PARTITIONERS))
+@pytest.mark.parametrize("vocab", [3, 11])
+def test_index_slices_are_the_saved_partitions(tmp_path, name, vocab):
+  prefix, values = saved_by_saver(str(tmp_path), PARTITIONERS[name], vocab)
+  slices = bundle_index.tensor_slices(prefix)
+  assert "plain" not in slices  # saved whole
+  if len(values) == 1:  # one partition is saved as a whole tensor
+    assert "t" not in slices
+  else:
+    assert slices["t"] == offsets_of(values, [vocab, 3],
+                                     1 if name == "axis_1" else 0)
+  if name == "fixed_5":  # more partitions than rows: one per row
+    assert len(values) == min(vocab, 5)
+  # TF's own restore of each listed slice gives the partition saved there.
+  for extents, value in zip(slices.get("t", ()), values):
+    spec = " ".join(str(d) for d in (vocab, 3)) + " " + ":".join(
+        f"{start},{length}" for start, length in extents)
+    restored = tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=["t"],
+                                    shape_and_slices=[spec],
+                                    dtypes=[tf.float32])[0]
+    np.testing.assert_array_equal(restored.numpy(), value)
+  with tables.Checkpoint(prefix) as checkpoint:
+    assert checkpoint.partition_count("t") == len(slices.get("t", [()]))
+    assert checkpoint.partition_count("plain") == 1
+    assert checkpoint.row_slices("plain") == ((0, 4),)
+    if name == "axis_1":
+      assert checkpoint.row_slices("t") is None  # not split along rows
+    else:
+      assert checkpoint.row_slices("t") == tuple(
+          (start, len(value)) for start, value in zip(
+              np.cumsum([0] + [len(v) for v in values[:-1]]), values))
+  assert restore.stored_partitions(prefix) == {
+      "t": len(values), "plain": 1}
+
+
+@pytest.mark.parametrize("strategy", ["div", "mod"])
+@pytest.mark.parametrize("shards", [1, 2, 4, 9])
+def test_index_slices_of_engine_tables(tmp_path, strategy, shards):
+  vocab = 7
+  with tf.Graph().as_default():
+    table = storage.create_table("emb/t", vocab, 2,
+                                 v1.random_uniform_initializer(seed=2),
+                                 shards, strategy)
+    with v1.Session() as sess:
+      sess.run(v1.global_variables_initializer())
+      prefix = v1.train.Saver(sharded=True).save(
+          sess, os.path.join(str(tmp_path), "ckpt"))
+  layout = sharding.ShardLayout(vocab, shards, strategy)
+  with tables.Checkpoint(prefix) as checkpoint:
+    assert checkpoint.partition_count("emb/t") == layout.num_partitions
+    assert checkpoint.row_slices("emb/t") == tuple(
+        zip(layout.offsets, layout.sizes))
+    assert len(table.partitions) == layout.num_partitions
+
+
+def test_index_over_several_blocks(tmp_path):
+  prefix = str(tmp_path / "c")
+  names, specs, values = [], [], []
+  for i in range(3000):
+    name = f"scope_{i:05d}/" + "long_variable_name_" * 4
+    for start, rows in ((0, 2), (2, 1)):
+      names.append(name)
+      specs.append(f"3 2 {start},{rows}:-")
+      values.append(np.full((rows, 2), i, np.float32))
+  tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names,
+                    shape_and_slices=specs, tensors=values)
+  # TF writes index blocks of 256 KiB: this index has several.
+  assert os.path.getsize(prefix + ".index") > 2 * (256 << 10)
+  slices = bundle_index.tensor_slices(prefix)
+  assert len(slices) == 3000
+  assert set(slices.values()) == {(((0, 2), (0, 2)), ((2, 1), (0, 2)))}
+
+
+def test_index_refusals(tmp_path):
+  # A V1 checkpoint has no .index.
+  with tf.Graph().as_default():
+    v1.get_variable("a", [4, 2], partitioner=v1.fixed_size_partitioner(2))
+    saver = v1.train.Saver(write_version=tf.compat.v1.train.SaverDef.V1)
+    with v1.Session() as sess:
+      sess.run(v1.global_variables_initializer())
+      (tmp_path / "v1").mkdir()
+      old = saver.save(sess, str(tmp_path / "v1" / "ckpt"))
+  with pytest.raises(bundle_index.IndexFormatError, match="not a TF 2"):
+    bundle_index.tensor_slices(old)
+
+  prefix, _ = saved_by_saver(str(tmp_path / "v2"), PARTITIONERS["fixed_2"],
+                             5)
+  data = bytearray(open(prefix + ".index", "rb").read())
+  # The first data block starts the file; the first byte of its trailer
+  # names its compression. Mark it as Snappy-compressed.
+  first_block_size = _first_block_size(data)
+  assert data[first_block_size] == 0  # TF wrote it uncompressed
+  compressed = str(tmp_path / "compressed")
+  shutil.copy(prefix + ".data-00000-of-00001",
+              compressed + ".data-00000-of-00001")
+  data[first_block_size] = 1
+  with open(compressed + ".index", "wb") as f:
+    f.write(bytes(data))
+  with pytest.raises(bundle_index.IndexFormatError, match="compressed"):
+    bundle_index.tensor_slices(compressed)
+
+  garbage = str(tmp_path / "garbage")
+  with open(garbage + ".index", "wb") as f:
+    f.write(b"not an index" * 10)
+  with pytest.raises(bundle_index.IndexFormatError, match="magic"):
+    bundle_index.tensor_slices(garbage)
+
+
+def _first_block_size(data):
+  """The size of the first data block of an index (which starts at 0),
+  from the first entry of the index block the footer points to."""
+  varint = bundle_index._varint  # pylint: disable=protected-access
+  position = len(data) - 48
+  for _ in range(2):  # the meta-index block's offset and size
+    _, position = varint(data, position)
+  position, _ = varint(data, position)  # the index block's offset
+  _, position = varint(data, position)  # shared key bytes (0)
+  unshared, position = varint(data, position)
+  _, position = varint(data, position)  # value size
+  offset, position = varint(data, position + unshared)
+  assert offset == 0
+  return varint(data, position)[0]
+
+
+# ---------------------------------------------------------------------------
+# Streaming restore into another layout.
+
+TABLE = cli_tests.TABLE
+SLOT = TABLE + "/Adagrad"
+
+
+def engine_graph(vocab, dim, shards, strategy, with_slot=True):
+  """The engine's variables of one table (and its Adagrad slot) in the
+  current graph, as the estimator's engine has them."""
+  init = v1.constant_initializer(-1.0)
+  table = storage.create_table(TABLE, vocab, dim, init, shards, strategy)
+  slots = {}
+  if with_slot:
+    slots["accumulator"] = storage.create_table(
+        SLOT, vocab, dim, v1.constant_initializer(0.1), shards, strategy)
+  engine = types.SimpleNamespace(
+      tables={"tbl_a": table}, slots={"tbl_a": slots},
+      model=types.SimpleNamespace(partition_strategy=strategy))
+  return engine, table, slots.get("accumulator")
+
+
+def restored(prefix, vocab, dim, shards, strategy, allow_missing_slots=True,
+             save_to=None):
+  """(table rows, slot rows) in row order after a LayoutAwareSaver restore
+  into a (strategy, shards) run; saves again to `save_to` if given."""
+  with tf.Graph().as_default():
+    engine, table, slot = engine_graph(vocab, dim, shards, strategy)
+    step = v1.train.get_or_create_global_step()
+    saver = restore.LayoutAwareSaver(
+        engine, allow_missing_slots=allow_missing_slots, record_layout=True,
+        sharded=True)
+    with v1.Session() as sess:
+      sess.run(v1.global_variables_initializer())
+      saver.restore(sess, prefix)
+      rows, slot_rows, _ = sess.run([table.read_all(), slot.read_all(), step])
+      if save_to is not None:
+        os.makedirs(os.path.dirname(save_to))
+        saver.save(sess, save_to)
+  return rows, slot_rows
+
+
+@hypothesis.settings(max_examples=30, deadline=None,
+                     suppress_health_check=[
+                         hypothesis.HealthCheck.function_scoped_fixture])
+@hypothesis.given(vocab=st.integers(1, 13), dim=st.integers(1, 3),
+                  from_shards=st.integers(1, 5),
+                  from_strategy=cli_tests.STRATEGY,
+                  to_shards=st.integers(1, 5),
+                  to_strategy=cli_tests.STRATEGY,
+                  record=st.booleans())
+def test_restore_into_another_layout_gives_the_rows(
+    tmp_path_factory, vocab, dim, from_shards, from_strategy, to_shards,
+    to_strategy, record):
+  # Without the recorded strategy the checkpoint is taken to be in the
+  # run's strategy.
+  from_strategy = from_strategy if record else to_strategy
+  directory = str(tmp_path_factory.mktemp("restore"))
+  prefix, rows, slot, _ = cli_tests.source_checkpoint(
+      directory, vocab, dim, from_shards, from_strategy, record=record)
+  got_rows, got_slot = restored(prefix, vocab, dim, to_shards, to_strategy)
+  np.testing.assert_array_equal(got_rows, rows)
+  np.testing.assert_array_equal(got_slot, slot)
+
+
+def test_restore_reads_each_partition_from_its_own_rows(tmp_path,
+                                                         monkeypatch):
+  # 12 rows stored `mod` over 3 partitions, restored into `div` over 2: each
+  # target partition (6 rows) reads 2 rows from each stored partition, as
+  # three ranges of 2 rows, and nothing else.
+  prefix, rows, slot, _ = cli_tests.source_checkpoint(
+      str(tmp_path), 12, 2, 3, "mod", record=True)
+  reads = []
+  original = tables.Checkpoint.read_rows
+
+  def read_rows(self, name, start, stop):
+    reads.append((name, start, stop))
+    return original(self, name, start, stop)
+
+  monkeypatch.setattr(tables.Checkpoint, "read_rows", read_rows)
+  got_rows, got_slot = restored(prefix, 12, 2, 2, "div")
+  np.testing.assert_array_equal(got_rows, rows)
+  np.testing.assert_array_equal(got_slot, slot)
+  # Stored order: rows 0 3 6 9 | 1 4 7 10 | 2 5 8 11 (positions 0..11).
+  # div partition 0 is rows 0..5: positions 0-1, 4-5, 8-9.
+  table_reads = [(start, stop) for name, start, stop in reads
+                 if name == TABLE]
+  assert table_reads == [(0, 2), (4, 6), (8, 10), (2, 4), (6, 8), (10, 12)]
+
+
+def test_restore_without_relayout_is_a_plain_restore(tmp_path, monkeypatch):
+  prefix, rows, slot, _ = cli_tests.source_checkpoint(
+      str(tmp_path), 9, 2, 3, "mod", record=True)
+  monkeypatch.setattr(tables.Checkpoint, "read_rows",
+                      lambda *args: pytest.fail("read rows itself"))
+  got_rows, got_slot = restored(prefix, 9, 2, 3, "mod")
+  np.testing.assert_array_equal(got_rows, rows)
+  np.testing.assert_array_equal(got_slot, slot)
+
+
+def test_restore_missing_slot_and_missing_table(tmp_path, monkeypatch):
+  rng = np.random.RandomState(5)
+  rows = rng.randn(8, 2).astype(np.float32)
+  prefix = ml.write_checkpoint(str(tmp_path / "noslot" / "ckpt"), {
+      TABLE: rows, "global_step": np.int64(3)})
+  warnings = []
+  monkeypatch.setattr(tf.compat.v1.logging, "warning",
+                      lambda *args: warnings.append(args[0] % args[1:]))
+  got_rows, got_slot = restored(prefix, 8, 2, 3, "mod",
+                                save_to=str(tmp_path / "again" / "ckpt"))
+  np.testing.assert_array_equal(got_rows, rows)
+  np.testing.assert_array_equal(got_slot, np.full((8, 2), 0.1, np.float32))
+  assert len(warnings) == 1 and SLOT in warnings[0], warnings
+  # Saved again: this run's strategy and partitions.
+  with tables.open_checkpoint(str(tmp_path / "again")) as again:
+    assert again.strategy == "mod"
+    assert again.partition_count(TABLE) == 3
+    np.testing.assert_array_equal(
+        again.get_tensor(TABLE), np.concatenate(
+            sharding.ShardLayout(8, 3, "mod").split(rows)))
+
+  with pytest.raises(tf.errors.NotFoundError, match="no tensor .*Adagrad"):
+    restored(prefix, 8, 2, 3, "mod", allow_missing_slots=False)
+  other = ml.write_checkpoint(str(tmp_path / "other" / "ckpt"), {
+      "other/table": rows, "global_step": np.int64(3)})
+  with pytest.raises(tf.errors.NotFoundError,
+                     match=r"no tensor .*embedding_weights.*\(embedding "
+                     r"table\)"):
+    restored(other, 8, 2, 3, "mod")
