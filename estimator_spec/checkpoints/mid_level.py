@@ -100,7 +100,7 @@ def _export(spec, model, checkpoint, output_prefix, variable_names,
     slots = []
     if parameters is not None:
       for slot in parameters.slot_specs():
-        source = f"{tensor}/{slot.suffix}"
+        source = slot.variable_name(tensor)
         shape = [table.vocabulary_size, table.dimension]
         if checkpoint.shapes.get(source) != shape:
           missing.append(source)
