@@ -1,4 +1,4 @@
-"""`TPUEstimator` and `TPUEstimatorSpec`: TPU-embedding models on the host.
+"""`TPUEstimator`: TPU-embedding models on the host.
 
 `TPUEstimator` takes the arguments of TF 2.15's
 `tf.compat.v1.estimator.tpu.TPUEstimator` and runs the model on the host
@@ -36,186 +36,20 @@ from estimator_spec import interop
 from estimator_spec.config import spec as spec_lib
 from estimator_spec.estimator import tpu_context
 from estimator_spec.engine import engine as engine_lib
+from estimator_spec.estimator import hooks as hooks_lib
+from estimator_spec.estimator.spec import ExportSavedModelApiVersion
+from estimator_spec.estimator.spec import TPUEstimatorSpec
+from estimator_spec.estimator.spec import to_estimator_spec
 from tpu_embedding_columns import errors
 
 ModeKeys = tf.estimator.ModeKeys
 
-_FLUSH_COLLECTION = "estimator_spec.embedding_flush"
 _RESERVED_PARAMS = ("batch_size", "context")
 _BATCH_ARGUMENT = {
     ModeKeys.TRAIN: "train_batch_size",
     ModeKeys.EVAL: "eval_batch_size",
     ModeKeys.PREDICT: "predict_batch_size",
 }
-
-
-class ExportSavedModelApiVersion:
-  """The `export_saved_model_api_version` values of TF's TPUEstimator."""
-  V1 = 1
-  V2 = 2
-
-
-_SPEC_FIELDS = ("mode", "predictions", "loss", "train_op", "eval_metrics",
-                "export_outputs", "scaffold_fn", "host_call", "training_hooks",
-                "evaluation_hooks", "prediction_hooks")
-
-
-class TPUEstimatorSpec(
-    collections.namedtuple("TPUEstimatorSpec", _SPEC_FIELDS)):
-  """What a TPUEstimator model_fn returns.
-
-  As TF's `TPUEstimatorSpec`: `eval_metrics` is `(metric_fn, tensors)` with
-  `tensors` a list (positional) or dict (keyword arguments) of tensors;
-  `host_call` is `(fn, tensors)` in the same form, run on the host every
-  training step; `scaffold_fn` is a callable returning a `Scaffold`.
-  """
-
-  def __new__(cls, mode, predictions=None, loss=None, train_op=None,
-              eval_metrics=None, export_outputs=None, scaffold_fn=None,
-              host_call=None, training_hooks=None, evaluation_hooks=None,
-              prediction_hooks=None):
-    for name, value in (("eval_metrics", eval_metrics),
-                        ("host_call", host_call)):
-      if value is not None:
-        _check_fn_and_tensors(name, value)
-    if scaffold_fn is not None and not callable(scaffold_fn):
-      raise TypeError(
-          "TPUEstimatorSpec: `scaffold_fn` must be a callable returning a "
-          f"tf.compat.v1.train.Scaffold; got {type(scaffold_fn).__name__}.")
-    for name, hooks in (("training_hooks", training_hooks),
-                        ("evaluation_hooks", evaluation_hooks),
-                        ("prediction_hooks", prediction_hooks)):
-      for hook in hooks or ():
-        if not isinstance(hook, tf.compat.v1.train.SessionRunHook):
-          raise TypeError(
-              f"TPUEstimatorSpec: `{name}` must hold SessionRunHooks; got "
-              f"{type(hook).__name__}.")
-    return super().__new__(cls, mode, predictions, loss, train_op,
-                           eval_metrics, export_outputs, scaffold_fn,
-                           host_call, tuple(training_hooks or ()),
-                           tuple(evaluation_hooks or ()),
-                           tuple(prediction_hooks or ()))
-
-  def as_estimator_spec(self):
-    """The equivalent `tf.estimator.EstimatorSpec` on the host."""
-    return _to_estimator_spec(self)
-
-
-def _check_fn_and_tensors(name, value):
-  if not (isinstance(value, (tuple, list)) and len(value) == 2 and
-          callable(value[0]) and isinstance(value[1], (tuple, list, dict))):
-    raise TypeError(
-        f"TPUEstimatorSpec: `{name}` must be a pair (fn, tensors) with "
-        "tensors a list or dict of tensors; got "
-        f"{type(value).__name__}: {value!r}.")
-
-
-def _call_with(fn_and_tensors):
-  fn, tensors = fn_and_tensors
-  if isinstance(tensors, dict):
-    return fn(**tensors)
-  return fn(*tensors)
-
-
-def _is_tpu_spec(spec):
-  """TPUEstimatorSpec of ours or of TF (the same fields)."""
-  return all(hasattr(spec, f) for f in ("eval_metrics", "scaffold_fn",
-                                        "host_call"))
-
-
-def _to_estimator_spec(spec, host_call_every_n_steps=1):
-  if isinstance(spec, tf.estimator.EstimatorSpec):
-    return spec
-  if not _is_tpu_spec(spec):
-    raise TypeError(
-        "model_fn must return a TPUEstimatorSpec or a tf.estimator."
-        f"EstimatorSpec; got {type(spec).__name__}.")
-  scaffold = spec.scaffold_fn() if spec.scaffold_fn is not None else None
-  if scaffold is not None and not isinstance(scaffold,
-                                             tf.compat.v1.train.Scaffold):
-    raise TypeError(
-        "TPUEstimatorSpec.scaffold_fn must return a tf.compat.v1.train."
-        f"Scaffold; got {type(scaffold).__name__}.")
-  eval_metric_ops = None
-  if spec.eval_metrics is not None:
-    eval_metric_ops = _call_with(spec.eval_metrics)
-  training_hooks = list(spec.training_hooks or ())
-  if spec.host_call is not None and spec.mode == ModeKeys.TRAIN:
-    training_hooks.append(
-        _HostCallHook(_call_with(spec.host_call), host_call_every_n_steps))
-  return tf.estimator.EstimatorSpec(
-      mode=spec.mode,
-      predictions=spec.predictions,
-      loss=spec.loss,
-      train_op=spec.train_op,
-      eval_metric_ops=eval_metric_ops,
-      export_outputs=spec.export_outputs,
-      scaffold=scaffold,
-      training_hooks=training_hooks,
-      evaluation_hooks=list(spec.evaluation_hooks or ()),
-      prediction_hooks=list(spec.prediction_hooks or ()))
-
-
-class _HostCallHook(tf.compat.v1.train.SessionRunHook):
-  """Runs a host_call's ops with every training step, as TPUEstimator does
-  with the outfeed; initializes and flushes summary writers it uses."""
-
-  def __init__(self, outputs, every_n_steps=1):
-    if outputs is None:
-      outputs = []
-    elif not isinstance(outputs, (list, tuple)):
-      outputs = [outputs]
-    self._outputs = list(outputs)
-    self._every_n_steps = every_n_steps
-    self._runs = 0
-    self._init = None
-    self._flush = None
-
-  def begin(self):
-    # Graph-mode tf.summary writers register their creation ops here; the
-    # writer resource is each op's first input.
-    self._init = tf.compat.v1.get_collection("_SUMMARY_WRITER_V2")
-    writers = [op.inputs[0] for op in self._init if op.inputs]
-    self._flush = tf.group(*[
-        tf.raw_ops.FlushSummaryWriter(writer=w) for w in writers
-    ]) if writers else None
-
-  def after_create_session(self, session, coord):
-    del coord
-    if self._init:
-      session.run(self._init)
-
-  def before_run(self, run_context):
-    # TPUConfig.experimental_host_call_every_n_steps: every n-th step.
-    due = self._runs % self._every_n_steps == 0
-    self._runs += 1
-    return tf.compat.v1.train.SessionRunArgs(self._outputs if due else [])
-
-  def end(self, session):
-    if self._flush is not None:
-      session.run(self._flush)
-
-
-class _FlushListener(tf.compat.v1.train.CheckpointSaverListener):
-  """Applies the update pipelining holds before each checkpoint."""
-
-  def begin(self):
-    self._flush = tf.compat.v1.get_collection(_FLUSH_COLLECTION)
-
-  def before_save(self, session, global_step_value):
-    del global_step_value
-    if self._flush:
-      session.run(self._flush)
-
-
-class _FlushAtEndHook(tf.compat.v1.train.SessionRunHook):
-  """Applies a held update when training ends (also without checkpoints)."""
-
-  def __init__(self, flush_op):
-    self._flush = flush_op
-
-  def end(self, session):
-    session.run(self._flush)
 
 
 class _GradientTap:
@@ -551,7 +385,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
         self._embedding_spec.pipeline_execution_with_tensor_core and
         (self.config.save_checkpoints_steps or
          self.config.save_checkpoints_secs)):
-      listeners.append(_FlushListener())
+      listeners.append(hooks_lib.FlushListener())
     return super().train(
         input_fn, hooks=hooks, steps=steps, max_steps=max_steps,
         saving_listeners=listeners)
@@ -728,7 +562,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
   def _estimator_spec(self, spec):
     every_n = getattr(getattr(self.config, "tpu_config", None),
                       "experimental_host_call_every_n_steps", 1)
-    return _to_estimator_spec(spec, every_n)
+    return to_estimator_spec(spec, every_n)
 
   def _warn_plain_lookups(self):
     """Warns once when model_fn looks up our embedding columns while the
@@ -837,9 +671,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     train_op = tf.group(spec.train_op, update, name="train_with_embedding")
     hooks = list(spec.training_hooks)
     if model.pipeline_execution_with_tensor_core:
-      flush = engine.flush()
-      tf.compat.v1.add_to_collection(_FLUSH_COLLECTION, flush)
-      hooks.append(_FlushAtEndHook(flush))
+      hooks.append(hooks_lib.flush_at_end(engine.flush()))
     spec = spec._replace(train_op=train_op, training_hooks=hooks)
     return _with_layout_aware_saver(spec, engine, config, training=True)
 
