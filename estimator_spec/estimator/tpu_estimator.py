@@ -19,7 +19,7 @@ tables as a TPU would, on CPU (and GPU):
 This module is the TPUEstimator surface: arguments, modes, params and
 context, input_fn calls, hooks and export. With `use_tpu=True` and a TPU
 named in the RunConfig, the constructor returns TF's own TPUEstimator
-instead (`interop.DelegatedTPUEstimator`).
+instead (`interop.DelegatedTPUEstimator`, loaded only then).
 """
 import contextlib
 import inspect
@@ -38,7 +38,6 @@ from estimator_spec.estimator import tpu_context
 from estimator_spec.estimator.spec import ExportSavedModelApiVersion
 from estimator_spec.estimator.spec import TPUEstimatorSpec
 from estimator_spec.estimator.spec import to_estimator_spec
-from estimator_spec.tpu import proto as config_lib
 
 ModeKeys = tf.estimator.ModeKeys
 
@@ -174,9 +173,9 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     bound.apply_defaults()
     arguments = dict(bound.arguments)
     del arguments["self"]
-    if arguments["use_tpu"] is True and _tpu_reachable(arguments["config"]):
+    if arguments["use_tpu"] is True and interop.tpu_named(arguments["config"]):
       _check_arguments(**arguments)
-      return _delegate_to_tensorflow(**arguments)
+      return interop.delegate_to_tensorflow(**arguments)
     return super().__new__(cls)
 
   def __init__(self,
@@ -514,43 +513,6 @@ def host_only_settings(estimator):
           "to the configuration proto; the host does not collect lookup "
           "statistics.")
   return notes
-
-
-def _tpu_reachable(config):
-  cluster = getattr(config, "cluster", None)
-  master = getattr(config, "master", "") or ""
-  if cluster is not None:
-    return True
-  if master and master not in ("local", "") and not master.startswith(
-      "grpc://localhost"):
-    return bool(getattr(config, "tpu_config", None))
-  return bool(tf.config.list_logical_devices("TPU"))
-
-
-def _tpu_description(config):
-  cluster = getattr(config, "cluster", None)
-  if cluster is not None:
-    return f"cluster {type(cluster).__name__}"
-  master = getattr(config, "master", "")
-  return f"master {master!r}" if master else "a local TPU device"
-
-
-def _delegate_to_tensorflow(model_fn, embedding_config_spec, config,
-                            train_batch_size, **kwargs):
-  """TF's TPUEstimator for a TPU named in `config` (arguments checked)."""
-  if embedding_config_spec is not None and getattr(
-      getattr(config, "tpu_config", None), "num_shards", None):
-    # The TPU topology must fit the spec and the batch (as on the host).
-    hosts, cores, _ = placement.table_topology(config)
-    config_lib.EmbeddingConfig(
-        embedding_config_spec, batch_size=train_batch_size, num_hosts=hosts,
-        num_cores=cores, mode=ModeKeys.TRAIN)
-  tf.compat.v1.logging.info(
-      "TPUEstimator(use_tpu=True): running on the TPU of %s through "
-      "TensorFlow's TPUEstimator.", _tpu_description(config))
-  return interop.DelegatedTPUEstimator(
-      model_fn=model_fn, embedding_config_spec=embedding_config_spec,
-      config=config, train_batch_size=train_batch_size, **kwargs)
 
 
 __all__ = ["TPUEstimator", "TPUEstimatorSpec", "ExportSavedModelApiVersion",
