@@ -33,6 +33,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import estimator_spec
 from tests import tpu_programs as programs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -419,8 +420,10 @@ def test_multi_host_input_fn_sharding_files_by_context_runs_on_the_host(
       pipeline_execution=False)
   result = _run_program(tmp_path, {"program": "multihost", "api": "ours",
                                    "settings": settings})
+  # The host TPUEstimator, not TF's (the program's use_tpu=True names no TPU).
+  host_class = estimator_spec.TPUEstimator
   assert result["notes"]["estimator_class"] == (
-      "estimator_spec.estimator.TPUEstimator"), result["notes"]
+      f"{host_class.__module__}.{host_class.__name__}"), result["notes"]
 
   batch_size, calls, consumed, host_of = MH_DEPLOYMENTS[pipeline]
   _assert_input_fn_calls(result["input_fn"], True, batch_size,

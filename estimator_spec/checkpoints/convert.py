@@ -28,6 +28,7 @@ import tensorflow as tf
 
 from estimator_spec.checkpoints import progress as _progress
 from estimator_spec.checkpoints import tables
+from estimator_spec.config import spec as spec_lib
 from estimator_spec.config import sharding
 from tpu_embedding_columns import _checks
 
@@ -69,7 +70,7 @@ def convert_checkpoint(spec, checkpoint, output_prefix, *, to_strategy,
       hold (nothing is written then).
   """
   owner = "convert_checkpoint"
-  model = tables.check_spec(owner, spec)
+  model = spec_lib.model_of(owner, spec)
   if to_strategy not in sharding.STRATEGIES:
     _checks.fail(owner, "to_strategy", "must be 'div' or 'mod'", to_strategy)
   to_shards = _checks.check_int(owner, "to_shards", to_shards, minimum=1)

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from estimator_spec.checkpoints import progress as _progress
 from estimator_spec.checkpoints import tables
+from estimator_spec.config import spec as spec_lib
 from estimator_spec.config import sharding
 from tpu_embedding_columns import _checks
 
@@ -74,7 +75,7 @@ def export_mid_level_checkpoint(model_dir, spec, output_prefix, *,
   """
   from estimator_spec.interop import _mid_level  # pylint: disable=import-outside-toplevel
   owner = "export_mid_level_checkpoint"
-  model = tables.check_spec(owner, spec)
+  model = spec_lib.model_of(owner, spec)
   allow_missing_slots = _checks.check_bool(owner, "allow_missing_slots",
                                            allow_missing_slots)
   attribute = _checks.check_str(owner, "attribute", attribute)

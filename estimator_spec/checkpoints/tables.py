@@ -40,7 +40,6 @@ import tensorflow as tf
 
 from estimator_spec.checkpoints import bundle_index
 from estimator_spec.config import sharding
-from estimator_spec.config import spec as _spec
 from tpu_embedding_columns import _checks
 
 LAYOUT_TENSOR = "estimator_spec/partition_strategy"
@@ -50,14 +49,6 @@ _ALIGNMENT = 64  # TensorFlow's CPU tensors need 64-byte aligned buffers
 
 
 # --- arguments and opening -----------------------------------------------------
-
-
-def check_spec(owner, spec):
-  """The config model of `spec`, an EmbeddingConfigSpec."""
-  if not isinstance(spec, _spec.EmbeddingConfigSpec):
-    _checks.fail(owner, "spec", "must be an estimator_spec.EmbeddingConfigSpec",
-                 spec, TypeError)
-  return spec.model
 
 
 def _check_path(owner, arg, value):

@@ -324,3 +324,12 @@ def _check_dict(owner, arg, value, value_type):
           f"{owner}: `{arg}[{key!r}]`: Config for {what} {key} must be of "
           f"type `{value_type.__name__}` (estimator_spec's). Got "
           f"{type(config)}.")
+
+
+def model_of(owner, spec):
+  """The config model of `spec`; a clear TypeError naming `owner` when
+  `spec` is not an `EmbeddingConfigSpec` of this library."""
+  if not isinstance(spec, EmbeddingConfigSpec):
+    _checks.fail(owner, "spec", "must be an estimator_spec.EmbeddingConfigSpec",
+                 spec, TypeError)
+  return spec.model

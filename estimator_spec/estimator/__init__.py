@@ -1,7 +1,14 @@
-"""The TPUEstimator drop-in: TF's TPUEstimator surface over the host engine."""
-from estimator_spec.estimator.tpu_estimator import ExportSavedModelApiVersion
+"""The TPUEstimator drop-in: TF's TPUEstimator surface over the host engine.
+
+`tpu_estimator` is the surface (arguments, modes, params and context,
+input_fn, hooks, export); `host_step` does one model_fn call's embedding
+work (checks from `batch_checks`, lookups, gradients, update); `spec` holds
+`TPUEstimatorSpec`; `hooks` the session hooks; `placement` where the tables
+live; `tpu_context` the emulated TPU topology.
+"""
+from estimator_spec.estimator.spec import ExportSavedModelApiVersion
+from estimator_spec.estimator.spec import TPUEstimatorSpec
 from estimator_spec.estimator.tpu_estimator import TPUEstimator
-from estimator_spec.estimator.tpu_estimator import TPUEstimatorSpec
 from estimator_spec.estimator.tpu_estimator import host_only_settings
 
 __all__ = ["TPUEstimator", "TPUEstimatorSpec", "ExportSavedModelApiVersion",

@@ -1,4 +1,4 @@
-"""`TPUEstimator` and `TPUEstimatorSpec`: TPU-embedding models on the host.
+"""`TPUEstimator`: TPU-embedding models on the host.
 
 `TPUEstimator` takes the arguments of TF 2.15's
 `tf.compat.v1.estimator.tpu.TPUEstimator` and runs the model on the host
@@ -10,333 +10,43 @@ tables as a TPU would, on CPU (and GPU):
   activations. The user's optimizer trains the dense variables; the tables are
   trained only by the spec's optimization parameters, with clipping, gradient
   multiplier and learning-rate functions. The activation gradients come from
-  the user's own backward pass (see `_GradientTap`), so the dense backward
-  pass runs once per step.
+  the user's own backward pass, so the dense backward pass runs once per
+  step (`host_step.HostStep` does a step's embedding work).
 * EVAL and PREDICT: lookups only, from the same variables.
 * export: the serving graph does plain lookups (gather and combine) from the
   trained tables; it holds no optimizer, slot or pipelining state.
 
-With `use_tpu=True` and a TPU named in the RunConfig, the constructor returns
-TF's own TPUEstimator instead (`interop.DelegatedTPUEstimator`).
+This module is the TPUEstimator surface: arguments, modes, params and
+context, input_fn calls, hooks and export. With `use_tpu=True` and a TPU
+named in the RunConfig, the constructor returns TF's own TPUEstimator
+instead (`interop.DelegatedTPUEstimator`, loaded only then).
 """
-import collections
 import contextlib
 import inspect
-import math
 
 import tensorflow as tf
 
 from tpu_embedding_columns import context
-from tpu_embedding_columns import lookup as column_lookup
 
-from estimator_spec.estimator import calling
-from estimator_spec.checkpoints import restore as checkpoints
-from estimator_spec.config import placement as config_lib
 from estimator_spec import interop
 from estimator_spec.config import spec as spec_lib
+from estimator_spec.estimator import calling
+from estimator_spec.estimator import hooks as hooks_lib
+from estimator_spec.estimator import host_step
+from estimator_spec.estimator import placement
 from estimator_spec.estimator import tpu_context
-from estimator_spec.engine import engine as engine_lib
-from tpu_embedding_columns import errors
+from estimator_spec.estimator.spec import ExportSavedModelApiVersion
+from estimator_spec.estimator.spec import TPUEstimatorSpec
+from estimator_spec.estimator.spec import to_estimator_spec
 
 ModeKeys = tf.estimator.ModeKeys
 
-_FLUSH_COLLECTION = "estimator_spec.embedding_flush"
 _RESERVED_PARAMS = ("batch_size", "context")
 _BATCH_ARGUMENT = {
     ModeKeys.TRAIN: "train_batch_size",
     ModeKeys.EVAL: "eval_batch_size",
     ModeKeys.PREDICT: "predict_batch_size",
 }
-
-
-class ExportSavedModelApiVersion:
-  """The `export_saved_model_api_version` values of TF's TPUEstimator."""
-  V1 = 1
-  V2 = 2
-
-
-_SPEC_FIELDS = ("mode", "predictions", "loss", "train_op", "eval_metrics",
-                "export_outputs", "scaffold_fn", "host_call", "training_hooks",
-                "evaluation_hooks", "prediction_hooks")
-
-
-class TPUEstimatorSpec(
-    collections.namedtuple("TPUEstimatorSpec", _SPEC_FIELDS)):
-  """What a TPUEstimator model_fn returns.
-
-  As TF's `TPUEstimatorSpec`: `eval_metrics` is `(metric_fn, tensors)` with
-  `tensors` a list (positional) or dict (keyword arguments) of tensors;
-  `host_call` is `(fn, tensors)` in the same form, run on the host every
-  training step; `scaffold_fn` is a callable returning a `Scaffold`.
-  """
-
-  def __new__(cls, mode, predictions=None, loss=None, train_op=None,
-              eval_metrics=None, export_outputs=None, scaffold_fn=None,
-              host_call=None, training_hooks=None, evaluation_hooks=None,
-              prediction_hooks=None):
-    for name, value in (("eval_metrics", eval_metrics),
-                        ("host_call", host_call)):
-      if value is not None:
-        _check_fn_and_tensors(name, value)
-    if scaffold_fn is not None and not callable(scaffold_fn):
-      raise TypeError(
-          "TPUEstimatorSpec: `scaffold_fn` must be a callable returning a "
-          f"tf.compat.v1.train.Scaffold; got {type(scaffold_fn).__name__}.")
-    for name, hooks in (("training_hooks", training_hooks),
-                        ("evaluation_hooks", evaluation_hooks),
-                        ("prediction_hooks", prediction_hooks)):
-      for hook in hooks or ():
-        if not isinstance(hook, tf.compat.v1.train.SessionRunHook):
-          raise TypeError(
-              f"TPUEstimatorSpec: `{name}` must hold SessionRunHooks; got "
-              f"{type(hook).__name__}.")
-    return super().__new__(cls, mode, predictions, loss, train_op,
-                           eval_metrics, export_outputs, scaffold_fn,
-                           host_call, tuple(training_hooks or ()),
-                           tuple(evaluation_hooks or ()),
-                           tuple(prediction_hooks or ()))
-
-  def as_estimator_spec(self):
-    """The equivalent `tf.estimator.EstimatorSpec` on the host."""
-    return _to_estimator_spec(self)
-
-
-def _check_fn_and_tensors(name, value):
-  if not (isinstance(value, (tuple, list)) and len(value) == 2 and
-          callable(value[0]) and isinstance(value[1], (tuple, list, dict))):
-    raise TypeError(
-        f"TPUEstimatorSpec: `{name}` must be a pair (fn, tensors) with "
-        "tensors a list or dict of tensors; got "
-        f"{type(value).__name__}: {value!r}.")
-
-
-def _call_with(fn_and_tensors):
-  fn, tensors = fn_and_tensors
-  if isinstance(tensors, dict):
-    return fn(**tensors)
-  return fn(*tensors)
-
-
-def _is_tpu_spec(spec):
-  """TPUEstimatorSpec of ours or of TF (the same fields)."""
-  return all(hasattr(spec, f) for f in ("eval_metrics", "scaffold_fn",
-                                        "host_call"))
-
-
-def _to_estimator_spec(spec, host_call_every_n_steps=1):
-  if isinstance(spec, tf.estimator.EstimatorSpec):
-    return spec
-  if not _is_tpu_spec(spec):
-    raise TypeError(
-        "model_fn must return a TPUEstimatorSpec or a tf.estimator."
-        f"EstimatorSpec; got {type(spec).__name__}.")
-  scaffold = spec.scaffold_fn() if spec.scaffold_fn is not None else None
-  if scaffold is not None and not isinstance(scaffold,
-                                             tf.compat.v1.train.Scaffold):
-    raise TypeError(
-        "TPUEstimatorSpec.scaffold_fn must return a tf.compat.v1.train."
-        f"Scaffold; got {type(scaffold).__name__}.")
-  eval_metric_ops = None
-  if spec.eval_metrics is not None:
-    eval_metric_ops = _call_with(spec.eval_metrics)
-  training_hooks = list(spec.training_hooks or ())
-  if spec.host_call is not None and spec.mode == ModeKeys.TRAIN:
-    training_hooks.append(
-        _HostCallHook(_call_with(spec.host_call), host_call_every_n_steps))
-  return tf.estimator.EstimatorSpec(
-      mode=spec.mode,
-      predictions=spec.predictions,
-      loss=spec.loss,
-      train_op=spec.train_op,
-      eval_metric_ops=eval_metric_ops,
-      export_outputs=spec.export_outputs,
-      scaffold=scaffold,
-      training_hooks=training_hooks,
-      evaluation_hooks=list(spec.evaluation_hooks or ()),
-      prediction_hooks=list(spec.prediction_hooks or ()))
-
-
-class _HostCallHook(tf.compat.v1.train.SessionRunHook):
-  """Runs a host_call's ops with every training step, as TPUEstimator does
-  with the outfeed; initializes and flushes summary writers it uses."""
-
-  def __init__(self, outputs, every_n_steps=1):
-    if outputs is None:
-      outputs = []
-    elif not isinstance(outputs, (list, tuple)):
-      outputs = [outputs]
-    self._outputs = list(outputs)
-    self._every_n_steps = every_n_steps
-    self._runs = 0
-    self._init = None
-    self._flush = None
-
-  def begin(self):
-    # Graph-mode tf.summary writers register their creation ops here; the
-    # writer resource is each op's first input.
-    self._init = tf.compat.v1.get_collection("_SUMMARY_WRITER_V2")
-    writers = [op.inputs[0] for op in self._init if op.inputs]
-    self._flush = tf.group(*[
-        tf.raw_ops.FlushSummaryWriter(writer=w) for w in writers
-    ]) if writers else None
-
-  def after_create_session(self, session, coord):
-    del coord
-    if self._init:
-      session.run(self._init)
-
-  def before_run(self, run_context):
-    # TPUConfig.experimental_host_call_every_n_steps: every n-th step.
-    due = self._runs % self._every_n_steps == 0
-    self._runs += 1
-    return tf.compat.v1.train.SessionRunArgs(self._outputs if due else [])
-
-  def end(self, session):
-    if self._flush is not None:
-      session.run(self._flush)
-
-
-class _FlushListener(tf.compat.v1.train.CheckpointSaverListener):
-  """Applies the update pipelining holds before each checkpoint."""
-
-  def begin(self):
-    self._flush = tf.compat.v1.get_collection(_FLUSH_COLLECTION)
-
-  def before_save(self, session, global_step_value):
-    del global_step_value
-    if self._flush:
-      session.run(self._flush)
-
-
-class _FlushAtEndHook(tf.compat.v1.train.SessionRunHook):
-  """Applies a held update when training ends (also without checkpoints)."""
-
-  def __init__(self, flush_op):
-    self._flush = flush_op
-
-  def end(self, session):
-    session.run(self._flush)
-
-
-class _GradientTap:
-  """Gets d loss / d activation from the user's own backward pass.
-
-  Each activation passes through an identity whose second input is a scalar
-  "anchor" variable the user's optimizer finds (collection
-  TRAINABLE_RESOURCE_VARIABLES, which `Optimizer.compute_gradients` reads but
-  `tf.compat.v1.trainable_variables()` does not). When the optimizer
-  differentiates the loss, the identity's gradient function receives the
-  activation's gradient and records it; the anchor itself gets a zero
-  gradient, so that `minimize` works for a loss of embedding activations
-  only, and it never moves from 0. The anchor and whatever the optimizer
-  creates for it are local variables: they are not in checkpoints.
-  """
-
-  def __init__(self):
-    with tf.compat.v1.name_scope(None):
-      self.anchor = tf.compat.v1.Variable(
-          0.0,
-          name="tpu_embedding_gradient_anchor",
-          trainable=False,
-          use_resource=True,
-          collections=[
-              tf.compat.v1.GraphKeys.LOCAL_VARIABLES,
-              tf.compat.v1.GraphKeys.TRAINABLE_RESOURCE_VARIABLES
-          ])
-    self.tapped = collections.OrderedDict()    # feature -> tapped tensor
-    self.recorded = collections.defaultdict(list)
-
-  def tap(self, feature, activation):
-    if feature in self.tapped:
-      return self.tapped[feature]
-    recorded = self.recorded[feature]
-
-    @tf.custom_gradient
-    def identity(value, anchor):
-
-      def grad(dy):
-        recorded.append(dy)
-        # A zero gradient for the anchor: a model whose loss depends only on
-        # embedding activations still gives its optimizer a variable with a
-        # gradient (TF's TPU path has dummy table variables for this).
-        return None, tf.zeros_like(anchor)
-
-      return tf.identity(value), grad
-
-    tapped = identity(activation, self.anchor.read_value())
-    self.tapped[feature] = tapped
-    return tapped
-
-  def keep_anchor_state_local(self):
-    """Moves what the user's optimizer created for the anchor (its slots)
-    from the global to the local variables: initialized every session, never
-    saved, so checkpoints hold only the model's own state."""
-    graph = tf.compat.v1.get_default_graph()
-    prefix = self.anchor.op.name + "/"
-    global_variables = graph.get_collection_ref(
-        tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
-    for variable in [v for v in global_variables
-                     if v.op.name.startswith(prefix)]:
-      global_variables.remove(variable)
-      graph.add_to_collection(tf.compat.v1.GraphKeys.LOCAL_VARIABLES,
-                              variable)
-
-  def gradients(self, loss):
-    """{feature: gradient or None}: recorded when the user's optimizer ran
-    exactly one backward pass through every tap, else from `loss`."""
-    features = list(self.tapped)
-    counts = {len(self.recorded.get(f, ())) for f in features}
-    if counts == {1}:
-      return {f: self.recorded[f][0] for f in features}
-    if loss is None:
-      return {f: None for f in features}
-    grads = tf.gradients(loss, [self.tapped[f] for f in features])
-    return dict(zip(features, grads))
-
-
-class _EngineSource(context.ActivationSource):
-  """Feeds the columns in model_fn from one engine step."""
-
-  def __init__(self, engine, step, tap):
-    self._engine = engine
-    self._step = step
-    self._tap = tap
-    self.used = collections.OrderedDict()
-
-  def _feature(self, column):
-    return self._engine.model.feature_of_column(column)
-
-  def register_variable(self, column, variable_name):
-    feature = self._feature(column)
-    self._engine.set_variable_name(feature.table, variable_name)
-
-  def dense_activation(self, column):
-    feature = self._feature(column)
-    self.used[feature.name] = column
-    return self._tap(feature.name, self._step.activation(feature.name))
-
-  def sequence_activation(self, column):
-    feature = self._feature(column)
-    self.used[feature.name] = column
-    return (self._tap(feature.name, self._step.activation(feature.name)),
-            self._step.sequence_length(feature.name))
-
-
-def _topology(config):
-  """(hosts, cores, on_tpu_layout) the tables are laid out for.
-
-  Tables are split over the parameter-server tasks of a cluster (one "core"
-  per task), or else over the TPU hosts the RunConfig's
-  `tpu_config.num_shards` implies (8 cores per host), so that a checkpoint
-  of a TPU run, `mod` layout included, reads back as the TPU wrote it.
-  Default: one host with one core.
-  """
-  cluster_spec = getattr(config, "cluster_spec", None)
-  if cluster_spec is not None and "ps" in cluster_spec.jobs:
-    num_ps = cluster_spec.num_tasks("ps")
-    return num_ps, num_ps, False
-  topology = tpu_context.Topology.from_run_config(config)
-  return topology.num_hosts, topology.num_replicas, True
 
 
 def _check_arguments(model_fn, model_dir, config, params, use_tpu,
@@ -463,9 +173,9 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     bound.apply_defaults()
     arguments = dict(bound.arguments)
     del arguments["self"]
-    if arguments["use_tpu"] is True and _tpu_reachable(arguments["config"]):
+    if arguments["use_tpu"] is True and interop.tpu_named(arguments["config"]):
       _check_arguments(**arguments)
-      return _delegate_to_tensorflow(**arguments)
+      return interop.delegate_to_tensorflow(**arguments)
     return super().__new__(cls)
 
   def __init__(self,
@@ -527,7 +237,8 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
       self._deployment(ModeKeys.TRAIN)
     if embedding_config_spec is not None:
       # Checks the spec against the topology now, not at the first step.
-      self._embedding_config(ModeKeys.TRAIN, self.config)
+      placement.embedding_config(embedding_config_spec, ModeKeys.TRAIN,
+                                 self.config, self._batch_sizes)
 
   def _assert_members_are_not_overridden(self):
     # train/predict/export_saved_model are extended below, as TF's
@@ -551,7 +262,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
         self._embedding_spec.pipeline_execution_with_tensor_core and
         (self.config.save_checkpoints_steps or
          self.config.save_checkpoints_secs)):
-      listeners.append(_FlushListener())
+      listeners.append(hooks_lib.FlushListener())
     return super().train(
         input_fn, hooks=hooks, steps=steps, max_steps=max_steps,
         saving_listeners=listeners)
@@ -663,18 +374,6 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
 
   # --- model_fn on the host --------------------------------------------------
 
-  def _embedding_config(self, mode, config):
-    hosts, cores, tpu_layout = _topology(config)
-    batch = self._batch_sizes.get(mode) or self._batch_sizes[ModeKeys.TRAIN]
-    if batch % cores and not (tpu_layout and mode == ModeKeys.TRAIN):
-      # Only the configuration proto splits the batch over cores; the host
-      # runs it whole. Parameter-server "cores" and serving batches need
-      # not divide it, so the proto's batch is rounded up there.
-      batch = cores * math.ceil(batch / cores)
-    return config_lib.EmbeddingConfig(
-        self._embedding_spec, batch_size=batch, num_hosts=hosts,
-        num_cores=cores, mode=mode)
-
   def _host_model_fn(self, features, labels, mode, config, params):
     real_batch_size = None
     if isinstance(features, dict) and (
@@ -696,18 +395,13 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
       spec = self._call_user_model_fn(features, kwargs)
       self._warn_plain_lookups()
       return self._estimator_spec(spec)
-    if not isinstance(features, dict):
-      raise TypeError(
-          "TPUEstimator: with an embedding_config_spec, input_fn must give "
-          f"features as a dict; got {type(features).__name__}.")
-    if not self._embedding_spec.model.features:
-      # Only tensor-core columns: the dense model looks them up itself.
-      features, labels = self._check_batch_without_engine(features, labels,
-                                                          mode)
-      if "labels" in kwargs:
-        kwargs["labels"] = labels
-      return self._estimator_spec(self._call_user_model_fn(features, kwargs))
-    return self._embedding_model_fn(features, labels, mode, config, kwargs)
+    step = host_step.HostStep(self._embedding_spec, mode, config,
+                              self._batch_sizes)
+    features, labels = step.begin(features, labels)
+    if "labels" in kwargs:
+      kwargs["labels"] = labels
+    spec = self._call_user_model_fn(features, kwargs, step.source)
+    return step.finish(self._estimator_spec(spec))
 
   def _call_user_model_fn(self, features, kwargs, source=None):
     """The user's model_fn, as one replica (CrossShardOptimizer) and with
@@ -728,7 +422,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
   def _estimator_spec(self, spec):
     every_n = getattr(getattr(self.config, "tpu_config", None),
                       "experimental_host_call_every_n_steps", 1)
-    return _to_estimator_spec(spec, every_n)
+    return to_estimator_spec(spec, every_n)
 
   def _warn_plain_lookups(self):
     """Warns once when model_fn looks up our embedding columns while the
@@ -746,102 +440,6 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
           "embedding_config_spec=estimator_spec.EmbeddingConfigSpec("
           "feature_columns=[...], optimization_parameters=...) to train them "
           "as on a TPU.", names)
-
-  def _check_batch_without_engine(self, features, labels, mode):
-    """A TRAIN batch must have train_batch_size examples also when no
-    engine table reads the features (checked when the graph is built if
-    the shape is static, else when it runs, before model_fn reads them)."""
-    if mode != ModeKeys.TRAIN:
-      return features, labels
-    expected = self._batch_sizes[ModeKeys.TRAIN]
-    static, dynamic = _batch_of(features)
-    _check_static_batch(static, expected)
-    if dynamic is None:
-      return features, labels
-    gate = _train_batch_check(dynamic, expected)
-    return _after_check(features, gate), _after_check(labels, gate)
-
-  def _embedding_model_fn(self, features, labels, mode, config, kwargs):
-    emb_config = self._embedding_config(mode, config)
-    model = emb_config.model
-    shard_device_fn = None
-    if config.cluster_spec is not None and (
-        "ps" in config.cluster_spec.jobs):
-      shard_device_fn = lambda i: f"/job:ps/task:{i}"
-    engine = engine_lib.HostEmbeddingEngine(
-        emb_config, num_shards=emb_config.num_hosts,
-        shard_device_fn=shard_device_fn)
-    training = mode == ModeKeys.TRAIN
-    step = engine.begin_lookup(features)
-    checks = []
-    if training:
-      expected = self._batch_sizes[ModeKeys.TRAIN]
-      _check_static_batch(step.static_batch_size, expected)
-      checks.append(_train_batch_check(step.batch_size, expected))
-      # A TPU step has static shapes: so do the activations (the run-time
-      # check above holds them to it, and model_fn's other inputs wait for
-      # it, so that a partial batch fails on it, not on a shape).
-      step.static_batch_size = expected
-      features = _after_check(features, checks[0])
-      labels = _after_check(labels, checks[0])
-    elif step.static_batch_size is None:
-      step.static_batch_size = _batch_of((features, labels))[0]
-    labels, label_checks = _check_labels(labels, step)
-    step.add_checks(checks + label_checks)
-    if "labels" in kwargs:
-      kwargs["labels"] = labels
-
-    if training:
-      global_step = tf.compat.v1.train.get_or_create_global_step()
-      step_value = global_step.read_value()
-      tap = _GradientTap()
-      # Lookups (and so every update of the step) follow the read of the
-      # global step, which the user's train op increments.
-      tap_fn = _after(step_value, tap.tap)
-    else:
-      tap_fn = lambda feature, activation: activation
-    source = _EngineSource(engine, step, tap_fn)
-    columns_form = model.uses_columns
-    model_features = features
-    if not columns_form:
-      model_features = _dict_form_features(features, model, step, tap_fn)
-    ops_before = len(tf.compat.v1.get_default_graph().get_operations())
-    spec = self._estimator_spec(
-        self._call_user_model_fn(model_features, kwargs, source))
-    # The dict form hands every activation to model_fn; whether the loss
-    # uses them shows in their gradients below.
-    unused = ([f for f in model.features if f not in source.used]
-              if columns_form else [])
-    if mode != ModeKeys.TRAIN:
-      return _with_layout_aware_saver(spec, engine, config, training=False)
-    if unused:
-      raise ValueError(
-          "TPUEstimator: model_fn never uses the embedding columns of "
-          f"features {unused}, which the embedding_config_spec configures. "
-          "Every configured column must feed the model (a TPU step looks up "
-          "and trains every table); remove unused columns from the spec.")
-    if spec.loss is None or spec.train_op is None:
-      raise ValueError("TPUEstimator: in TRAIN mode model_fn must return a "
-                       "loss and a train_op.")
-    tap.keep_anchor_state_local()
-    gradients = tap.gradients(spec.loss)
-    missing = [f for f, g in gradients.items() if g is None]
-    if missing:
-      raise ValueError(
-          f"TPUEstimator: the loss does not depend on the activations of "
-          f"features {missing}, so their tables get no gradient. Every "
-          "configured column must feed the loss.")
-    result = step.result()
-    update = engine.apply_gradients(result, gradients, step_value)
-    _order_after(step_value, global_step, ops_before)
-    train_op = tf.group(spec.train_op, update, name="train_with_embedding")
-    hooks = list(spec.training_hooks)
-    if model.pipeline_execution_with_tensor_core:
-      flush = engine.flush()
-      tf.compat.v1.add_to_collection(_FLUSH_COLLECTION, flush)
-      hooks.append(_FlushAtEndHook(flush))
-    spec = spec._replace(train_op=train_op, training_hooks=hooks)
-    return _with_layout_aware_saver(spec, engine, config, training=True)
 
 
 _TPU_CONFIG_NOTES = {
@@ -917,225 +515,5 @@ def host_only_settings(estimator):
   return notes
 
 
-def _check_static_batch(static, expected):
-  if static is not None and static != expected:
-    raise ValueError(
-        f"TPUEstimator: a training batch has {static} examples; "
-        f"train_batch_size is {expected}. A TPU step has a fixed batch: "
-        "make input_fn batch with params['batch_size'] and "
-        "drop_remainder=True.")
-
-
-def _train_batch_check(batch_size, expected):
-  """The run-time check that a training batch has `expected` examples."""
-  return _check_op(
-      batch_size, tf.constant(expected, tf.int64),
-      message=(f"TPUEstimator: a training batch does not have "
-               f"train_batch_size={expected} examples; no variable was "
-               "updated. Batch with drop_remainder=True."))
-
-
-def _batch_of(structure):
-  """(static batch size or None, int64 batch size tensor or None) of the
-  tensors in `structure` (features, labels): the static size is the first
-  one known among them, the tensor that of the first with a batch
-  dimension."""
-  static, dynamic = None, None
-  for value in tf.nest.flatten(structure):
-    if not isinstance(value, (tf.SparseTensor, tf.RaggedTensor, tf.Tensor,
-                              tf.Variable)) or not value.shape.rank:
-      continue
-    if static is None:
-      static = tf.compat.dimension_value(value.shape[0])
-    if dynamic is None:
-      if isinstance(value, tf.SparseTensor):
-        dynamic = value.dense_shape[0]
-      elif isinstance(value, tf.RaggedTensor):
-        dynamic = value.nrows(out_type=tf.int64)
-      else:
-        dynamic = tf.shape(value, out_type=tf.int64)[0]
-  return static, dynamic
-
-
-def _after_check(structure, check):
-  """`structure` with every tensor waiting for the `check` op."""
-
-  def gated(value):
-    with tf.control_dependencies([check]):
-      if isinstance(value, tf.SparseTensor):
-        return tf.SparseTensor(tf.identity(value.indices),
-                               tf.identity(value.values), value.dense_shape)
-      if isinstance(value, tf.RaggedTensor):
-        return value.with_flat_values(tf.identity(value.flat_values))
-      if isinstance(value, (tf.Tensor, tf.Variable)):
-        return tf.identity(value)
-      return value
-
-  return tf.nest.map_structure(gated, structure)
-
-
-def _with_layout_aware_saver(spec, engine, config, training):
-  """Gives the spec's Scaffold a `checkpoints.LayoutAwareSaver` (unless
-  the model brings its own saver): checkpoints of other topologies and of
-  TF's CPU path restore into the engine's tables correctly."""
-  scaffold = spec.scaffold
-  if scaffold is not None and scaffold.saver is not None:
-    return spec
-  saver = checkpoints.LayoutAwareSaver(
-      engine,
-      allow_missing_slots=training,
-      record_layout=training,
-      sharded=True,
-      max_to_keep=config.keep_checkpoint_max,
-      keep_checkpoint_every_n_hours=config.keep_checkpoint_every_n_hours,
-      save_relative_paths=True)
-  return spec._replace(scaffold=tf.compat.v1.train.Scaffold(
-      saver=saver, copy_from_scaffold=scaffold) if scaffold is not None else
-                       tf.compat.v1.train.Scaffold(saver=saver))
-
-
-def _after(tensor, tap_fn):
-
-  def tap(feature, activation):
-    with tf.control_dependencies([tensor]):
-      activation = tf.identity(activation)
-    return tap_fn(feature, activation)
-
-  return tap
-
-
-def _order_after(step_value, global_step, first_op):
-  """Makes every write of the global step that model_fn created wait for
-  `step_value` and for every other read of the step model_fn made (unless
-  that read itself follows the write), so that the engine's learning-rate
-  functions, the gradient multiplier and the user's own reads (e.g. for a
-  host_call) all see the step as it was at the start of the step."""
-  graph = tf.compat.v1.get_default_graph()
-  target = (global_step.handle if hasattr(global_step, "handle") else
-            global_step.op.outputs[0]).name
-  new_ops = graph.get_operations()[first_op:]
-  writes = [
-      op for op in new_ops
-      if op.type in ("AssignAddVariableOp", "AssignVariableOp", "AssignAdd",
-                     "Assign") and op.inputs and op.inputs[0].name == target
-  ]
-  reads = [step_value.op] + [
-      op for op in new_ops
-      if op.type == "ReadVariableOp" and op.inputs[0].name == target
-  ]
-  for read in reads:
-    before = _ancestors(read)
-    for write in writes:
-      if write not in before and read not in write.control_inputs:
-        # Operation has no public way to add a control input to an op.
-        write._add_control_input(read)
-
-
-def _ancestors(op):
-  """Every op `op` depends on (data and control inputs)."""
-  seen = set()
-  stack = [op]
-  while stack:
-    current = stack.pop()
-    for parent in [t.op for t in current.inputs] + list(current.control_inputs):
-      if parent not in seen:
-        seen.add(parent)
-        stack.append(parent)
-  return seen
-
-
-def _dict_form_features(features, model, step, tap):
-  """features with each configured feature's activation in place of its
-  ids (and `<name>_seq_length_` for sequence features), weights removed, as
-  TPUEstimator hands them to model_fn on a TPU."""
-  result = dict(features)
-  for name, feature in model.features.items():
-    result[name] = tap(name, step.activation(name))
-    if feature.is_sequence:
-      result[feature.length_key] = step.sequence_length(name)
-    if feature.weight_key is not None:
-      result.pop(feature.weight_key, None)
-  return result
-
-
-def _check_labels(labels, step):
-  """Labels must have one row per example: static check, or a run-time one
-  that gates every write of the step."""
-  if labels is None:
-    return None, []
-  flat = tf.nest.flatten(labels)
-  checks = []
-  for i, tensor in enumerate(flat):
-    if isinstance(tensor, (tf.SparseTensor, tf.RaggedTensor)):
-      continue
-    tensor = tf.convert_to_tensor(tensor)
-    where = "labels" if len(flat) == 1 else f"labels (entry {i})"
-    if tensor.shape.rank == 0:
-      raise ValueError(
-          f"TPUEstimator: {where} is a scalar; labels need one row per "
-          "example (shape [batch, ...]).")
-    static = tensor.shape[0] if tensor.shape.rank is not None else None
-    if static is not None and step.static_batch_size is not None and (
-        static != step.static_batch_size):
-      raise ValueError(
-          f"TPUEstimator: {where} has {static} rows but the features have "
-          f"{step.static_batch_size} examples; labels need one row per "
-          "example.")
-    checks.append(
-        _check_op(
-            tf.shape(tensor, out_type=tf.int64)[0], step.batch_size,
-            message=(f"TPUEstimator: {where} do not have one row per "
-                     "example; no variable was updated.")))
-  if not checks:
-    return labels, []
-  with tf.control_dependencies(checks):
-    checked = [
-        t if isinstance(t, (tf.SparseTensor, tf.RaggedTensor)) else
-        tf.identity(t) for t in flat
-    ]
-  return tf.nest.pack_sequence_as(labels, checked), checks
-
-
-def _check_op(x, y, message):
-  """A check that x == y (one Assert op)."""
-  return column_lookup.check(tf.equal(x, y), message, [x, y])
-
-
-def _tpu_reachable(config):
-  cluster = getattr(config, "cluster", None)
-  master = getattr(config, "master", "") or ""
-  if cluster is not None:
-    return True
-  if master and master not in ("local", "") and not master.startswith(
-      "grpc://localhost"):
-    return bool(getattr(config, "tpu_config", None))
-  return bool(tf.config.list_logical_devices("TPU"))
-
-
-def _tpu_description(config):
-  cluster = getattr(config, "cluster", None)
-  if cluster is not None:
-    return f"cluster {type(cluster).__name__}"
-  master = getattr(config, "master", "")
-  return f"master {master!r}" if master else "a local TPU device"
-
-
-def _delegate_to_tensorflow(model_fn, embedding_config_spec, config,
-                            train_batch_size, **kwargs):
-  """TF's TPUEstimator for a TPU named in `config` (arguments checked)."""
-  if embedding_config_spec is not None and getattr(
-      getattr(config, "tpu_config", None), "num_shards", None):
-    # The TPU topology must fit the spec and the batch (as on the host).
-    hosts, cores, _ = _topology(config)
-    config_lib.EmbeddingConfig(
-        embedding_config_spec, batch_size=train_batch_size, num_hosts=hosts,
-        num_cores=cores, mode=ModeKeys.TRAIN)
-  tf.compat.v1.logging.info(
-      "TPUEstimator(use_tpu=True): running on the TPU of %s through "
-      "TensorFlow's TPUEstimator.", _tpu_description(config))
-  return interop.DelegatedTPUEstimator(
-      model_fn=model_fn, embedding_config_spec=embedding_config_spec,
-      config=config, train_batch_size=train_batch_size, **kwargs)
-
-
-__all__ = ["TPUEstimator", "TPUEstimatorSpec", "ExportSavedModelApiVersion"]
+__all__ = ["TPUEstimator", "TPUEstimatorSpec", "ExportSavedModelApiVersion",
+           "host_only_settings"]

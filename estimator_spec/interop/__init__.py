@@ -6,21 +6,46 @@ The only package of the library that imports TensorFlow's TPU implementation
   replica on the host (`_replica.py`).
 * `to_tensorflow`, `from_tensorflow`, `columns_by_name`: the spec as TF
   2.15's own classes and back (`_tensorflow.py`).
-* `DelegatedTPUEstimator`, `TPUNotReachableError`: TF's TPUEstimator running
-  a model written with our columns on a real TPU (`_tpu.py`).
-* `to_mid_level`, `export_mid_level_checkpoint`: the spec and its
-  checkpoints for TF2's `tf.tpu.experimental.embedding` (`_mid_level.py`).
-"""
-from estimator_spec.checkpoints.mid_level import export_mid_level_checkpoint
-from estimator_spec.interop._mid_level import to_mid_level
-from estimator_spec.interop._replica import refuse_tensorflow_columns
-from estimator_spec.interop._replica import single_replica
-from estimator_spec.interop._tensorflow import (columns_by_name,
-                                                from_tensorflow, to_tensorflow)
-from estimator_spec.interop._tpu import (DelegatedTPUEstimator,
-                                         TPUNotReachableError)
+* `tpu_named(config)`: whether a RunConfig asks for a real TPU
+  (`_target.py`); `delegate_to_tensorflow`, `DelegatedTPUEstimator`,
+  `TPUNotReachableError`: TF's TPUEstimator running a model written with
+  our columns on that TPU (`_tpu.py`).
+* `to_mid_level`: the spec for TF2's `tf.tpu.experimental.embedding`
+  (`_mid_level.py`); `export_mid_level_checkpoint`, its checkpoints
+  (`estimator_spec.checkpoints.mid_level`).
 
-__all__ = ["single_replica", "refuse_tensorflow_columns"]
-__all__ += ["to_mid_level", "export_mid_level_checkpoint"]
-__all__ += ["to_tensorflow", "from_tensorflow", "columns_by_name",
-            "DelegatedTPUEstimator", "TPUNotReachableError"]
+Each name loads its module on first use: a host run loads `_replica` and
+`_target` only, never TF's TPU estimator through this package.
+"""
+import importlib
+
+# Public name -> the module that defines it.
+_MODULES = {
+    "single_replica": "estimator_spec.interop._replica",
+    "refuse_tensorflow_columns": "estimator_spec.interop._replica",
+    "to_tensorflow": "estimator_spec.interop._tensorflow",
+    "from_tensorflow": "estimator_spec.interop._tensorflow",
+    "columns_by_name": "estimator_spec.interop._tensorflow",
+    "tpu_named": "estimator_spec.interop._target",
+    "delegate_to_tensorflow": "estimator_spec.interop._tpu",
+    "DelegatedTPUEstimator": "estimator_spec.interop._tpu",
+    "TPUNotReachableError": "tpu_embedding_columns.errors",
+    "to_mid_level": "estimator_spec.interop._mid_level",
+    "export_mid_level_checkpoint": "estimator_spec.checkpoints.mid_level",
+}
+
+
+def __getattr__(name):
+  if name not in _MODULES:
+    raise AttributeError(
+        f"module 'estimator_spec.interop' has no attribute {name!r}")
+  value = getattr(importlib.import_module(_MODULES[name]), name)
+  globals()[name] = value
+  return value
+
+
+def __dir__():
+  return sorted(set(globals()) | set(_MODULES))
+
+
+__all__ = list(_MODULES)

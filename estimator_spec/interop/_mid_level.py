@@ -9,7 +9,7 @@ import collections
 
 import tensorflow as tf
 
-from estimator_spec.checkpoints.tables import check_spec
+from estimator_spec.config import spec as spec_lib
 from estimator_spec.config import optimizers as _opt
 from tpu_embedding_columns import _checks
 
@@ -103,7 +103,7 @@ def to_mid_level(spec, *, global_step=None, for_serving=False):
 
 
 def _build(spec, *, global_step, for_serving, owner, skeleton=False):
-  model = check_spec(owner, spec)
+  model = spec_lib.model_of(owner, spec)
   for_serving = _checks.check_bool(owner, "for_serving", for_serving)
   uses_fn = [name for name in model.tables
              if model.learning_rate(name).fn is not None]

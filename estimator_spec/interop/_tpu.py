@@ -41,7 +41,9 @@ from tpu_embedding_columns import context as _context
 from tpu_embedding_columns.errors import TPUNotReachableError
 
 from estimator_spec.estimator import calling
+from estimator_spec.estimator import placement
 from estimator_spec.interop import _tensorflow
+from estimator_spec.config import embedding_config as config_lib
 
 REACHABILITY_TIMEOUT_SECONDS = 10.0
 
@@ -272,3 +274,31 @@ class DelegatedTPUEstimator(_tf_tpu_estimator.TPUEstimator):
     return super().predict(input_fn, predict_keys=predict_keys, hooks=hooks,
                            checkpoint_path=checkpoint_path,
                            yield_single_examples=yield_single_examples)
+
+
+def _tpu_description(config):
+  cluster = getattr(config, "cluster", None)
+  if cluster is not None:
+    return f"cluster {type(cluster).__name__}"
+  master = getattr(config, "master", "")
+  return f"master {master!r}" if master else "a local TPU device"
+
+
+def delegate_to_tensorflow(model_fn, embedding_config_spec, config,
+                           train_batch_size, **kwargs):
+  """The `DelegatedTPUEstimator` that `TPUEstimator(use_tpu=True, ...)`
+  becomes for a TPU its RunConfig names (`tpu_named`); its arguments are
+  the TPUEstimator's, already checked."""
+  if embedding_config_spec is not None and getattr(
+      getattr(config, "tpu_config", None), "num_shards", None):
+    # The TPU topology must fit the spec and the batch (as on the host).
+    hosts, cores, _ = placement.table_topology(config)
+    config_lib.EmbeddingConfig(
+        embedding_config_spec, batch_size=train_batch_size, num_hosts=hosts,
+        num_cores=cores, mode=tf.estimator.ModeKeys.TRAIN)
+  tf.compat.v1.logging.info(
+      "TPUEstimator(use_tpu=True): running on the TPU of %s through "
+      "TensorFlow's TPUEstimator.", _tpu_description(config))
+  return DelegatedTPUEstimator(
+      model_fn=model_fn, embedding_config_spec=embedding_config_spec,
+      config=config, train_batch_size=train_batch_size, **kwargs)

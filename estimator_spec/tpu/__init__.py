@@ -1,3 +1,3 @@
 """What a TPU needs from the config model: the embedding configuration
 proto (`proto.build_proto`) and the infeed enqueue ops (`enqueue`), both
-functions of an `EmbeddingConfig` (`estimator_spec.config.placement`)."""
+functions of an `EmbeddingConfig` (`estimator_spec.config.embedding_config`)."""

@@ -33,11 +33,8 @@ class EmbeddingConfig:
   def __init__(self, spec, *, batch_size, num_hosts=1, num_cores=1,
                mode=TRAIN):
     owner = "EmbeddingConfig"
-    if not isinstance(spec, spec_lib.EmbeddingConfigSpec):
-      _checks.fail(owner, "spec", "must be an estimator_spec "
-                   "EmbeddingConfigSpec", spec, TypeError)
+    self.model = spec_lib.model_of(owner, spec)
     self.spec = spec
-    self.model = spec.model
     self.batch_size = _checks.check_int(owner, "batch_size", batch_size,
                                         minimum=1)
     self.num_hosts = _checks.check_int(owner, "num_hosts", num_hosts,

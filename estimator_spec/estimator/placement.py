@@ -1,0 +1,65 @@
+"""Where a run's tables live: the parameter-server tasks of a cluster
+(TF_CONFIG with a `ps` job), else the TPU hosts the RunConfig describes.
+
+The same placement serves the host engine (partitions and their devices)
+and the TPU path (the spec is checked against the TPU's topology)."""
+import math
+
+import tensorflow as tf
+
+from estimator_spec.estimator import tpu_context
+from estimator_spec.config import embedding_config as config_lib
+
+
+def _parameter_servers(config):
+  """The number of `ps` tasks in the RunConfig's cluster (0 without)."""
+  cluster_spec = getattr(config, "cluster_spec", None)
+  if cluster_spec is None or "ps" not in cluster_spec.jobs:
+    return 0
+  return cluster_spec.num_tasks("ps")
+
+
+def table_topology(config):
+  """(hosts, cores, on_tpu_layout) the tables are laid out for.
+
+  Tables are split over the parameter-server tasks of a cluster (one "core"
+  per task), or else over the TPU hosts the RunConfig's
+  `tpu_config.num_shards` implies (8 cores per host), so that a checkpoint
+  of a TPU run, `mod` layout included, reads back as the TPU wrote it.
+  Default: one host with one core.
+  """
+  num_ps = _parameter_servers(config)
+  if num_ps:
+    return num_ps, num_ps, False
+  topology = tpu_context.Topology.from_run_config(config)
+  return topology.num_hosts, topology.num_replicas, True
+
+
+def shard_device_fn(config):
+  """partition index -> device of the `ps` task holding it; None when the
+  run has no parameter servers (every partition on the local device)."""
+  if not _parameter_servers(config):
+    return None
+  return lambda i: f"/job:ps/task:{i}"
+
+
+def embedding_config(spec, mode, config, batch_sizes):
+  """The `EmbeddingConfig` of `spec` for `mode` on this run's placement.
+
+  Args:
+    spec: the `EmbeddingConfigSpec`.
+    mode: a `tf.estimator.ModeKeys` value.
+    config: the RunConfig.
+    batch_sizes: {mode: global batch size or None}; a mode without one uses
+      the training batch size.
+  """
+  hosts, cores, tpu_layout = table_topology(config)
+  train = tf.estimator.ModeKeys.TRAIN
+  batch = batch_sizes.get(mode) or batch_sizes[train]
+  if batch % cores and not (tpu_layout and mode == train):
+    # Only the configuration proto splits the batch over cores; the host
+    # runs it whole. Parameter-server "cores" and serving batches need
+    # not divide it, so the proto's batch is rounded up there.
+    batch = cores * math.ceil(batch / cores)
+  return config_lib.EmbeddingConfig(
+      spec, batch_size=batch, num_hosts=hosts, num_cores=cores, mode=mode)
