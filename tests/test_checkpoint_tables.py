@@ -196,7 +196,15 @@ def test_index_refusals(tmp_path):
 def _first_block_size(data):
   """The size of the first data block of an index (which starts at 0),
   from the first entry of the index block the footer points to."""
-  varint = bundle_index._varint  # pylint: disable=protected-access
+  def varint(buffer, position):  # LEB128, written here independently
+    value = shift = 0
+    while True:
+      byte = buffer[position]
+      position += 1
+      value |= (byte & 0x7F) << shift
+      shift += 7
+      if byte < 0x80:
+        return value, position
   position = len(data) - 48
   for _ in range(2):  # the meta-index block's offset and size
     _, position = varint(data, position)
