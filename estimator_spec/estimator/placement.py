@@ -6,6 +6,7 @@ and the TPU path (the spec is checked against the TPU's topology)."""
 import math
 
 import tensorflow as tf
+from tensorflow.core.protobuf import rewriter_config_pb2
 
 from estimator_spec.estimator import tpu_context
 from estimator_spec.config import embedding_config as config_lib
@@ -33,6 +34,38 @@ def table_topology(config):
     return num_ps, num_ps, False
   topology = tpu_context.Topology.from_run_config(config)
   return topology.num_hosts, topology.num_replicas, True
+
+
+# The devices each task of a between-graph cluster talks to: the ps tasks
+# and itself (the ps tasks serve every training task). Evaluators and
+# other tasks get no filter.
+def _device_filters(task_type, task_id):
+  if task_type in ("chief", "master"):
+    return ["/job:ps", f"/job:{task_type}"]
+  if task_type == "worker":
+    return ["/job:ps", f"/job:worker/task:{task_id}"]
+  if task_type == "ps":
+    return ["/job:ps", "/job:worker", "/job:chief", "/job:master"]
+  return None
+
+
+def cluster_session_config(config):
+  """The session config a host run on a cluster needs when the RunConfig
+  has none: device filters as Estimator's own RunConfig sets them, so that
+  no task waits for tasks it does not talk to (TF's TPU RunConfig leaves
+  them out: a TPU job runs in-graph). None when the RunConfig has a session
+  config of its own, no cluster, or a task that needs no filter."""
+  if config.session_config is not None or not config.cluster_spec:
+    return None
+  filters = _device_filters(config.task_type, config.task_id)
+  if filters is None:
+    return None
+  rewrite = tf.compat.v1.GraphOptions(
+      rewrite_options=rewriter_config_pb2.RewriterConfig(
+          meta_optimizer_iterations=rewriter_config_pb2.RewriterConfig.ONE))
+  return tf.compat.v1.ConfigProto(allow_soft_placement=True,
+                                  graph_options=rewrite,
+                                  device_filters=filters)
 
 
 def shard_device_fn(config):

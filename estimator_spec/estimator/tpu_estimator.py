@@ -215,6 +215,10 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     self._exporting = False
     self._warned_plain_lookups = False
     self._reported_settings = False
+    cluster_session = (None if config is None else
+                       placement.cluster_session_config(config))
+    if cluster_session is not None:
+      config = config.replace(session_config=cluster_session)
     super().__init__(
         model_fn=self._host_model_fn,
         model_dir=model_dir,
