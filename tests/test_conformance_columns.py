@@ -54,7 +54,6 @@ from tensorflow.python.tpu import tpu_function
 import estimator_spec as es
 from estimator_spec.interop import _tpu as interop_tpu
 import tpu_embedding_columns as tec
-from tpu_embedding_columns import _checks
 from tpu_embedding_columns import errors
 
 fc = tf.feature_column

@@ -18,7 +18,6 @@ normalize the gradient. FTRL adds, per element, the spread that one ulp in
 its accumulator powers causes (see `pow_spread`).
 """
 
-import math
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

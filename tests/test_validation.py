@@ -20,8 +20,6 @@ from tensorflow.python.tpu import tpu_embedding as tf_tpu_embedding
 
 import estimator_spec as es
 import tpu_embedding_columns as tec
-from estimator_spec.config import optimizers as opt
-from tpu_embedding_columns import _checks
 from tpu_embedding_columns import errors
 
 fc = tf.feature_column

@@ -7,7 +7,6 @@ captured stderr holds one line per table.
 import sys
 import time
 
-from tpu_embedding_columns import _checks
 from tpu_embedding_columns import errors
 
 

@@ -25,7 +25,6 @@ from typing import Any, Optional, Tuple
 
 import tensorflow as tf
 
-from tpu_embedding_columns import _checks
 from tpu_embedding_columns import errors
 from tpu_embedding_columns import lookup as column_lookup
 
