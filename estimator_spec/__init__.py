@@ -31,6 +31,7 @@ _LAZY = {
     "TPUEstimator": "estimator_spec.estimator",
     "TPUEstimatorSpec": "estimator_spec.estimator",
     "ExportSavedModelApiVersion": "estimator_spec.estimator",
+    "ClusterTraining": "estimator_spec.estimator.cluster",
 }
 
 
@@ -51,5 +52,6 @@ __all__ = [
     "FtrlParameters", "MomentumParameters", "ProximalAdagradParameters",
     "ProximalYogiParameters", "RMSPropParameters",
     "StochasticGradientDescentParameters", "ALL_OPTIMIZERS", "TRAIN", "EVAL",
-    "PREDICT", "TPUEstimator", "TPUEstimatorSpec", "ExportSavedModelApiVersion"
+    "PREDICT", "TPUEstimator", "TPUEstimatorSpec", "ExportSavedModelApiVersion",
+    "ClusterTraining"
 ]

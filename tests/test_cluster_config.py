@@ -52,7 +52,7 @@ def _estimators_own(tmp_path):
 def _ours(run_config):
   return es.TPUEstimator(
       model_fn=_model_fn, config=run_config, use_tpu=False,
-      train_batch_size=8, embedding_config_spec=_spec())
+      train_batch_size=12, embedding_config_spec=_spec())
 
 
 @pytest.mark.parametrize("task_type,index", [("chief", 0), ("worker", 0),

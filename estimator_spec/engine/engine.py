@@ -19,6 +19,7 @@ applied during step N+1 after that step's lookups (SEMANTICS.md section 5);
 `flush()` applies a held update (before a checkpoint, at the end).
 """
 import collections
+import contextlib
 
 import tensorflow as tf
 
@@ -149,11 +150,15 @@ class HostEmbeddingEngine:
       table's `embedding_var_name`. Slots are named `<variable>/<suffix>`.
     num_shards: partitions per table (1 on one machine; parameter-server
       tasks in a cluster). Defaults to 1.
-    shard_device_fn: optional callable partition index -> device string.
+    shard_device_fn: optional callable partition index -> device string;
+      with it, the partitions live on other tasks (a cluster's ps tasks) and
+      updates run per partition there (see `update_partition`).
+    local_device: the device of this task's own state (updates held by
+      pipelining); None: the default device.
   """
 
   def __init__(self, config, *, variable_names=None, num_shards=1,
-               shard_device_fn=None):
+               shard_device_fn=None, local_device=None):
     self.config = config
     self.model = config.model
     names = dict(variable_names or {})
@@ -170,6 +175,7 @@ class HostEmbeddingEngine:
           f"HostEmbeddingEngine: `num_shards` must be >= 1; got {num_shards}.")
     self.num_shards = num_shards
     self.shard_device_fn = shard_device_fn
+    self.local_device = local_device
     self.tables = None
     self.slots = None
     self._pending = None
@@ -202,7 +208,7 @@ class HostEmbeddingEngine:
       self.slots = collections.OrderedDict()
       if self.model.pipeline_execution_with_tensor_core and (
           self.config.is_training):
-        self._pending = {}
+        self._pending = collections.OrderedDict()
     if name in self.tables:
       return self.tables[name]
     # Variables are created on first use, possibly inside the step's
@@ -226,8 +232,6 @@ class HostEmbeddingEngine:
             table.dimension, tf.compat.v1.constant_initializer(
                 spec.initial_value), self.num_shards, strategy,
             self.shard_device_fn)
-    if self._pending is not None:
-      self._pending[name] = _PendingUpdate(var_name, table.dimension)
     return self.tables[name]
 
   def variables(self):
@@ -300,6 +304,32 @@ class HostEmbeddingEngine:
       global_step: the global step at the start of this step (learning-rate
         functions and the gradient multiplier are evaluated on it).
     """
+    step = self.table_gradients(result, gradients, global_step)
+    with tf.control_dependencies([step.gate]):
+      if self._pending is None:
+        updates = [
+            self._update_table(name, step.ids[name], step.grads[name],
+                               step.rates[name], rows=lookup.rows)
+            for name, lookup in result.tables.items()
+        ]
+        return tf.group(*updates, name="embedding_update")
+      # Pipelining: apply the held update of the previous step now that this
+      # step's lookups are done, then hold this step's update.
+      with tf.control_dependencies(
+          [lookup.rows for lookup in result.tables.values()]):
+        applied = [self._apply_pending(name) for name in result.tables]
+      with tf.control_dependencies(applied):
+        held = [
+            self._pending_update(name).hold(step.ids[name], step.grads[name],
+                                            step.rates[name])
+            for name in result.tables
+        ]
+      return tf.group(*held, name="embedding_update_pipelined")
+
+  def table_gradients(self, result, gradients, global_step):
+    """SEMANTICS.md 4.1-4.3 for every table: the step's `StepGradients`
+    (distinct ids, their float32 gradient sums after the multiplier, the
+    learning rate at `global_step`, and the gate of every check)."""
     if not self.config.is_training:
       raise RuntimeError(
           "HostEmbeddingEngine.apply_gradients: the EmbeddingConfig is in "
@@ -353,34 +383,16 @@ class HostEmbeddingEngine:
                 summed, f"Gradient of features {names} (table {name!r}) is "
                 "not finite; no table was updated.").op)
       accumulated[name] = summed
-
-    updates = []
-    with tf.control_dependencies([column_lookup.gate(checks)]):
-      if self._pending is None:
-        for name, lookup in result.tables.items():
-          updates.append(
-              self._update_table(name, lookup.unique_ids, accumulated[name],
-                                 rates[name], rows=lookup.rows))
-        return tf.group(*updates, name="embedding_update")
-      # Pipelining: apply the held update of the previous step now that this
-      # step's lookups are done, then hold this step's update.
-      with tf.control_dependencies(
-          [lookup.rows for lookup in result.tables.values()]):
-        applied = [self._apply_pending(name) for name in result.tables]
-      with tf.control_dependencies(applied):
-        held = [
-            self._pending[name].hold(lookup.unique_ids, accumulated[name],
-                                     rates[name])
-            for name, lookup in result.tables.items()
-        ]
-      return tf.group(*held, name="embedding_update_pipelined")
+    ids = collections.OrderedDict(
+        (name, lookup.unique_ids) for name, lookup in result.tables.items())
+    return StepGradients(ids, accumulated, rates, column_lookup.gate(checks))
 
   def flush(self):
     """Applies the update held by pipelining (a no-op without pipelining)."""
     self.create_variables()
     if not self._pending:
       return tf.no_op(name="embedding_flush")
-    return tf.group(*[self._apply_pending(name) for name in self._pending],
+    return tf.group(*[self._apply_pending(key) for key in list(self._pending)],
                     name="embedding_flush")
 
   def _learning_rate(self, name, step, checks):
@@ -393,60 +405,183 @@ class HostEmbeddingEngine:
           f"learning_rate_fn of table {name!r}", step, checks)
     return tf.constant(rate.constant, tf.float32)
 
-  def _apply_pending(self, name):
-    pending = self._pending[name]
+  # --- held updates (pipelining) ---------------------------------------------
+
+  def _pending_update(self, key):
+    """The held update of `key`: a table name (global ids, held on this
+    task) or (table name, partition) (local ids, held on the partition's
+    device); created on first use."""
+    if key not in self._pending:
+      name = key if isinstance(key, str) else key[0]
+      suffix = "" if isinstance(key, str) else f"/part_{key[1]}"
+      device = (self.local_device if isinstance(key, str) else
+                self._partition_device(key[1]))
+      with tf.control_dependencies(None), _device(device):
+        self._pending[key] = _PendingUpdate(
+            self.variable_names[name] + suffix,
+            self.model.tables[name].dimension)
+    return self._pending[key]
+
+  def _apply_pending(self, key):
+    pending = self._pending_update(key)
     ids, grads, lr, valid = pending.read()
 
     def apply():
-      with tf.control_dependencies(
-          [self._update_table(name, ids, grads, lr)]):
+      if isinstance(key, str):
+        update = self._update_table(key, ids, grads, lr)
+      else:
+        update = self.update_partition(key[0], key[1], ids, grads, lr)
+      with tf.control_dependencies([update]):
         with tf.control_dependencies([pending.clear()]):
           return tf.constant(True)
 
     return tf.cond(valid, apply, lambda: tf.constant(False))
 
+  def pipelined_partition_update(self, name, partition, local_ids, grads, lr):
+    """Pipelining for an update given per partition (a synchronous cluster
+    step): applies the update held for (table, partition), then holds this
+    one, both on the partition's device."""
+    applied = self._apply_pending((name, partition))
+    with tf.control_dependencies([applied]), _device(
+        self._partition_device(partition)):
+      return self._pending_update((name, partition)).hold(local_ids, grads,
+                                                          lr)
+
+  # --- updates ----------------------------------------------------------------
+
+  @property
+  def remote_partitions(self):
+    """Whether the partitions live on other tasks (a cluster's ps tasks):
+    updates then run per partition on its task, reading rows and slots at
+    update time under the partition's lock."""
+    return self.shard_device_fn is not None
+
+  def _partition_device(self, partition):
+    return (self.shard_device_fn(partition)
+            if self.shard_device_fn is not None else None)
+
   def _update_table(self, name, ids, grads, lr, rows=None):
-    """SEMANTICS.md 4.4-4.8 on the distinct `ids` of one table."""
-    optimizer = self.config.optimizer_for(name)
+    """SEMANTICS.md 4.4-4.8 on the distinct global `ids` of one table.
+    `rows`: the rows as looked up in this step, when nothing can have
+    changed them since (one process, no pipelining)."""
     table = self.tables[name]
+    if self.remote_partitions:
+      return tf.group(*[
+          self.update_partition(name, p, local, part_grads, lr)
+          for p, (local, part_grads) in enumerate(table.split(ids, grads))
+      ])
+    optimizer = self.config.optimizer_for(name)
     slots = self.slots[name]
-    lower, upper = self.model.gradient_clip_bounds(optimizer)
-    if lower is not None or upper is not None:
-      grads = tf.clip_by_value(
-          grads, -float("inf") if lower is None else lower,
-          float("inf") if upper is None else upper)
     if rows is None:
       rows = table.gather(ids)
-    decay = optimizer.weight_decay_factor
-    if decay:
-      factor = decay * lr if (
-          optimizer.multiply_weight_decay_factor_by_learning_rate) else decay
-      rows = rows - factor * rows
     if optimizer.updates_every_row:
-      return self._update_every_row(optimizer, table, slots, ids, grads, rows,
-                                    lr)
+      return self._update_every_row(
+          optimizer, table.read_all(),
+          {k: v.read_all() for k, v in slots.items()},
+          tf.expand_dims(ids, 1), rows, grads, lr, table.assign_all,
+          {k: v.assign_all for k, v in slots.items()})
     slot_rows = {k: v.gather(ids) for k, v in slots.items()}
-    new_rows, new_slots = optimizer.update_rows(rows, slot_rows, grads, lr)
-    new_rows = _clip_weights(optimizer, new_rows)
+    new_rows, new_slots = _new_rows(self.model, optimizer, rows, slot_rows,
+                                    grads, lr)
     writes = [table.scatter_update(ids, new_rows)]
     writes.extend(slots[k].scatter_update(ids, v) for k, v in new_slots.items())
     return tf.group(*writes)
 
-  def _update_every_row(self, optimizer, table, slots, ids, grads, rows, lr):
-    """Non-lazy Adam: untouched rows take a zero gradient and move too."""
-    vocabulary = table.layout.vocabulary_size
-    index = tf.expand_dims(ids, 1)
-    full = tf.tensor_scatter_nd_update(table.read_all(), index, rows)
-    full_grads = tf.scatter_nd(index, grads,
-                               tf.constant([vocabulary, table.dimension],
-                                           tf.int64))
-    full_slots = {k: v.read_all() for k, v in slots.items()}
+  def update_partition(self, name, partition, local_ids, grads, lr):
+    """SEMANTICS.md 4.4-4.8 on partition `partition` of table `name`, on the
+    partition's device: reads the touched rows and slots there, at update
+    time, and writes them back under the partition's lock, so concurrent
+    updates of the same rows (asynchronous training) all count."""
+    optimizer = self.config.optimizer_for(name)
+    table = self.tables[name].partitions[partition]
+    slots = {k: v.partitions[partition] for k, v in self.slots[name].items()}
+    with _device(self._partition_device(partition)):
+      lock = None
+      if self.remote_partitions:
+        mutex = tf.raw_ops.MutexV2(
+            shared_name=f"{table.op.name}/update_lock", name="update_lock")
+        lock = tf.raw_ops.MutexLock(mutex=mutex)
+      with tf.control_dependencies([lock] if lock is not None else []):
+        rows = tf.gather(table, local_ids)
+        if optimizer.updates_every_row:
+          update = self._update_every_row(
+              optimizer, table.read_value(),
+              {k: v.read_value() for k, v in slots.items()},
+              tf.expand_dims(local_ids, 1), rows, grads, lr,
+              lambda value: table.assign(value).op,
+              {k: (lambda value, v=v: v.assign(value).op)
+               for k, v in slots.items()})
+        else:
+          slot_rows = {k: tf.gather(v, local_ids) for k, v in slots.items()}
+          new_rows, new_slots = _new_rows(self.model, optimizer, rows,
+                                          slot_rows, grads, lr)
+          writes = [table.scatter_update(tf.IndexedSlices(new_rows,
+                                                          local_ids)).op]
+          writes.extend(
+              slots[k].scatter_update(tf.IndexedSlices(v, local_ids)).op
+              for k, v in new_slots.items())
+          update = tf.group(*writes)
+      if lock is None:
+        return update
+      with tf.control_dependencies([update]):
+        return tf.raw_ops.ConsumeMutexLock(mutex_lock=lock)
+
+  def _update_every_row(self, optimizer, full, full_slots, index, rows,
+                        grads, lr, assign_rows, assign_slots):
+    """Non-lazy Adam on a whole table or partition `full` [N, D]: the touched
+    rows (`rows` at `index`) are clipped and decayed as in 4.4-4.5, then
+    every row moves, untouched ones with a zero gradient."""
+    rows, grads = _clipped_and_decayed(self.model, optimizer, rows, grads, lr)
+    full = tf.tensor_scatter_nd_update(full, index, rows)
+    full_grads = tf.scatter_nd(index, grads, tf.shape(full, out_type=tf.int64))
     new_rows, new_slots = optimizer.update_rows(full, full_slots, full_grads,
                                                 lr)
-    new_rows = _clip_weights(optimizer, new_rows)
-    writes = [table.assign_all(new_rows)]
-    writes.extend(slots[k].assign_all(v) for k, v in new_slots.items())
+    writes = [assign_rows(_clip_weights(optimizer, new_rows))]
+    writes.extend(assign_slots[k](v) for k, v in new_slots.items())
     return tf.group(*writes)
+
+
+class StepGradients:
+  """A step's embedding gradients, per table: `ids` (distinct ids), `grads`
+  (their float32 sums after the gradient multiplier), `rates` (learning
+  rate at the step), `gate` (every input and gradient check; writes wait
+  for it)."""
+
+  def __init__(self, ids, grads, rates, gate):
+    self.ids = ids
+    self.grads = grads
+    self.rates = rates
+    self.gate = gate
+
+
+def _clipped_and_decayed(model, optimizer, rows, grads, lr):
+  """SEMANTICS.md 4.4-4.5 on the touched rows: (rows after decoupled weight
+  decay, gradients after clipping)."""
+  lower, upper = model.gradient_clip_bounds(optimizer)
+  if lower is not None or upper is not None:
+    grads = tf.clip_by_value(
+        grads, -float("inf") if lower is None else lower,
+        float("inf") if upper is None else upper)
+  decay = optimizer.weight_decay_factor
+  if decay:
+    factor = decay * lr if (
+        optimizer.multiply_weight_decay_factor_by_learning_rate) else decay
+    rows = rows - factor * rows
+  return rows, grads
+
+
+def _new_rows(model, optimizer, rows, slot_rows, grads, lr):
+  """SEMANTICS.md 4.4-4.7 on the touched rows: (new rows, {slot: new slot
+  rows})."""
+  rows, grads = _clipped_and_decayed(model, optimizer, rows, grads, lr)
+  new_rows, new_slots = optimizer.update_rows(rows, slot_rows, grads, lr)
+  return _clip_weights(optimizer, new_rows), new_slots
+
+
+def _device(device):
+  """A device scope, or none when `device` is None (the caller's scope
+  stays; `tf.device(None)` would clear it)."""
+  return tf.compat.v1.device(device) if device else contextlib.nullcontext()
 
 
 def _finite(value, what, step, checks):

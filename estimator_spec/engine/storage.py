@@ -85,6 +85,16 @@ class PartitionedRows:
     rows.set_shape([None, self.dimension])
     return rows
 
+  def split(self, ids, values):
+    """[(local ids, values)] per partition: the `ids` (global) and their
+    `values` routed to the partitions holding them."""
+    if len(self.partitions) == 1:
+      return [(ids, values)]
+    partition, local = self._route(ids)
+    n = len(self.partitions)
+    return list(zip(tf.dynamic_partition(local, partition, n),
+                    tf.dynamic_partition(values, partition, n)))
+
   def scatter_update(self, ids, rows):
     """Writes `rows` at distinct global `ids`; returns the grouped op."""
     if len(self.partitions) == 1:

@@ -22,6 +22,7 @@ around the user's model_fn on the host embedding engine:
   layout-aware saver.
 """
 import collections
+import contextlib
 
 import tensorflow as tf
 
@@ -43,15 +44,20 @@ class HostStep:
     spec: the estimator's `EmbeddingConfigSpec`.
     mode: the call's `tf.estimator.ModeKeys` value.
     run_config: the estimator's RunConfig (placement, checkpoint settings).
-    batch_sizes: {mode: global batch size or None}.
+    batch_sizes: {mode: batch size of one step of this task, or None}.
+    cluster: the run's `cluster.Cluster`, or None (tables in this process).
+    sync: the `sync.SyncStep` of a synchronous cluster step, or None.
 
   Call `begin`, then model_fn with `source` installed, then `finish`.
   Without engine features (tensor-core columns only) the step checks the
   training batch and leaves the rest to the model.
   """
 
-  def __init__(self, spec, mode, run_config, batch_sizes):
+  def __init__(self, spec, mode, run_config, batch_sizes, cluster=None,
+               sync=None):
     self._spec = spec
+    self._cluster = cluster
+    self._sync = sync
     self._mode = mode
     self._run_config = run_config
     self._batch_sizes = batch_sizes
@@ -72,6 +78,9 @@ class HostStep:
           "TPUEstimator: with an embedding_config_spec, input_fn must give "
           f"features as a dict; got {type(features).__name__}.")
     expected = self._batch_sizes[ModeKeys.TRAIN] if self._training else None
+    if self._training:
+      self._global_step = tf.compat.v1.train.get_or_create_global_step()
+      self._step_value = self._global_step.read_value()
     if not self._spec.model.features:
       # Only tensor-core columns: the dense model looks them up itself.
       if expected is None:
@@ -79,17 +88,21 @@ class HostStep:
       return batch_checks.check_train_batch(features, labels, expected)
     config = placement.embedding_config(self._spec, self._mode,
                                         self._run_config, self._batch_sizes)
+    local_device = self._cluster.device if self._cluster else None
     self._engine = engine_lib.HostEmbeddingEngine(
         config, num_shards=config.num_hosts,
-        shard_device_fn=placement.shard_device_fn(self._run_config))
+        shard_device_fn=placement.shard_device_fn(self._run_config),
+        local_device=local_device)
     self._lookup = self._engine.begin_lookup(features)
     features, labels = batch_checks.check_lookup_batch(
         self._lookup, features, labels, expected)
     tap = lambda feature, activation: activation
     if self._training:
-      self._global_step = tf.compat.v1.train.get_or_create_global_step()
-      self._step_value = self._global_step.read_value()
-      self._tap = _GradientTap()
+      with (tf.compat.v1.device(local_device) if local_device else
+            contextlib.nullcontext()):
+        self._tap = _GradientTap()
+      if self._sync is not None:
+        self._sync.add_local_variables([self._tap.anchor])
       # Lookups (and so every update of the step) follow the read of the
       # global step, which the user's train op increments.
       tap = _after(self._step_value, self._tap.tap)
@@ -105,6 +118,8 @@ class HostStep:
     """The `tf.estimator.EstimatorSpec` model_fn returned (converted), with
     the step's table update in its train op when training."""
     if self._engine is None:
+      if self._sync is not None:
+        return self._sync.finish(spec, self._step_value)
       return spec
     if not self._training:
       return _with_layout_aware_saver(spec, self._engine, self._run_config,
@@ -123,7 +138,6 @@ class HostStep:
     if spec.loss is None or spec.train_op is None:
       raise ValueError("TPUEstimator: in TRAIN mode model_fn must return a "
                        "loss and a train_op.")
-    self._tap.keep_anchor_state_local()
     gradients = self._tap.gradients(spec.loss)
     missing = [f for f, g in gradients.items() if g is None]
     if missing:
@@ -132,10 +146,21 @@ class HostStep:
           f"features {missing}, so their tables get no gradient. Every "
           "configured column must feed the loss.")
     result = self._lookup.result()
-    update = self._engine.apply_gradients(result, gradients,
-                                          self._step_value)
+    if self._sync is not None:
+      # The chief applies every task's gradients (see `sync`).
+      spec = self._sync.finish(
+          spec, self._step_value,
+          self._engine.table_gradients(result, gradients, self._step_value),
+          self._engine)
+      train_op = spec.train_op
+    else:
+      update = self._engine.apply_gradients(result, gradients,
+                                            self._step_value)
+      train_op = tf.group(spec.train_op, update, name="train_with_embedding")
+    # After the optimizer made its state (the chief's, in a synchronous
+    # step, is made by `sync.finish`).
+    self._tap.keep_anchor_state_local()
     _order_after(self._step_value, self._global_step, self._first_model_op)
-    train_op = tf.group(spec.train_op, update, name="train_with_embedding")
     hooks = list(spec.training_hooks)
     if model.pipeline_execution_with_tensor_core:
       hooks.append(hooks_lib.flush_at_end(self._engine.flush()))

@@ -123,8 +123,20 @@ class TPUContext:
     `batch_size * num_replicas`) gives the global values a TPU gives."""
     return cls(Topology(1, 1), None, mode, call_from_input_fn=False)
 
+  @classmethod
+  def for_cluster_task(cls, cluster, batch_size, mode):
+    """The context of input_fn on a training task of a cluster: one of
+    `cluster.num_training_tasks` hosts, as a TPU pod's host sees itself
+    (its device, its index among the training tasks, their number, one
+    replica fed), reading `batch_size` examples per step."""
+    tasks = cluster.num_training_tasks
+    return cls(Topology(tasks, tasks),
+               Deployment(tasks, batch_size, 1, 1, False), mode,
+               invocation_index=cluster.index, host_device=cluster.device)
+
   def __init__(self, topology, deploy, mode, *, invocation_index=None,
-               call_from_input_fn=True):
+               call_from_input_fn=True, host_device=HOST_DEVICE):
+    self._host_device = host_device
     self._topology = topology
     self._deployment = deploy
     self._mode = mode
@@ -139,7 +151,7 @@ class TPUContext:
     """(host device, invocation index, total invocations, replicas fed by
     this invocation)."""
     self._input_fn_only("current_input_fn_deployment")
-    return (HOST_DEVICE, self._invocation_index,
+    return (self._host_device, self._invocation_index,
             self._deployment.invocations, self._deployment.replicas_consumed)
 
   @property

@@ -31,9 +31,11 @@ from tpu_embedding_columns import context
 from estimator_spec import interop
 from estimator_spec.config import spec as spec_lib
 from estimator_spec.estimator import calling
+from estimator_spec.estimator import cluster as cluster_lib
 from estimator_spec.estimator import hooks as hooks_lib
 from estimator_spec.estimator import host_step
 from estimator_spec.estimator import placement
+from estimator_spec.estimator import sync as sync_lib
 from estimator_spec.estimator import tpu_context
 from estimator_spec.estimator.spec import ExportSavedModelApiVersion
 from estimator_spec.estimator.spec import TPUEstimatorSpec
@@ -53,10 +55,11 @@ def _check_arguments(model_fn, model_dir, config, params, use_tpu,
                      train_batch_size, eval_batch_size, predict_batch_size,
                      batch_axis, eval_on_tpu, export_to_tpu, export_to_cpu,
                      warm_start_from, embedding_config_spec,
-                     export_saved_model_api_version):
+                     export_saved_model_api_version, cluster_training=None):
   """Checks TPUEstimator's arguments, for the host and the TPU paths alike
   (`model_dir`, `config` and `warm_start_from` are checked by Estimator)."""
   del model_dir, config, warm_start_from
+  cluster_lib.check_options(cluster_training)
   owner = "TPUEstimator"
   if model_fn is None or not callable(model_fn):
     raise TypeError(f"{owner}: `model_fn` must be a callable; got "
@@ -161,6 +164,13 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     embedding_config_spec: an `estimator_spec.EmbeddingConfigSpec`.
     export_saved_model_api_version: `ExportSavedModelApiVersion.V1` or `V2`
       (how the TPU serving graph would call model_fn; checked for value).
+    cluster_training: an `estimator_spec.ClusterTraining`: how training runs
+      on a cluster with `ps` tasks (TF_CONFIG). Default: synchronous, as a
+      TPU pod trains: `train_batch_size` is the global batch, each training
+      task's input_fn reads `train_batch_size / W` examples (W = chief +
+      workers) and gets `params['context']` saying which task it is; one
+      update per step from the gradients of all tasks. Not an argument of
+      TF's TPUEstimator (which has no cluster off the TPU).
   """
 
   def __new__(cls, *args, **kwargs):
@@ -175,6 +185,11 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     del arguments["self"]
     if arguments["use_tpu"] is True and interop.tpu_named(arguments["config"]):
       _check_arguments(**arguments)
+      if arguments.pop("cluster_training") is not None:
+        raise ValueError(
+            "TPUEstimator: `cluster_training` is for training off the TPU "
+            "on a cluster of parameter servers; this RunConfig names a TPU, "
+            "which trains synchronously on its own. Remove the argument.")
       return interop.delegate_to_tensorflow(**arguments)
     return super().__new__(cls)
 
@@ -193,12 +208,15 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
                export_to_cpu=True,
                warm_start_from=None,
                embedding_config_spec=None,
-               export_saved_model_api_version=ExportSavedModelApiVersion.V1):
+               export_saved_model_api_version=ExportSavedModelApiVersion.V1,
+               cluster_training=None):
     _check_arguments(model_fn, model_dir, config, params, use_tpu,
                      train_batch_size, eval_batch_size, predict_batch_size,
                      batch_axis, eval_on_tpu, export_to_tpu, export_to_cpu,
                      warm_start_from, embedding_config_spec,
                      export_saved_model_api_version)
+    self._cluster_options = cluster_lib.check_options(cluster_training)
+    self._sync_reports = []
     self._user_model_fn = model_fn
     self._embedding_spec = embedding_config_spec
     self._batch_sizes = {
@@ -225,6 +243,11 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
         config=config,
         params=params or {},
         warm_start_from=warm_start_from)
+    self._cluster = cluster_lib.Cluster.from_run_config(self.config)
+    if self._cluster is not None and self._cluster.trains:
+      # A training task reads its share of the global batch (synchronous).
+      self._batch_sizes[ModeKeys.TRAIN] = cluster_lib.task_batch_size(
+          self._cluster, self._cluster_options, train_batch_size)
     self._tpu_topology = tpu_context.Topology.from_run_config(self.config)
     self._input_pipeline = tpu_context.input_pipeline(self.config)
     if use_tpu and embedding_config_spec is not None and (
@@ -267,9 +290,18 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
         (self.config.save_checkpoints_steps or
          self.config.save_checkpoints_secs)):
       listeners.append(hooks_lib.FlushListener())
-    return super().train(
-        input_fn, hooks=hooks, steps=steps, max_steps=max_steps,
-        saving_listeners=listeners)
+    if self._cluster is not None and self._cluster.trains:
+      cluster_lib.log_cluster(self._cluster, self._cluster_options,
+                              self._batch_sizes[ModeKeys.TRAIN])
+    del self._sync_reports[:]
+    try:
+      return super().train(
+          input_fn, hooks=hooks, steps=steps, max_steps=max_steps,
+          saving_listeners=listeners)
+    except tf.errors.DeadlineExceededError as error:
+      if not self._synchronous(ModeKeys.TRAIN):
+        raise
+      raise sync_lib.timeout_error(self._sync_reports, error) from error
 
   def export_saved_model(self, export_dir_base, serving_input_receiver_fn,
                          assets_extra=None, as_text=False,
@@ -311,6 +343,15 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
       with tf.compat.v1.device("/cpu:0"):
         return input_fn(**kwargs)
 
+    if mode == ModeKeys.TRAIN and self._cluster is not None and (
+        self._cluster.trains):
+      # One call per training task, for its share of the batch; its context
+      # says which task it is, as a TPU pod's host is told.
+      params = dict(self.params)
+      params["batch_size"] = self._batch_sizes[mode]
+      params["context"] = tpu_context.TPUContext.for_cluster_task(
+          self._cluster, self._batch_sizes[mode], mode)
+      return call(params)
     if not self._emulates_tpu(mode):
       params = dict(self.params)
       if self._batch_sizes.get(mode) is not None:
@@ -395,26 +436,46 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     params = self._params_for(mode, params)
     kwargs = calling.model_fn_kwargs(calling.fn_args(self._user_model_fn),
                                      labels, mode, params, config)
+    sync = None
+    if self._synchronous(mode):
+      sync = sync_lib.SyncStep(self._cluster, self._cluster_options,
+                               self._sync_reports)
     if self._embedding_spec is None:
-      spec = self._call_user_model_fn(features, kwargs)
+      step_value = None
+      if sync is not None:
+        step_value = (
+            tf.compat.v1.train.get_or_create_global_step().read_value())
+      spec = self._call_user_model_fn(features, kwargs, sync=sync)
       self._warn_plain_lookups()
-      return self._estimator_spec(spec)
+      spec = self._estimator_spec(spec)
+      return spec if sync is None else sync.finish(spec, step_value)
     step = host_step.HostStep(self._embedding_spec, mode, config,
-                              self._batch_sizes)
+                              self._batch_sizes, cluster=self._cluster,
+                              sync=sync)
     features, labels = step.begin(features, labels)
     if "labels" in kwargs:
       kwargs["labels"] = labels
-    spec = self._call_user_model_fn(features, kwargs, step.source)
+    spec = self._call_user_model_fn(features, kwargs, step.source, sync)
     return step.finish(self._estimator_spec(spec))
 
-  def _call_user_model_fn(self, features, kwargs, source=None):
+  def _synchronous(self, mode):
+    """Whether `mode` runs synchronous steps over several training tasks."""
+    return (mode == ModeKeys.TRAIN and self._cluster is not None and
+            self._cluster.trains and
+            self._cluster.num_training_tasks > 1 and
+            not self._cluster_options.asynchronous)
+
+  def _call_user_model_fn(self, features, kwargs, source=None, sync=None):
     """The user's model_fn, as one replica (CrossShardOptimizer) and with
-    the engine's activation source (if any) installed."""
+    the engine's activation source (if any) installed; in a synchronous
+    cluster step, with its optimizer's updates recorded (`sync.SyncStep`)."""
     graph = tf.compat.v1.get_default_graph()
     with contextlib.ExitStack() as stack:
       if source is not None:
         stack.enter_context(context.activation_source(source))
       stack.enter_context(interop.single_replica())
+      if sync is not None:
+        stack.enter_context(sync.recording())
       try:
         spec = self._user_model_fn(features=features, **kwargs)
       except Exception as error:

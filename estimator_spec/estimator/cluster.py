@@ -1,0 +1,152 @@
+"""Training on a between-graph cluster (TF_CONFIG with `ps` tasks).
+
+A TPU pod trains synchronously: every host reads its share of the global
+batch, the embedding gradients of all cores are summed per id and the dense
+gradients averaged before one update per step. On a cluster of W training
+tasks (the chief and the workers) and P parameter-server tasks, the host
+TPUEstimator does the same by default (`sync.py` holds the mechanism); with
+`ClusterTraining(asynchronous=True)` each task applies its own steps, as
+classic parameter-server training does.
+
+`Cluster` holds the facts of the run's cluster that the estimator needs:
+which tasks train, this task's index among them, its device, the ps count.
+"""
+import dataclasses
+import numbers
+
+import tensorflow as tf
+
+_TRAINING_JOBS = ("chief", "master", "worker")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterTraining:
+  """How a TPUEstimator trains on a cluster with parameter servers.
+
+  Args:
+    asynchronous: False (default): synchronous, as a TPU pod trains. Each
+      of the W training tasks (chief and workers) reads `train_batch_size /
+      W` examples per step; the embedding gradients of all tasks are summed
+      per id and each touched row is updated once; the dense gradients are
+      averaged over the tasks; the global step advances by one per step.
+      W tasks train exactly like one process with the global batch.
+      True: each task trains on batches of `train_batch_size` and applies
+      its own updates when its step is done (no waiting for other tasks;
+      no update is lost: each table partition is read and written under a
+      lock on its ps task).
+    step_timeout_secs: synchronous only. A step that has not completed
+      after this many seconds (a task died and did not come back) ends
+      training with `estimator_spec.errors.SyncStepTimeoutError`, which names the missing tasks.
+    report_after_secs: synchronous only. While a step waits longer than this,
+      the task logs which tasks have not sent their gradients yet.
+  """
+  asynchronous: bool = False
+  step_timeout_secs: float = 600.0
+  report_after_secs: float = 30.0
+
+  def __post_init__(self):
+    if not isinstance(self.asynchronous, bool):
+      raise TypeError(
+          "ClusterTraining: `asynchronous` must be a bool; got "
+          f"{type(self.asynchronous).__name__}: {self.asynchronous!r}.")
+    for name in ("step_timeout_secs", "report_after_secs"):
+      value = getattr(self, name)
+      if (isinstance(value, bool) or not isinstance(value, numbers.Real) or
+          not value > 0):
+        raise ValueError(
+            f"ClusterTraining: `{name}` must be a positive number of "
+            f"seconds; got {value!r}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+  """The cluster of a RunConfig, as this task sees it."""
+  task_type: str
+  task_id: int
+  num_ps: int
+  training_tasks: tuple  # ((job, index), ...): chief/master first, workers
+
+  @classmethod
+  def from_run_config(cls, config):
+    """The run's cluster, or None when the tables live in this process (no
+    `ps` job, or a task outside the cluster such as the evaluator)."""
+    spec = getattr(config, "cluster_spec", None)
+    if not spec or "ps" not in spec.jobs:
+      return None
+    tasks = []
+    for job in _TRAINING_JOBS:
+      if job in spec.jobs:
+        tasks.extend((job, i) for i in spec.task_indices(job))
+    return cls(config.task_type, int(config.task_id or 0),
+               spec.num_tasks("ps"), tuple(tasks))
+
+  @property
+  def num_training_tasks(self):
+    return len(self.training_tasks)
+
+  @property
+  def trains(self):
+    """Whether this task runs training steps (chief, master or worker)."""
+    return (self.task_type, self.task_id) in self.training_tasks
+
+  @property
+  def index(self):
+    """This task's index among the training tasks (chief first)."""
+    return self.training_tasks.index((self.task_type, self.task_id))
+
+  @property
+  def is_chief(self):
+    return self.index == 0
+
+  @property
+  def device(self):
+    """This task's CPU device."""
+    return task_device(self.task_type, self.task_id)
+
+  def training_task_name(self, index):
+    job, task = self.training_tasks[index]
+    return f"{job} {task}"
+
+  def ps_device(self, index):
+    return f"/job:ps/task:{index}"
+
+
+def task_device(job, index):
+  return f"/job:{job}/task:{index}/device:CPU:0"
+
+
+def task_batch_size(cluster, options, train_batch_size):
+  """The examples a training task reads per step: the global batch split
+  over the training tasks (synchronous), or the whole batch (asynchronous,
+  each task steps on its own)."""
+  if cluster is None or options.asynchronous or train_batch_size is None:
+    return train_batch_size
+  tasks = cluster.num_training_tasks
+  if train_batch_size % tasks:
+    names = ", ".join(
+        cluster.training_task_name(i) for i in range(tasks))
+    raise ValueError(
+        f"TPUEstimator: train_batch_size={train_batch_size} is the global "
+        f"batch of a synchronous step over {tasks} training tasks ({names}) "
+        f"and must divide evenly by {tasks}. Use a multiple of {tasks}, or "
+        "ClusterTraining(asynchronous=True) for per-task batches.")
+  return train_batch_size // tasks
+
+
+def check_options(options):
+  if options is None:
+    return ClusterTraining()
+  if not isinstance(options, ClusterTraining):
+    raise TypeError(
+        "TPUEstimator: `cluster_training` must be an estimator_spec."
+        f"ClusterTraining; got {type(options).__name__}: {options!r}.")
+  return options
+
+
+def log_cluster(cluster, options, batch):
+  tf.compat.v1.logging.info(
+      "TPUEstimator on a cluster: %s task %d (training task %d of %d), "
+      "tables over %d ps tasks, %s training, %d examples per task step.",
+      cluster.task_type, cluster.task_id, cluster.index,
+      cluster.num_training_tasks, cluster.num_ps,
+      "asynchronous" if options.asynchronous else "synchronous", batch)

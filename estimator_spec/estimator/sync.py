@@ -1,0 +1,448 @@
+"""Synchronous training steps on a between-graph cluster (SEMANTICS.md 8).
+
+One step, global step g at its start, W training tasks, P ps tasks:
+
+1. Every training task looks up its share of the batch, runs the model and
+   its backward pass, and sends its gradients, split by ps task, into its
+   own queue on each ps task: one entry (g, per table the distinct local ids
+   of the partition on that ps with their gradient sums, the dense
+   gradients of the variables on that ps).
+2. The chief takes one entry per task from every queue (entries of another
+   step, left by a task that died or by a restored chief, are dropped), and
+   on each ps task sums the embedding gradients per id and runs the
+   optimizer once per touched row there (the tables never leave their ps);
+   it averages the dense gradients and applies them with the model's own
+   optimizer, which advances the global step by one.
+3. The chief then tells every worker that step g is done; a worker's step
+   ends when it hears so (or that its entry was dropped: it then reruns).
+
+Each task's loss is the mean over its B/W examples, so its embedding
+gradients are W times its share of the global-batch gradient: the chief
+scales the per-id sums by 1/W, as `CrossShardOptimizer`'s MEAN reduction
+scales each replica's loss on a TPU; the dense gradients are averaged as
+`CrossShardOptimizer` averages them. W tasks with B/W examples each thus
+train as one process with B examples (up to the order of float32 sums).
+
+The dense gradients are taken where model_fn's optimizer applies them:
+while model_fn runs, `tf.compat.v1.train.Optimizer.apply_gradients` records
+its arguments and returns an op that stands for the step's update; the
+update itself is built after model_fn returns, once the embedding gradients
+are known too.
+
+`SyncWatchHook` gives each step a deadline (`ClusterTraining`'s
+`step_timeout_secs`) and logs, while a step waits, which tasks have not sent
+their gradients; the estimator turns the deadline's error into
+`errors.SyncStepTimeoutError` naming them.
+"""
+import collections
+import contextlib
+import threading
+import time
+
+import tensorflow as tf
+from tensorflow.python.training import optimizer as optimizer_lib
+
+from estimator_spec import errors
+
+_DONE = 0      # reply: step (value - 1) is applied
+_DROPPED = 1   # reply: the entry of step `value` was dropped; run it again
+_PREFIX = "estimator_spec_sync"
+_QUEUE_CAPACITY = 8
+_REPLY_CAPACITY = 64
+
+
+class _Call(collections.namedtuple(
+    "_Call", ["optimizer", "grads_and_vars", "global_step", "name", "op"])):
+  """One call of `Optimizer.apply_gradients` made by model_fn."""
+
+
+class SyncStep:
+  """The synchronous machinery of one TRAIN model_fn call on a cluster.
+
+  Use: `with step.recording(): <model_fn>`, then
+  `step.finish(spec, step_value, embedding)`.
+  """
+
+  def __init__(self, cluster, options, reports):
+    self._cluster = cluster
+    self._options = options
+    self._reports = reports  # where the watch hook leaves its last report
+    self._local = set()
+    self._calls = []
+    self._original_apply = None
+
+  def add_local_variables(self, variables):
+    """Variables of this task only (never sent, applied by the chief as
+    model_fn's optimizer gives them)."""
+    self._local.update(id(v) for v in variables)
+
+  @contextlib.contextmanager
+  def recording(self):
+    """Inside: model_fn's `apply_gradients` calls are recorded, not run."""
+    original = optimizer_lib.Optimizer.apply_gradients
+    calls = self._calls
+
+    def apply_gradients(optimizer, grads_and_vars, global_step=None,
+                        name=None):
+      grads_and_vars = tuple(grads_and_vars)
+      op = tf.no_op(name="synchronous_apply_gradients")
+      calls.append(_Call(optimizer, grads_and_vars, global_step, name, op))
+      return op
+
+    self._original_apply = original
+    optimizer_lib.Optimizer.apply_gradients = apply_gradients
+    try:
+      yield
+    finally:
+      optimizer_lib.Optimizer.apply_gradients = original
+
+  def finish(self, spec, step_value, embedding=None, engine=None):
+    """`spec` with a train op that runs the synchronous step and a
+    `SyncWatchHook`.
+
+    Args:
+      spec: model_fn's EstimatorSpec (TRAIN).
+      step_value: the global step read at the start of the step.
+      embedding: the step's `engine.StepGradients`, or None.
+      engine: the `HostEmbeddingEngine` (with `embedding`).
+    """
+    if not self._calls:
+      raise ValueError(
+          "TPUEstimator: synchronous training on a cluster averages the dense "
+          "gradients where model_fn's optimizer applies them, but model_fn "
+          "did not call `apply_gradients` (or `minimize`) of a "
+          "tf.compat.v1.train optimizer. Train the dense model with one "
+          "(wrapping it in tf.compat.v1.tpu.CrossShardOptimizer is fine), or "
+          "pass cluster_training=estimator_spec.ClusterTraining("
+          "asynchronous=True).")
+    step = tf.cast(step_value, tf.int64)
+    cluster = self._cluster
+    dense = self._dense_entries()
+    tables = self._table_entries(engine) if embedding is not None else []
+    with tf.compat.v1.name_scope("synchronous_step"):
+      pushes = self._push(step, dense, tables, embedding, engine)
+      if cluster.is_chief:
+        done = self._chief_step(step, pushes, dense, tables, embedding,
+                                engine)
+      else:
+        done = self._await_chief(step, pushes)
+    if not cluster.is_chief:
+      # A worker builds (never runs) the update too, so that it creates the
+      # optimizer's slot variables as the chief does: a replica device
+      # setter places variables round-robin in creation order, so every
+      # task's graph must create the same variables in the same order.
+      for call in self._calls:
+        self._original_apply(call.optimizer, call.grads_and_vars,
+                             call.global_step, call.name)
+    for call in self._calls:
+      # Operation has no public way to add a control input to an op made
+      # earlier: model_fn's train op holds the stand-ins.
+      call.op._add_control_input(done)  # pylint: disable=protected-access
+    hooks = list(spec.training_hooks) + [
+        SyncWatchHook(cluster, self._options, self._contributions(),
+                      self._reports)
+    ]
+    return spec._replace(train_op=tf.group(spec.train_op, done),
+                         training_hooks=hooks)
+
+  # --- what is sent ------------------------------------------------------------
+
+  def _dense_entries(self):
+    """[(call index, position, variable, gradient, ps index)] of every
+    gradient model_fn's optimizer would apply to a shared variable."""
+    entries = []
+    for c, call in enumerate(self._calls):
+      for position, (grad, var) in enumerate(call.grads_and_vars):
+        if grad is None or id(var) in self._local:
+          continue
+        entries.append((c, position, var, grad, self._ps_of(var)))
+    return entries
+
+  def _ps_of(self, variable):
+    spec = tf.DeviceSpec.from_string(variable.device or "")
+    if spec.job == "ps" and spec.task is not None:
+      return int(spec.task)
+    return 0
+
+  def _table_entries(self, engine):
+    """[(table name, partition)]: the partitions (one per ps task, fewer for
+    tables smaller than the ps count)."""
+    return [(name, p) for name in engine.model.tables
+            for p in range(len(engine.tables[name].partitions))]
+
+  def _dtypes(self, ps, dense, tables):
+    dtypes = [tf.int64]
+    for _, p in tables:
+      if p == ps:
+        dtypes += [tf.int64, tf.float32]
+    for _, _, _, grad, p in dense:
+      if p == ps:
+        if isinstance(grad, tf.IndexedSlices):
+          dtypes += [tf.int64, grad.values.dtype]
+        else:
+          dtypes.append(grad.dtype)
+    return dtypes
+
+  def _queue(self, task, ps, dense, tables):
+    with tf.compat.v1.device(self._cluster.ps_device(ps)):
+      return tf.compat.v1.FIFOQueue(
+          _QUEUE_CAPACITY, self._dtypes(ps, dense, tables),
+          shared_name=f"{_PREFIX}/gradients/task_{task}/ps_{ps}",
+          name=f"gradients_task_{task}_ps_{ps}")
+
+  def _reply_queue(self, task):
+    with tf.compat.v1.device(self._cluster.ps_device(0)):
+      return tf.compat.v1.FIFOQueue(
+          _REPLY_CAPACITY, [tf.int64, tf.int64], shapes=[[], []],
+          shared_name=f"{_PREFIX}/replies/task_{task}",
+          name=f"replies_task_{task}")
+
+  def _contributions(self):
+    """{training task index: last step it sent} (a hash table on ps 0)."""
+    with tf.compat.v1.device(self._cluster.ps_device(0)):
+      return tf.raw_ops.MutableHashTableV2(
+          key_dtype=tf.int64, value_dtype=tf.int64,
+          shared_name=f"{_PREFIX}/contributions", name="contributions")
+
+  def _push(self, step, dense, tables, embedding, engine):
+    """Sends this task's gradients of the step: one entry per ps task."""
+    cluster = self._cluster
+    parts = {}
+    if embedding is not None:
+      with tf.control_dependencies([embedding.gate]):
+        for name in engine.model.tables:
+          split = engine.tables[name].split(
+              tf.cast(embedding.ids[name], tf.int64), embedding.grads[name])
+          for p, (local, grads) in enumerate(split):
+            parts[(name, p)] = (local, grads)
+    pushes = []
+    for ps in range(cluster.num_ps):
+      components = [step]
+      for key in tables:
+        if key[1] == ps:
+          components += list(parts[key])
+      for _, _, _, grad, p in dense:
+        if p == ps:
+          if isinstance(grad, tf.IndexedSlices):
+            components += [tf.cast(grad.indices, tf.int64), grad.values]
+          else:
+            components.append(grad)
+      queue = self._queue(cluster.index, ps, dense, tables)
+      with tf.compat.v1.device(cluster.ps_device(ps)):
+        pushes.append(queue.enqueue(components))
+    with tf.control_dependencies(pushes), tf.compat.v1.device(
+        cluster.ps_device(0)):
+      record = tf.raw_ops.LookupTableInsertV2(
+          table_handle=self._contributions(),
+          keys=tf.constant([cluster.index], tf.int64),
+          values=tf.reshape(step, [1]))
+    return pushes + [record]
+
+  # --- the chief ---------------------------------------------------------------
+
+  def _take(self, task, ps, step, dense, tables):
+    """The entry of `step` from `task`'s queue on `ps` (dropping others)."""
+    queue = self._queue(task, ps, dense, tables)
+    reply = self._reply_queue(task) if task and ps == 0 else None
+
+    def stale(*entry):
+      return tf.not_equal(entry[0], step)
+
+    def next_entry(*entry):
+      ops = []
+      if reply is not None:
+        # Only ps 0 answers for a dropped entry: one answer per entry.
+        ops.append(reply.enqueue([tf.constant(_DROPPED, tf.int64), entry[0]]))
+      with tf.control_dependencies(ops):
+        return queue.dequeue()
+
+    with tf.compat.v1.device(self._cluster.ps_device(ps)):
+      first = queue.dequeue()
+      if not isinstance(first, (list, tuple)):
+        first = [first]
+      entry = tf.while_loop(
+          stale, next_entry, list(first),
+          shape_invariants=[tf.TensorShape(None)] * len(first),
+          back_prop=False, name=f"take_task_{task}")
+    return list(entry) if isinstance(entry, (list, tuple)) else [entry]
+
+  def _chief_step(self, step, pushes, dense, tables, embedding, engine):
+    cluster = self._cluster
+    tasks = cluster.num_training_tasks
+    scale = 1.0 / tasks
+    updates = []
+    averaged = {}
+    with tf.control_dependencies(pushes):
+      for ps in range(cluster.num_ps):
+        entries = [self._take(task, ps, step, dense, tables)
+                   for task in range(tasks)]
+        with tf.compat.v1.device(cluster.ps_device(ps)):
+          position = 1
+          for name, p in tables:
+            if p != ps:
+              continue
+            ids = tf.concat([e[position] for e in entries], axis=0)
+            grads = tf.concat([e[position + 1] for e in entries], axis=0)
+            position += 2
+            unique, index = tf.unique(ids)
+            summed = tf.math.unsorted_segment_sum(
+                grads, index, tf.shape(unique)[0]) * scale
+            summed = tf.ensure_shape(
+                summed, [None, engine.model.tables[name].dimension])
+            with tf.control_dependencies([embedding.gate]):
+              rate = embedding.rates[name]
+              if engine.model.pipeline_execution_with_tensor_core:
+                updates.append(engine.pipelined_partition_update(
+                    name, p, unique, summed, rate))
+              else:
+                updates.append(engine.update_partition(
+                    name, p, unique, summed, rate))
+          for c, k, var, grad, p in dense:
+            if p != ps:
+              continue
+            if isinstance(grad, tf.IndexedSlices):
+              values = tf.concat([e[position + 1] for e in entries], axis=0)
+              averaged[(c, k)] = tf.IndexedSlices(
+                  values * tf.cast(scale, values.dtype),
+                  tf.concat([e[position] for e in entries], axis=0),
+                  grad.dense_shape)
+              position += 2
+            else:
+              total = tf.math.add_n([e[position] for e in entries])
+              averaged[(c, k)] = tf.ensure_shape(
+                  total * tf.cast(scale, total.dtype), grad.shape)
+              position += 1
+      applied = []
+      for c, call in enumerate(self._calls):
+        grads_and_vars = [
+            (averaged[(c, k)] if (c, k) in averaged else grad, var)
+            for k, (grad, var) in enumerate(call.grads_and_vars)
+            if (c, k) in averaged or (grad is not None and
+                                     id(var) in self._local)
+        ]
+        with tf.control_dependencies(updates):
+          applied.append(self._original_apply(call.optimizer, grads_and_vars,
+                                              call.global_step, call.name))
+    with tf.control_dependencies(applied + updates), tf.compat.v1.device(
+        cluster.ps_device(0)):
+      replies = [
+          self._reply_queue(task).enqueue(
+              [tf.constant(_DONE, tf.int64), step + 1])
+          for task in range(1, tasks)
+      ]
+      return tf.group(*(replies + applied + updates),
+                      name="synchronous_step_done")
+
+  # --- a worker ----------------------------------------------------------------
+
+  def _await_chief(self, step, pushes):
+    reply = self._reply_queue(self._cluster.index)
+
+    def waiting(kind, value):
+      done = tf.logical_and(tf.equal(kind, _DONE), value > step)
+      dropped = tf.logical_and(tf.equal(kind, _DROPPED), tf.equal(value, step))
+      return tf.logical_not(tf.logical_or(done, dropped))
+
+    def next_reply(kind, value):
+      del kind, value
+      return reply.dequeue()
+
+    with tf.control_dependencies(pushes), tf.compat.v1.device(
+        self._cluster.ps_device(0)):
+      kind, value = reply.dequeue()
+      answer = tf.while_loop(waiting, next_reply, [kind, value],
+                             back_prop=False, name="await_chief")
+    return tf.group(*answer, name="synchronous_step_done")
+
+
+class SyncWatchHook(tf.estimator.SessionRunHook):
+  """Gives every training step a deadline and, while a step waits, logs
+  which training tasks have not sent their gradients for it."""
+
+  def __init__(self, cluster, options, contributions, reports):
+    self._cluster = cluster
+    self._options = options
+    self._reports = reports
+    self._export = tf.raw_ops.LookupTableExportV2(
+        table_handle=contributions, Tkeys=tf.int64, Tvalues=tf.int64)
+    self._global_step = tf.compat.v1.train.get_global_step()
+    self._session = None
+    self._timer = None
+    self._lock = threading.Lock()
+
+  def after_create_session(self, session, coord):
+    del coord
+    self._session = session
+
+  def before_run(self, run_context):
+    del run_context
+    self._cancel()
+    self._started = time.monotonic()
+    self._schedule()
+    options = tf.compat.v1.RunOptions(
+        timeout_in_ms=int(self._options.step_timeout_secs * 1000))
+    return tf.estimator.SessionRunArgs(None, options=options)
+
+  def after_run(self, run_context, run_values):
+    del run_context, run_values
+    self._cancel()
+
+  def end(self, session):
+    del session
+    self._cancel()
+
+  def _schedule(self):
+    timer = threading.Timer(self._options.report_after_secs, self._report)
+    timer.daemon = True
+    with self._lock:
+      self._timer = timer
+    timer.start()
+
+  def _cancel(self):
+    with self._lock:
+      timer, self._timer = self._timer, None
+    if timer is not None:
+      timer.cancel()
+
+  def _report(self):
+    with self._lock:
+      if self._timer is None:
+        return
+    try:
+      step, names = self.waiting_for(self._session)
+    except Exception:  # pylint: disable=broad-except
+      return  # The step ended (or the session closed) meanwhile.
+    self._reports.append((step, names))
+    waited = time.monotonic() - self._started
+    tf.compat.v1.logging.warning(
+        "Synchronous step %d has waited %.0f s for gradients from: %s "
+        "(the step fails after %.0f s: ClusterTraining(step_timeout_secs)).",
+        step, waited, ", ".join(names) or "none (the chief is applying it)",
+        self._options.step_timeout_secs)
+    self._schedule()
+
+  def waiting_for(self, session):
+    """(step, [names of training tasks that have not sent it])."""
+    step, (keys, values) = session.run([self._global_step, self._export])
+    sent = dict(zip(keys.tolist(), values.tolist()))
+    names = []
+    for index in range(self._cluster.num_training_tasks):
+      last = sent.get(index)
+      if last is None or last < step:
+        name = self._cluster.training_task_name(index)
+        names.append(name + (" (nothing sent yet)" if last is None else
+                             f" (last sent step {last})"))
+    return step, names
+
+
+def timeout_error(reports, error):
+  """A `errors.SyncStepTimeoutError` for a step's DeadlineExceededError;
+  `reports`: what the watch hooks reported, [(step, [task names])]."""
+  report = reports[-1] if reports else None
+  detail = (f"; step {report[0]} was waiting for: " + ", ".join(report[1])
+            if report and report[1] else "")
+  return errors.SyncStepTimeoutError(
+      "A synchronous training step did not complete within "
+      f"ClusterTraining(step_timeout_secs) seconds{detail}. A training task "
+      "stopped sending gradients: restart it (it rejoins), or raise "
+      f"step_timeout_secs. ({error.message})")
