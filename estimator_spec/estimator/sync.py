@@ -273,9 +273,15 @@ class SyncStep:
     updates = []
     averaged = {}
     with tf.control_dependencies(pushes):
-      for ps in range(cluster.num_ps):
-        entries = [self._take(task, ps, step, dense, tables)
-                   for task in range(tasks)]
+      taken = {
+          ps: [self._take(task, ps, step, dense, tables)
+               for task in range(tasks)] for ps in range(cluster.num_ps)
+      }
+    # Every task has looked up this step's rows once its entry is taken:
+    # only then may pipelining apply the previous step's held update.
+    everyone = [entry[0] for entries in taken.values() for entry in entries]
+    with tf.control_dependencies(pushes + everyone):
+      for ps, entries in taken.items():
         with tf.compat.v1.device(cluster.ps_device(ps)):
           position = 1
           for name, p in tables:

@@ -295,9 +295,11 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
                               self._batch_sizes[ModeKeys.TRAIN])
     del self._sync_reports[:]
     try:
-      return super().train(
-          input_fn, hooks=hooks, steps=steps, max_steps=max_steps,
-          saving_listeners=listeners)
+      with (cluster_lib.prompt_session_recovery() if self._cluster else
+            contextlib.nullcontext()):
+        return super().train(
+            input_fn, hooks=hooks, steps=steps, max_steps=max_steps,
+            saving_listeners=listeners)
     except tf.errors.DeadlineExceededError as error:
       if not self._synchronous(ModeKeys.TRAIN):
         raise
