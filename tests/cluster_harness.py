@@ -30,6 +30,33 @@ KILL_TIMEOUT = 10.0
 LOG_TAIL_CHARS = 4000
 
 
+# The environment that makes a ps task log what it serves: TF's C++ log at
+# INFO shows "Started server with target: grpc://..." and, from the
+# rendezvous module's VLOG 1, one line per tensor it sends to another task
+# ("BaseRemoteRendezvous Send ... /job:ps/...;...;/job:chief/..."). For
+# `task_env={"ps": PS_SERVING_LOG_ENV}`; `ps_served(log)` reads it.
+PS_SERVING_LOG_ENV = {
+    "TF_CPP_MIN_LOG_LEVEL": "0",
+    "TF_CPP_VMODULE": "base_rendezvous_mgr=1",
+}
+
+
+def ps_served(log):
+  """{job: number of tensors sent} a ps task's log (run with
+  PS_SERVING_LOG_ENV) shows it sent to other jobs' tasks."""
+  served = {}
+  for line in log.splitlines():
+    if "BaseRemoteRendezvous Send" not in line:
+      continue
+    # The rendezvous key: src_device;incarnation;dst_device;name;frame.
+    fields = line.split("BaseRemoteRendezvous Send", 1)[1].split(";")
+    if len(fields) < 3 or "/job:" not in fields[2]:
+      continue
+    job = fields[2].split("/job:", 1)[1].split("/", 1)[0]
+    served[job] = served.get(job, 0) + 1
+  return served
+
+
 class ClusterTimeout(AssertionError):
   """A task did not get where it was awaited in time (the message has the
   tail of its log)."""
@@ -89,11 +116,13 @@ class LocalCluster:
     evaluator: whether an "evaluator:0" task exists (it is not in the
       cluster dict, as Estimator wants, only in its own TF_CONFIG task).
     env: extra environment variables for every task.
+    task_env: {task type: extra environment variables} (after `env`), e.g.
+      {"ps": PS_SERVING_LOG_ENV}.
     timeout: the default bound of `wait` and the other waiting methods.
   """
 
   def __init__(self, tmp_path, chief=1, workers=1, ps=1, evaluator=False,
-               env=None, timeout=DEFAULT_TIMEOUT):
+               env=None, task_env=None, timeout=DEFAULT_TIMEOUT):
     if chief not in (0, 1):
       raise ValueError("a cluster has at most one chief")
     self.tmp_path = str(tmp_path)
@@ -101,6 +130,7 @@ class LocalCluster:
     os.makedirs(self.log_dir, exist_ok=True)
     self.timeout = timeout
     self._env = dict(env or {})
+    self._task_env = {k: dict(v) for k, v in (task_env or {}).items()}
     counts = {"chief": chief, "worker": workers, "ps": ps}
     ports = iter(free_ports(sum(counts.values())))
     self.cluster = {
@@ -152,6 +182,7 @@ class LocalCluster:
         "PYTHONUNBUFFERED": "1",
     })
     env.update(self._env)
+    env.update(self._task_env.get(task_type, {}))
     argv = [str(a) for a in argv]
     with open(log_path, "wb") as log:
       proc = subprocess.Popen(

@@ -29,11 +29,13 @@ that a run restored from a checkpoint of step c reads batches c, c+1, ...
 Lines for the harness to poll (stdout, flushed): `PROGRAM ...` at start,
 `PLACEMENT <variable> <device>` once the graph is built, `STEP <task>
 global_step=<n>` after every training step, `HOLD`/`RELEASED` around a
-`--hold-at-step` pause, `DONE <task> global_step=<n>` at the end.
+`--hold-at-step` pause, `DONE <task> checkpoint_step=<n> ...` at the end
+(the step of the model dir's latest checkpoint then).
 """
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -404,23 +406,26 @@ def read_result(path):
 
 
 def table_rows(variables, table):
-  """The rows of the table whose checkpoint name contains `table`, as an
-  array: one variable, or its partitions `.../part_<i>` concatenated in
-  partition order. Slot variables (names continuing past the table's
-  `embedding_weights` or `part_<i>`) are left out."""
-  names = sorted(n for n in variables if table in n)
-  whole = [n for n in names if n.endswith(table) or
-           n.endswith(table + "/embedding_weights")]
+  """The rows of table `table` as an array, from {checkpoint name: value}:
+  the variable named `.../<table>` or `.../<table>/embedding_weights`, or
+  its partitions `<that name>/part_<i>` concatenated in partition order.
+  Slot variables (`<that name>/<slot>...`) are left out."""
+  ends = (table, table + "/embedding_weights")
+  whole = sorted(n for n in variables if n.endswith(ends))
   if whole:
     return np.array(variables[whole[0]])
-  parts = [n for n in names if n.rsplit("/", 1)[-1].startswith("part_")
-           and table in n.rsplit("/", 1)[0]]
-  parts = [n for n in parts if not any(
-      m != n and n.startswith(m + "/") for m in names)]
+  parts = {}
+  for name in variables:
+    match = re.match(r"^(.*)/part_(\d+)$", name)
+    if match and match.group(1).endswith(ends):
+      parts.setdefault(match.group(1), {})[int(match.group(2))] = name
   if not parts:
     raise KeyError(f"no table {table!r} in {sorted(variables)}")
-  parts.sort(key=lambda n: int(n.rsplit("_", 1)[-1]))
-  return np.concatenate([np.array(variables[n]) for n in parts])
+  if len(parts) > 1:
+    raise KeyError(f"{table!r} names several tables: {sorted(parts)}")
+  (names,) = parts.values()
+  return np.concatenate([np.array(variables[names[i]])
+                         for i in sorted(names)])
 
 
 # --- main -------------------------------------------------------------------------
@@ -547,8 +552,8 @@ def main(argv=None):
                                         start_delay_secs=0))
   seconds = time.time() - start
   final = _checkpoint_step(args.model_dir)
-  say(f"DONE {task} global_step={final} last_step_run={progress.last_step} "
-      f"seconds={seconds:.1f}")
+  say(f"DONE {task} checkpoint_step={final} last_step_seen="
+      f"{progress.last_step} seconds={seconds:.1f}")
   if args.out and task in ("single", "chief:0"):
     write_result(args.out, args.model_dir, {
         "task": task, "model": args.model, "steps": args.steps,
