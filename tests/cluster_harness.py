@@ -27,6 +27,7 @@ PROGRAM = "tests.cluster_programs"
 DEFAULT_TIMEOUT = 90.0
 POLL_SECS = 0.05
 KILL_TIMEOUT = 10.0
+MAX_TASK_SECONDS = 600.0
 LOG_TAIL_CHARS = 4000
 
 
@@ -119,16 +120,20 @@ class LocalCluster:
     task_env: {task type: extra environment variables} (after `env`), e.g.
       {"ps": PS_SERVING_LOG_ENV}.
     timeout: the default bound of `wait` and the other waiting methods.
+    max_seconds: every task exits by itself after that long (and as soon
+      as this process is gone), even if nothing kills it.
   """
 
   def __init__(self, tmp_path, chief=1, workers=1, ps=1, evaluator=False,
-               env=None, task_env=None, timeout=DEFAULT_TIMEOUT):
+               env=None, task_env=None, timeout=DEFAULT_TIMEOUT,
+               max_seconds=MAX_TASK_SECONDS):
     if chief not in (0, 1):
       raise ValueError("a cluster has at most one chief")
     self.tmp_path = str(tmp_path)
     self.log_dir = os.path.join(self.tmp_path, "logs")
     os.makedirs(self.log_dir, exist_ok=True)
     self.timeout = timeout
+    self.max_seconds = max_seconds
     self._env = dict(env or {})
     self._task_env = {k: dict(v) for k, v in (task_env or {}).items()}
     counts = {"chief": chief, "worker": workers, "ps": ps}
@@ -180,6 +185,9 @@ class LocalCluster:
         "TF_CPP_MIN_LOG_LEVEL": "2",
         "PYTHONPATH": REPO_ROOT,
         "PYTHONUNBUFFERED": "1",
+        # The program's watchdog ends it when this process is gone.
+        "CLUSTER_HARNESS_PARENT": str(os.getpid()),
+        "CLUSTER_HARNESS_MAX_SECONDS": str(int(self.max_seconds)),
     })
     env.update(self._env)
     env.update(self._task_env.get(task_type, {}))

@@ -38,6 +38,7 @@ import os
 import re
 import shutil
 import sys
+import threading
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -68,7 +69,11 @@ CTR_DIM = 4
 
 
 def say(*parts):
-  print(*parts, flush=True)
+  """One line for the harness, stamped with the wall clock."""
+  now = time.time()
+  stamp = (time.strftime("%H:%M:%S", time.localtime(now)) +
+           f".{int(now * 1000) % 1000:03d}")
+  print(*parts, f"at={stamp}", flush=True)
 
 
 # --- the data: global example k -> features ---------------------------------
@@ -455,6 +460,32 @@ def _copy_checkpoint(prefix, model_dir):
       model_dir, os.path.join(model_dir, base))
 
 
+def _start_watchdog():
+  """When started by the harness (CLUSTER_HARNESS_PARENT = its pid): exits
+  this process once the harness is gone (a test run killed from outside
+  leaves no ps task joining forever) or after CLUSTER_HARNESS_MAX_SECONDS."""
+  parent = os.environ.get("CLUSTER_HARNESS_PARENT")
+  if not parent:
+    return
+  parent = int(parent)
+  deadline = time.monotonic() + float(
+      os.environ.get("CLUSTER_HARNESS_MAX_SECONDS", "900"))
+
+  def watch():
+    while True:
+      try:
+        os.kill(parent, 0)
+        alive = os.getppid() == parent
+      except ProcessLookupError:
+        alive = False
+      if not alive or time.monotonic() > deadline:
+        say(f"WATCHDOG exiting: {'harness gone' if not alive else 'too long'}")
+        os._exit(3)  # pylint: disable=protected-access
+      time.sleep(1.0)
+
+  threading.Thread(target=watch, name="harness-watchdog", daemon=True).start()
+
+
 def _cluster_training(args):
   """The library's cluster-mode argument, when it has one and --mode asks."""
   if args.mode is None or not hasattr(es, "ClusterTraining"):
@@ -508,6 +539,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
   args = parse_args(argv)
+  _start_watchdog()
   tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
   if args.single:
     os.environ.pop("TF_CONFIG", None)

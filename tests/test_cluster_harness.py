@@ -12,6 +12,7 @@ uninitialized waits TF's 30 s before checking again.
 import glob
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -60,8 +61,8 @@ def _go(go_file):
 
 
 def _steps_logged(log, task):
-  return [int(line.rsplit("=", 1)[1]) for line in log.splitlines()
-          if line.startswith(f"STEP {task} global_step=")]
+  return [int(m) for m in re.findall(
+      rf"^STEP {re.escape(task)} global_step=(\d+)", log, re.MULTILINE)]
 
 
 def _eval_summaries(model_dir):
@@ -109,9 +110,10 @@ def test_async_ctr_cluster_trains_serves_and_evaluates(tmp_path):
     # tasks, and each ps task sent tensors to both.
     chief_log, worker_log = cluster.log("chief:0"), cluster.log("worker:0")
     assert "STEP chief:0" in chief_log and "STEP worker:0" in worker_log
+    placed = {line.split()[2] for line in chief_log.splitlines()
+              if line.startswith("PLACEMENT bc/part_")}
+    assert placed == {"/job:ps/task:0", "/job:ps/task:1"}, chief_log[-3000:]
     for index in (0, 1):
-      assert (f"PLACEMENT bc/part_{index} /job:ps/task:{index}"
-              in chief_log), chief_log[-3000:]
       served = cluster_harness.ps_served(cluster.log(f"ps:{index}"))
       assert served.get("chief") and served.get("worker"), (
           index, served, cluster_harness.tail(cluster.log(f"ps:{index}")))
@@ -227,6 +229,17 @@ def test_leaving_the_cluster_kills_its_processes_even_on_failure(tmp_path):
     os.kill(proc.pid, 0)
 
 
+@pytest.mark.slow
+def test_a_task_left_running_ends_by_itself_after_max_seconds(tmp_path):
+  with LocalCluster(tmp_path, chief=1, workers=0, ps=1, timeout=WAIT,
+                    max_seconds=2) as cluster:
+    cluster.start("ps:0", ["--model", "counter", "--model-dir",
+                           tmp_path / "model", "--steps", 1, "--batch",
+                           BATCH])
+    assert cluster.wait("ps:0") == 3
+    assert "WATCHDOG exiting: too long" in cluster.log("ps:0")
+
+
 def test_tf_config_ports_and_log_names(tmp_path):
   cluster = LocalCluster(tmp_path, chief=1, workers=2, ps=2, evaluator=True)
   assert cluster.tasks == ["ps:0", "ps:1", "chief:0", "worker:0", "worker:1",
@@ -334,3 +347,26 @@ def test_table_rows_joins_partitions_and_leaves_slots_out():
            "input_layer/id_embedding/embedding_weights/Adagrad": [[2.0]]}
   np.testing.assert_array_equal(
       cluster_programs.table_rows(whole, "id_embedding"), [[1.0]])
+
+
+def test_the_cluster_mode_argument_only_when_the_library_has_it(monkeypatch):
+  parse = cluster_programs.parse_args
+  base = ["--model", "counter", "--model-dir", "d", "--steps", "1", "--batch",
+          "8"]
+  if not hasattr(cluster_programs.es, "ClusterTraining"):
+    assert cluster_programs._cluster_training(parse(base + ["--mode", "sync"])) == {}  # pylint: disable=protected-access
+
+  class ClusterTraining:
+
+    def __init__(self, **kwargs):
+      self.kwargs = kwargs
+
+  monkeypatch.setattr(cluster_programs.es, "ClusterTraining", ClusterTraining,
+                      raising=False)
+  extra = cluster_programs._cluster_training(  # pylint: disable=protected-access
+      parse(base + ["--mode", "sync", "--step-timeout", "7"]))
+  assert extra["cluster_training"].kwargs == {"asynchronous": False,
+                                              "step_timeout_secs": 7.0}
+  extra = cluster_programs._cluster_training(parse(base + ["--mode", "async"]))  # pylint: disable=protected-access
+  assert extra["cluster_training"].kwargs == {"asynchronous": True}
+  assert cluster_programs._cluster_training(parse(base)) == {}  # pylint: disable=protected-access
