@@ -209,6 +209,38 @@ class LocalCluster:
     for task in self.tasks:
       self.start(task, argv_for_task(task))
 
+  def start_all_chief_first(self, argv_for_task, chief_ready, timeout=None):
+    """Starts the ps tasks, the chief and the evaluator; polls
+    `chief_ready()` (at most `timeout` s, failing when the chief exits
+    first); then starts the workers.
+
+    A worker that finds the variables not yet initialized by the chief
+    checks again only after TF's 30 s (SessionManager's recovery wait), so
+    starting the workers once the chief has initialized them saves that.
+    `chief_ready` can be `lambda: os.path.exists(model_dir + "/checkpoint")`
+    (Estimator's chief saves step 0's checkpoint right after initializing),
+    or a log line (`lambda: "HOLD" in cluster.log("chief:0")`).
+    """
+    timeout = self.timeout if timeout is None else timeout
+    workers = [t for t in self.tasks if t.startswith("worker:")]
+    for task in self.tasks:
+      if task not in workers:
+        self.start(task, argv_for_task(task))
+
+    def ready():
+      if chief_ready():
+        return True
+      if "chief:0" in self._procs and not self.running("chief:0"):
+        raise ClusterTimeout(
+            f"chief:0 exited (code {self.returncode('chief:0')}) before it "
+            f"was ready{self.log_tails(first='chief:0')}")
+      return False
+
+    poll(ready, timeout, "the chief to be ready",
+         lambda: self.log_tails(first="chief:0"))
+    for task in workers:
+      self.start(task, argv_for_task(task))
+
   def kill(self, task, timeout=KILL_TIMEOUT):
     """SIGKILLs `task` (its process group) and waits for it to be gone."""
     proc = self._procs[task]

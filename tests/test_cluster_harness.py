@@ -44,15 +44,11 @@ def _start_chief_then_worker(cluster, go_file, chief_argv, worker_argv):
   exists) and the evaluator if any; then the worker once the chief holds
   (the variables are initialized); returns once the worker has run a
   step. The chief holds until the caller creates `go_file`."""
-  for task in cluster.tasks:
-    if task.startswith("ps:"):
-      cluster.start(task, chief_argv)
-  cluster.start("chief:0", chief_argv + ["--hold-at-step", 1, "--hold-file",
-                                         go_file])
-  if "evaluator:0" in cluster.tasks:
-    cluster.start("evaluator:0", chief_argv)
-  cluster.wait_for_log("chief:0", "HOLD chief:0")
-  cluster.start("worker:0", worker_argv)
+  held = chief_argv + ["--hold-at-step", 1, "--hold-file", go_file]
+  cluster.start_all_chief_first(
+      lambda task: (worker_argv if task.startswith("worker:") else
+                    held if task == "chief:0" else chief_argv),
+      chief_ready=lambda: "HOLD chief:0" in cluster.log("chief:0"))
   cluster.wait_for_log("worker:0", "STEP worker:0")
 
 
@@ -315,15 +311,16 @@ def test_task_slices_tile_the_global_batches():
 def test_the_features_are_the_same_in_numpy_and_tensorflow():
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   k = np.arange(0, 50, dtype=np.int64)
-  np.testing.assert_array_equal(
-      cluster_programs.counter_ids(tf.constant(k),
-                                   cluster_programs._TFOps).numpy(),  # pylint: disable=protected-access
-      cluster_programs.counter_ids(k))
+  tf_ops = cluster_programs._TFOps  # pylint: disable=protected-access
+  with tf.Graph().as_default():
+    tensors = cluster_programs.ctr_features(tf.constant(k), tf_ops)
+    tensors["counter"] = cluster_programs.counter_ids(tf.constant(k), tf_ops)
+    with tf.compat.v1.Session() as session:
+      got = session.run(tensors)
   numpy = cluster_programs.ctr_features(k)
-  tensors = cluster_programs.ctr_features(tf.constant(k),
-                                          cluster_programs._TFOps)  # pylint: disable=protected-access
+  numpy["counter"] = cluster_programs.counter_ids(k)
   for name, values in numpy.items():
-    np.testing.assert_array_equal(tensors[name].numpy(), values, name)
+    np.testing.assert_array_equal(got[name], values, name)
   assert 0 < numpy["label"].mean() < 1
   ids = cluster_programs.counter_ids(k)
   assert ids.max() < cluster_programs.COUNTER_VOCAB
