@@ -1,8 +1,14 @@
 """A between-graph TensorFlow cluster of local processes, for tests.
 
     with LocalCluster(tmp_path, workers=1, ps=2, evaluator=True) as cluster:
-      cluster.start_all(lambda task: ["--model", "ctr", ...])
+      cluster.start_all_chief_first(
+          lambda task: ["--model", "ctr", "--model-dir", model_dir, ...],
+          chief_ready=lambda: os.path.exists(model_dir + "/checkpoint"))
       assert cluster.wait("chief:0", timeout=60) == 0
+
+(`start_all` starts every task at once, the ps tasks first; a worker that
+comes up before the chief has initialized the variables then waits TF's
+30 s before it looks again.)
 
 Every task is `python -m tests.cluster_programs <argv>` run from the
 repository root with its own TF_CONFIG (ports on 127.0.0.1, found by binding
