@@ -493,6 +493,8 @@ def _cluster_training(args):
   kwargs = {"asynchronous": args.mode == "async"}
   if args.step_timeout is not None:
     kwargs["step_timeout_secs"] = args.step_timeout
+  if args.report_after is not None:
+    kwargs["report_after_secs"] = args.report_after
   return {"cluster_training": es.ClusterTraining(**kwargs)}
 
 
@@ -508,6 +510,7 @@ def parse_args(argv=None):
                       help="ClusterTraining(asynchronous=...) when the "
                       "library has it; default: no cluster_training argument")
   parser.add_argument("--step-timeout", type=float, default=None)
+  parser.add_argument("--report-after", type=float, default=None)
   parser.add_argument("--out", default=None,
                       help="result JSON, written by the chief / --single run")
   parser.add_argument("--pipelining", action="store_true")

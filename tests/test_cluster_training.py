@@ -1,0 +1,219 @@
+"""Training on a between-graph cluster of local processes (TF_CONFIG,
+`train_and_evaluate`, loopback ports), as SEMANTICS.md section 8 defines it:
+
+* synchronous (the default): W training tasks with B/W examples each train
+  exactly like one process with B examples (tables, slots, dense variables),
+  for W = 2 (with pipelining and CrossShardOptimizer, and an evaluator task)
+  and W = 3; table partitions live on their ps tasks;
+* asynchronous: concurrent tasks updating the same rows lose no update;
+* faults: a worker, a ps task or the chief killed (SIGKILL) and restarted;
+  a worker that does not come back ends the chief's step with an error
+  naming it;
+* checkpoints move between one process and clusters with other ps counts.
+
+Each test starts every process at once (workers that find the model not yet
+initialized look again within a second) and waits by polling logs and files,
+with time limits. Reference runs are one process (`--single`) started from
+the cluster's own step-0 checkpoint, so that both start from the same
+values whatever the partitioning.
+"""
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests import cluster_programs
+from tests.cluster_harness import LocalCluster
+from tests.cluster_harness import REPO_ROOT
+
+WAIT = 120
+pytestmark = pytest.mark.slow
+
+
+def _argv(model_dir, steps, batch, mode="sync", out=None, *extra):
+  argv = ["--model", "ctr", "--model-dir", model_dir, "--steps", steps,
+          "--batch", batch, "--mode", mode]
+  if out:
+    argv += ["--out", out]
+  return argv + [str(e) for e in extra]
+
+
+def _single(model_dir, steps, batch, out, *extra):
+  """The one-process reference run; returns its result."""
+  command = [sys.executable, "-m", "tests.cluster_programs", "--single",
+             "--model", "ctr",
+             "--model-dir", model_dir, "--steps", str(steps), "--batch",
+             str(batch), "--out", out] + [str(e) for e in extra]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO_ROOT)
+  env.pop("TF_CONFIG", None)
+  done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True,
+                        text=True, timeout=WAIT, check=False)
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  return cluster_programs.read_result(out)
+
+
+def _assert_same_variables(ours, reference):
+  assert sorted(ours) == sorted(reference)
+  for name in reference:
+    got, want = np.asarray(ours[name]), np.asarray(reference[name])
+    if want.dtype.kind == "f":
+      np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6,
+                                 err_msg=name)
+    else:
+      assert got.tolist() == want.tolist(), name
+
+
+def _placements(log):
+  return dict(line.split()[1:3] for line in log.splitlines()
+              if line.startswith("PLACEMENT "))
+
+
+def _run_cluster(tmp_path, workers, argv, ps=2, evaluator=False):
+  with LocalCluster(tmp_path, chief=1, workers=workers, ps=ps,
+                    evaluator=evaluator, timeout=WAIT) as cluster:
+    cluster.start_all(lambda task: argv)
+    for task in cluster.training_tasks():
+      assert cluster.wait(task) == 0, cluster.log_tails(first=task)
+    if evaluator:
+      assert cluster.wait("evaluator:0") == 0, cluster.log_tails(
+          first="evaluator:0")
+    return {task: cluster.log(task) for task in cluster.tasks}
+
+
+@pytest.mark.parametrize("workers,batch,extra", [
+    (1, 8, ["--pipelining", "--cross-shard"]),
+    (2, 6, []),
+], ids=["W2-pipelining-crossshard-evaluator", "W3"])
+def test_synchronous_tasks_train_like_one_process(tmp_path, workers, batch,
+                                                  extra):
+  model_dir = str(tmp_path / "cluster")
+  out = str(tmp_path / "cluster.json")
+  steps = 10
+  logs = _run_cluster(
+      tmp_path, workers,
+      _argv(model_dir, steps, batch, "sync", out, *extra),
+      evaluator=(workers == 1))
+  result = cluster_programs.read_result(out)
+  assert result["global_step"] == steps  # one global step per sync step
+  # Every training task ran every step, on its share of the batch.
+  for task in [f"chief:0"] + [f"worker:{i}" for i in range(workers)]:
+    assert f"STEP {task} global_step={steps}" in logs[task]
+    assert f"{batch // (workers + 1)} examples per task step" in logs[task]
+  # Table partitions and their slots live on their ps tasks.
+  placed = _placements(logs["chief:0"])
+  for table in ("input_layer/a_embedding/embedding_weights", "bc"):
+    for suffix in ("", "/Adagrad"):
+      for p in (0, 1):
+        assert placed[f"{table}{suffix}/part_{p}"] == f"/job:ps/task:{p}"
+  reference = _single(str(tmp_path / "single"), steps, batch,
+                      str(tmp_path / "single.json"), "--init-from",
+                      os.path.join(model_dir, "model.ckpt-0"), *extra)
+  _assert_same_variables(result["variables"], reference["variables"])
+  if workers == 1:
+    # The evaluator evaluated the final checkpoint.
+    assert re.search(rf"Saving dict for global step {steps}:.*auc",
+                     logs["evaluator:0"]), logs["evaluator:0"][-3000:]
+
+
+def test_asynchronous_tasks_lose_no_update(tmp_path):
+  # Three tasks add +1 to the rows of each id they look up, concurrently,
+  # mostly on the same four rows: every addition must be in the table.
+  model_dir = str(tmp_path / "cluster")
+  out = str(tmp_path / "cluster.json")
+  batch = 6
+  argv = ["--model", "counter", "--model-dir", model_dir, "--steps", 300,
+          "--batch", batch, "--mode", "async", "--out", out]
+  logs = _run_cluster(tmp_path, 2, argv)
+  result = cluster_programs.read_result(out)
+  table = cluster_programs.table_rows(result["variables"], "id_embedding")
+  steps_run = sum(len(re.findall(r"^STEP ", log, re.MULTILINE))
+                  for task, log in logs.items() if not task.startswith("ps"))
+  assert result["global_step"] >= 300
+  # Two ids per example; each task step adds 2 * batch; every step counts
+  # once in the global step, which the final checkpoint holds.
+  assert table.sum() == 2 * batch * result["global_step"], (
+      table.sum(), result["global_step"], steps_run)
+  assert steps_run >= result["global_step"] - 3  # all three tasks stepped
+
+
+def _fault_run(tmp_path, victim, restart=True, extra=()):
+  model_dir = str(tmp_path / "cluster")
+  out = str(tmp_path / "cluster.json")
+  steps = 60
+  argv = _argv(model_dir, steps, 8, "sync", out, "--step-delay", 0.1,
+               "--save-steps", 10, *extra)
+  with LocalCluster(tmp_path, chief=1, workers=1, ps=2,
+                    timeout=WAIT) as cluster:
+    cluster.start_all(lambda task: argv)
+    cluster.wait_for_log("chief:0", "global_step=25")
+    cluster.kill(victim)
+    if not restart:
+      return cluster, cluster.wait("chief:0"), None
+    cluster.restart(victim)
+    for task in cluster.training_tasks():
+      assert cluster.wait(task) == 0, cluster.log_tails(first=task)
+    logs = {task: cluster.log(task) for task in cluster.tasks}
+    first_runs = {task: cluster.log(task, run=0) for task in cluster.tasks}
+  result = cluster_programs.read_result(out)
+  assert result["global_step"] == steps
+  return logs, first_runs, result
+
+
+def test_a_killed_worker_rejoins_and_training_finishes(tmp_path):
+  logs, first_runs, _ = _fault_run(tmp_path, "worker:0")
+  assert "STEP worker:0" in first_runs["worker:0"]
+  assert "DONE worker:0 checkpoint_step=60" in logs["worker:0"]
+
+
+@pytest.mark.parametrize("victim", ["ps:0", "ps:1"])
+def test_a_killed_ps_task_resumes_from_the_last_checkpoint(tmp_path, victim):
+  logs, _, _ = _fault_run(tmp_path, victim)
+  # The chief lost the ps task's variables and restored them from its last
+  # checkpoint (saved every 10 steps, the kill came after step 25).
+  restored = [int(n) for n in re.findall(
+      r"Restoring parameters from .*model\.ckpt-(\d+)", logs["chief:0"])]
+  assert restored and max(restored) >= 20, logs["chief:0"][-3000:]
+
+
+def test_a_killed_chief_restarts_from_its_last_checkpoint(tmp_path):
+  logs, _, _ = _fault_run(tmp_path, "chief:0")
+  restored = [int(n) for n in re.findall(
+      r"Restoring parameters from .*model\.ckpt-(\d+)", logs["chief:0"])]
+  assert restored and max(restored) >= 20, logs["chief:0"][-3000:]
+  assert "DONE worker:0 checkpoint_step=60" in logs["worker:0"]
+
+
+def test_a_worker_that_does_not_return_ends_the_step_naming_it(tmp_path):
+  cluster, code, _ = _fault_run(
+      tmp_path, "worker:0", restart=False,
+      extra=["--step-timeout", 8, "--report-after", 2])
+  log = cluster.log("chief:0")
+  assert code != 0
+  assert "has waited" in log and "for gradients from: worker 0" in log, (
+      log[-3000:])
+  assert "SyncStepTimeoutError" in log and "waiting for: worker 0" in log, (
+      log[-3000:])
+
+
+def test_checkpoints_move_between_one_process_and_other_ps_counts(tmp_path):
+  # One process trains 6 steps; a cluster with 3 ps tasks continues that
+  # checkpoint to step 12, exactly as the one process continues it.
+  first = str(tmp_path / "first")
+  _single(first, 6, 8, str(tmp_path / "first.json"))
+  start = os.path.join(first, "model.ckpt-6")
+  model_dir = str(tmp_path / "cluster")
+  cluster_programs._copy_checkpoint(start, model_dir)  # pylint: disable=protected-access
+  out = str(tmp_path / "cluster.json")
+  logs = _run_cluster(tmp_path, 1, _argv(model_dir, 12, 8, "sync", out),
+                      ps=3)
+  assert "Restoring parameters from" in logs["chief:0"]
+  placed = _placements(logs["chief:0"])
+  assert {placed[f"bc/part_{p}"] for p in range(3)} == {
+      f"/job:ps/task:{p}" for p in range(3)}
+  reference = _single(str(tmp_path / "single"), 12, 8,
+                      str(tmp_path / "single.json"), "--init-from", start)
+  _assert_same_variables(cluster_programs.read_result(out)["variables"],
+                         reference["variables"])

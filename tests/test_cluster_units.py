@@ -1,0 +1,206 @@
+"""Cluster training, the parts that run in one process: the options, each
+training task's batch and input context, and the engine's per-partition
+update (what a ps task runs) against the one-process update."""
+import json
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # pylint: disable=g-import-not-at-top
+import pytest  # pylint: disable=g-import-not-at-top
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+import estimator_spec as es  # pylint: disable=g-import-not-at-top
+import tpu_embedding_columns as tec  # pylint: disable=g-import-not-at-top
+from estimator_spec.engine import HostEmbeddingEngine  # pylint: disable=g-import-not-at-top
+from tests.ragged import sparse_value  # pylint: disable=g-import-not-at-top
+
+v1 = tf.compat.v1
+ModeKeys = tf.estimator.ModeKeys
+
+CLUSTER = {
+    "chief": ["localhost:2220"],
+    "worker": ["localhost:2221", "localhost:2222"],
+    "ps": ["localhost:2223", "localhost:2224"],
+}
+
+
+def _tf_config(monkeypatch, task_type, index, cluster=None):
+  monkeypatch.setenv("TF_CONFIG", json.dumps(
+      {"cluster": cluster or CLUSTER, "task": {"type": task_type,
+                                               "index": index}}))
+
+
+def _spec():
+  column = tec.embedding_column(
+      tf.feature_column.categorical_column_with_identity("a", 10), 2)
+  return es.EmbeddingConfigSpec(
+      feature_columns=[column],
+      optimization_parameters=es.AdagradParameters(0.1))
+
+
+def _model_fn(features, labels, mode, params):
+  del features, labels, mode, params
+  raise AssertionError("not called")
+
+
+def _estimator(tmp_path, batch=12, **kwargs):
+  return es.TPUEstimator(
+      model_fn=_model_fn,
+      config=tf.compat.v1.estimator.tpu.RunConfig(model_dir=str(tmp_path)),
+      use_tpu=False, train_batch_size=batch, embedding_config_spec=_spec(),
+      **kwargs)
+
+
+def _input_params(estimator, mode=ModeKeys.TRAIN):
+  seen = {}
+
+  def input_fn(params):
+    seen.update(params)
+    return {"a": tf.sparse.from_dense(tf.zeros([1, 1], tf.int64))}
+
+  with tf.Graph().as_default():
+    estimator._call_input_fn(input_fn, mode)  # pylint: disable=protected-access
+  return seen
+
+
+# --- options ------------------------------------------------------------------
+
+
+def test_cluster_training_defaults_and_validation():
+  options = es.ClusterTraining()
+  assert options.asynchronous is False
+  assert options.step_timeout_secs == 600.0
+  with pytest.raises(TypeError, match="asynchronous"):
+    es.ClusterTraining(asynchronous="yes")
+  for bad in (0, -1, True, "10"):
+    with pytest.raises(ValueError, match="step_timeout_secs"):
+      es.ClusterTraining(step_timeout_secs=bad)
+  with pytest.raises(ValueError, match="report_after_secs"):
+    es.ClusterTraining(report_after_secs=0)
+
+
+def test_cluster_training_must_be_a_cluster_training(tmp_path):
+  with pytest.raises(TypeError, match="ClusterTraining"):
+    _estimator(tmp_path, cluster_training={"asynchronous": True})
+
+
+# --- each training task's share of the batch ----------------------------------
+
+
+@pytest.mark.parametrize("task_type,index,position", [("chief", 0, 0),
+                                                      ("worker", 0, 1),
+                                                      ("worker", 1, 2)])
+def test_synchronous_task_reads_its_share_with_its_context(
+    tmp_path, monkeypatch, task_type, index, position):
+  _tf_config(monkeypatch, task_type, index)
+  params = _input_params(_estimator(tmp_path, batch=12))
+  assert params["batch_size"] == 4  # 12 examples over 3 training tasks
+  device, invocation, invocations, replicas = (
+      params["context"].current_input_fn_deployment())
+  assert device == f"/job:{task_type}/task:{index}/device:CPU:0"
+  assert (invocation, invocations, replicas) == (position, 3, 1)
+  assert params["context"].num_hosts == 3
+
+
+def test_asynchronous_task_reads_whole_batches(tmp_path, monkeypatch):
+  _tf_config(monkeypatch, "worker", 1)
+  params = _input_params(_estimator(
+      tmp_path, batch=10,
+      cluster_training=es.ClusterTraining(asynchronous=True)))
+  assert params["batch_size"] == 10
+  assert params["context"].current_input_fn_deployment()[1:] == (2, 3, 1)
+
+
+def test_a_global_batch_that_does_not_split_is_refused(tmp_path,
+                                                       monkeypatch):
+  _tf_config(monkeypatch, "worker", 0)
+  with pytest.raises(ValueError, match=r"train_batch_size=10 .* 3 training "
+                     r"tasks \(chief 0, worker 0, worker 1\)"):
+    _estimator(tmp_path, batch=10)
+
+
+def test_evaluation_and_single_process_keep_the_global_batch(tmp_path,
+                                                             monkeypatch):
+  _tf_config(monkeypatch, "worker", 0)
+  estimator = es.TPUEstimator(
+      model_fn=_model_fn,
+      config=tf.compat.v1.estimator.tpu.RunConfig(model_dir=str(tmp_path)),
+      use_tpu=False, train_batch_size=12, eval_batch_size=7,
+      embedding_config_spec=_spec())
+  assert _input_params(estimator, ModeKeys.EVAL)["batch_size"] == 7
+  monkeypatch.delenv("TF_CONFIG")
+  params = _input_params(_estimator(tmp_path / "single", batch=12))
+  assert params["batch_size"] == 12 and "context" not in params
+
+
+# --- the update a ps task runs ------------------------------------------------
+
+VOCAB, DIM, BATCH = 11, 3, 4
+BATCHES = [[[1, 3, 3], [], [7], [10, 1]], [[0], [5, 5], [1, 2], [3]],
+           [[], [3], [3, 7, 8], [9]]]
+
+
+def _grads(step):
+  return np.random.RandomState(50 + step).uniform(
+      -1, 1, (BATCH, DIM)).astype(np.float32)
+
+
+def _train(optimizer, shards, strategy, remote, pipelining, clipping=None):
+  spec = es.EmbeddingConfigSpec(
+      feature_to_config_dict={"f": es.FeatureConfig("t")},
+      table_to_config_dict={"t": es.TableConfig(VOCAB, DIM, combiner="sum")},
+      optimization_parameters=optimizer, partition_strategy=strategy,
+      clipping_limit=clipping,
+      pipeline_execution_with_tensor_core=pipelining)
+  config = es.EmbeddingConfig(spec, batch_size=BATCH)
+  device_fn = (lambda i: "/device:CPU:0") if remote else None
+  with tf.Graph().as_default():
+    engine = HostEmbeddingEngine(config, num_shards=shards,
+                                 shard_device_fn=device_fn)
+    ids = v1.sparse_placeholder(tf.int64, [None, None])
+    grads = v1.placeholder(tf.float32, [None, DIM])
+    step = v1.placeholder(tf.int64, [])
+    result = engine.lookup({"f": ids})
+    train = engine.apply_gradients(result, {"f": grads}, step)
+    flush = engine.flush()
+    reads = [engine.tables["t"].read_all()] + [
+        s.read_all() for s in engine.slots["t"].values()]
+    graph_def = tf.compat.v1.get_default_graph().as_graph_def()
+    # Held updates are applied inside a cond: its branches are functions.
+    nodes = list(graph_def.node) + [
+        node for function in graph_def.library.function
+        for node in function.node_def]
+    locks = [node for node in nodes if node.op == "MutexLock"]
+    with v1.Session() as sess:
+      sess.run([v1.global_variables_initializer(),
+                v1.local_variables_initializer()])
+      start = np.random.RandomState(3).uniform(-1, 1, (VOCAB, DIM))
+      sess.run(engine.tables["t"].assign_all(start.astype(np.float32)))
+      for n, batch in enumerate(BATCHES):
+        sess.run(train, {ids: sparse_value(batch, np.int64),
+                         grads: _grads(n), step: n})
+      sess.run(flush)
+      return sess.run(reads), len(locks)
+
+
+@pytest.mark.parametrize("optimizer", [
+    es.AdagradParameters(0.2, weight_decay_factor=0.01, clip_weight_max=0.9),
+    es.AdamParameters(0.05, lazy_adam=False),
+    es.FtrlParameters(0.1, l1_regularization_strength=0.01,
+                      clip_gradient_min=-0.5, clip_gradient_max=0.4),
+    es.StochasticGradientDescentParameters(0.3),
+], ids=lambda o: type(o).__name__)
+@pytest.mark.parametrize("strategy", ["div", "mod"])
+@pytest.mark.parametrize("pipelining", [False, True])
+def test_partition_updates_on_their_task_equal_the_local_update(
+    optimizer, strategy, pipelining):
+  # What a ps task runs (per partition, rows read at update time, under the
+  # partition's lock) trains exactly like the one-process update.
+  local, no_locks = _train(optimizer, 1, strategy, False, pipelining,
+                           clipping=0.6)
+  remote, locks = _train(optimizer, 3, strategy, True, pipelining,
+                         clipping=0.6)
+  assert no_locks == 0 and locks >= 3  # one lock per partition update
+  for ours, reference in zip(remote, local):
+    np.testing.assert_allclose(ours, reference, rtol=1e-6, atol=1e-7)
