@@ -128,16 +128,18 @@ class LocalCluster:
     timeout: the default bound of `wait` and the other waiting methods.
     max_seconds: every task exits by itself after that long (and as soon
       as this process is gone), even if nothing kills it.
+    program: the module every task runs (`python -m <program> <argv>`).
   """
 
   def __init__(self, tmp_path, chief=1, workers=1, ps=1, evaluator=False,
                env=None, task_env=None, timeout=DEFAULT_TIMEOUT,
-               max_seconds=MAX_TASK_SECONDS):
+               max_seconds=MAX_TASK_SECONDS, program=PROGRAM):
     if chief not in (0, 1):
       raise ValueError("a cluster has at most one chief")
     self.tmp_path = str(tmp_path)
     self.log_dir = os.path.join(self.tmp_path, "logs")
     os.makedirs(self.log_dir, exist_ok=True)
+    self.program = program
     self.timeout = timeout
     self.max_seconds = max_seconds
     self._env = dict(env or {})
@@ -178,7 +180,7 @@ class LocalCluster:
   # --- processes -----------------------------------------------------------
 
   def start(self, task, argv):
-    """Starts `task` running `python -m tests.cluster_programs *argv`."""
+    """Starts `task` running `python -m <program> *argv`."""
     if task in self._procs and self._procs[task].poll() is None:
       raise RuntimeError(f"{task} is still running")
     run = self._runs.get(task, 0)
@@ -200,7 +202,8 @@ class LocalCluster:
     argv = [str(a) for a in argv]
     with open(log_path, "wb") as log:
       proc = subprocess.Popen(
-          [sys.executable, "-m", PROGRAM] + argv, cwd=REPO_ROOT, env=env,
+          [sys.executable, "-m", self.program] + argv, cwd=REPO_ROOT,
+          env=env,
           stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
           start_new_session=True)
     self._procs[task] = proc

@@ -1,0 +1,282 @@
+"""Training on a loopback cluster: examples/s and bytes moved per step.
+
+A chief, W - 1 workers and 2 ps tasks on 127.0.0.1 train the same model
+through `train_and_evaluate`, for W = 1, 2 and 4 training tasks:
+
+* `sync`:  `estimator_spec.TPUEstimator` (ClusterTraining(), the default):
+  global batch `--batch` split over the W tasks, one update per step.
+* `async`: the same with ClusterTraining(asynchronous=True), each task
+  stepping on `--batch / W` examples of its own.
+* `tf`:    TF 2.15's `tf.compat.v1.estimator.tpu.TPUEstimator(use_tpu=
+  False)` with TF's own TPU embedding columns, on the same cluster: TF's CPU
+  path, classic asynchronous parameter-server training in which the model's
+  optimizer trains the tables as ordinary variables (the embedding
+  optimizer is ignored), `--batch / W` examples per task step. The
+  reference each row's ratio is taken against (same W).
+
+Model: `--tables` features (default 8), each its own table of `--vocab` x
+`--dim` (100,000 x 16), 2 ids per example drawn from a skewed distribution
+(u^3 * vocab), sum combiner, Adagrad 0.05 on tables (ours: the spec's;
+TF: the model's) and an MLP (64, 1) trained by Adagrad.
+
+Per run the chief records, after `--warmup` steps and at the end, the time,
+the global step and the loopback interface's transmitted bytes
+(/proc/net/dev, `lo`: every byte between the processes of the cluster; run
+the bench on an otherwise idle machine). Reported:
+
+* examples/s = examples trained between the two marks / seconds (sync: the
+  global batch per global step; otherwise a task step's batch per global
+  step, as each task step advances the global step once);
+* bytes per global step, measured, against the lower bound: per task step,
+  the distinct rows of each table its batch touches x dim x 4 bytes, there
+  and back (rows looked up, row gradients sent), plus the dense model's
+  variables there and back (dense bytes) — summed over the W task steps of
+  a synchronous step.
+
+Usage: .venv/bin/python -m bench.cluster_bench [--tasks 1 2 4]
+       [--steps 120] [--warmup 20] [--sides sync async tf]
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # pylint: disable=g-import-not-at-top
+
+HIDDEN = 64
+
+
+def _lo_bytes():
+  with open("/proc/net/dev") as f:
+    for line in f:
+      name, _, rest = line.partition(":")
+      if name.strip() == "lo":
+        return int(rest.split()[8])  # transmitted bytes
+  return 0
+
+
+def _ids(step, task, tasks, batch, args, xp):
+  """[batch, tables * 2] ids of task `task`'s share of global step `step`
+  (the same formula in NumPy and TF)."""
+  if xp is np:
+    rng = np.random.RandomState(step * 1009 + task)
+    u = rng.uniform(size=(batch, args.tables * 2))
+    return np.floor(u ** 3 * args.vocab).astype(np.int64)
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  u = tf.random.stateless_uniform(
+      [batch, args.tables * 2],
+      seed=tf.stack([tf.cast(step, tf.int64), tf.cast(task, tf.int64)]))
+  return tf.cast(tf.floor(u ** 3 * args.vocab), tf.int64)
+
+
+# --- the program each task runs ---------------------------------------------
+
+
+def task_main(args):
+  from tests import cluster_programs  # pylint: disable=import-outside-toplevel
+  cluster_programs._start_watchdog()  # pylint: disable=protected-access
+  from estimator_spec import quiet  # pylint: disable=import-outside-toplevel
+  quiet.silence_deprecation_notices()
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  import estimator_spec as es  # pylint: disable=import-outside-toplevel
+  import tpu_embedding_columns as tec  # pylint: disable=import-outside-toplevel
+
+  tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.WARN)
+  config = json.loads(os.environ["TF_CONFIG"])
+  tasks = len(config["cluster"].get("chief", [])) + len(
+      config["cluster"].get("worker", []))
+  keys = [f"f{i}" for i in range(args.tables)]
+  categorical = [
+      tf.feature_column.categorical_column_with_identity(k, args.vocab)
+      for k in keys
+  ]
+  ours = args.side != "tf"
+  if ours:
+    columns = [tec.embedding_column(c, args.dim, combiner="sum")
+               for c in categorical]
+  else:
+    columns = [tf.compat.v1.tpu.experimental.embedding_column(
+        c, args.dim, combiner="sum") for c in categorical]
+  task_batch = args.batch // tasks
+
+  def input_fn(params):
+    context = params.get("context")
+    index = context.current_input_fn_deployment()[1] if ours else (
+        0 if config["task"]["type"] == "chief" else
+        config["task"]["index"] + 1)
+    batch = params["batch_size"]
+
+    def make(step):
+      ids = _ids(step, index, tasks, batch, args, tf)
+      features = {}
+      for i, k in enumerate(keys):
+        features[k] = tf.sparse.from_dense(ids[:, 2 * i:2 * i + 2] + 1)
+        features[k] = tf.SparseTensor(features[k].indices,
+                                      features[k].values - 1,
+                                      features[k].dense_shape)
+      labels = tf.cast(tf.reduce_sum(ids, axis=1, keepdims=True) % 2,
+                       tf.float32)
+      return features, labels
+
+    return tf.data.Dataset.range(1 << 40).map(make).prefetch(2)
+
+  def model_fn(features, labels, mode, params):
+    del params
+    net = tf.compat.v1.feature_column.input_layer(features, columns)
+    net = tf.compat.v1.layers.dense(net, HIDDEN, tf.nn.relu)
+    logits = tf.compat.v1.layers.dense(net, 1)
+    loss = tf.compat.v1.losses.sigmoid_cross_entropy(labels, logits)
+    optimizer = tf.compat.v1.train.AdagradOptimizer(0.05)
+    train_op = optimizer.minimize(
+        loss, global_step=tf.compat.v1.train.get_global_step())
+    return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(mode, loss=loss,
+                                                        train_op=train_op)
+
+  run_config = tf.compat.v1.estimator.tpu.RunConfig(
+      model_dir=args.model_dir, save_checkpoints_steps=None,
+      save_checkpoints_secs=None, save_summary_steps=None,
+      log_step_count_steps=None, experimental_max_worker_delay_secs=0)
+  if ours:
+    spec = es.EmbeddingConfigSpec(
+        feature_columns=columns,
+        optimization_parameters=es.AdagradParameters(0.05))
+    estimator = es.TPUEstimator(
+        model_fn=model_fn, config=run_config, use_tpu=False,
+        train_batch_size=(args.batch if args.side == "sync" else task_batch),
+        embedding_config_spec=spec,
+        cluster_training=es.ClusterTraining(
+            asynchronous=args.side == "async"))
+  else:
+    optimization = tf.compat.v1.tpu.experimental.AdagradParameters(0.05)
+    spec = tf.compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec(
+        feature_columns=columns, optimization_parameters=optimization)
+    estimator = tf.compat.v1.estimator.tpu.TPUEstimator(
+        model_fn=model_fn, config=run_config, use_tpu=False,
+        train_batch_size=task_batch, embedding_config_spec=spec)
+
+  marks = []
+
+  class Marks(tf.estimator.SessionRunHook):
+
+    def begin(self):
+      self._step = tf.compat.v1.train.get_global_step()
+
+    def after_run(self, run_context, run_values):
+      step = run_context.session.run(self._step)
+      if not marks and step >= args.warmup:
+        marks.append((time.time(), int(step), _lo_bytes()))
+      if step >= args.steps and len(marks) == 1:
+        marks.append((time.time(), int(step), _lo_bytes()))
+
+  tf.compat.v1.estimator.train_and_evaluate(
+      estimator,
+      tf.compat.v1.estimator.TrainSpec(input_fn, max_steps=args.steps,
+                                       hooks=[Marks()]),
+      tf.compat.v1.estimator.EvalSpec(input_fn, steps=1))
+  if config["task"]["type"] == "chief" and len(marks) == 2:
+    with open(args.out, "w") as f:
+      json.dump({"marks": marks}, f)
+
+
+# --- the driver ----------------------------------------------------------------
+
+
+def lower_bound(args, tasks):
+  """Bytes per global step: distinct rows there and back, dense there and
+  back (averaged over a few steps of the data)."""
+  task_batch = args.batch // tasks
+  steps_per_global = tasks if args_side_sync(args) else 1
+  rows = []
+  for step in range(5):
+    total = 0
+    for task in range(steps_per_global):
+      ids = _ids(step, task, tasks, task_batch, args, np)
+      for i in range(args.tables):
+        total += len(np.unique(ids[:, 2 * i:2 * i + 2]))
+    rows.append(total)
+  embedding = float(np.mean(rows)) * args.dim * 4 * 2
+  dense_params = (args.tables * args.dim * HIDDEN + HIDDEN) + HIDDEN + 1
+  dense = dense_params * 4 * 2 * steps_per_global
+  return embedding, dense
+
+
+def args_side_sync(args):
+  return args.side == "sync"
+
+
+def run_side(args, side, tasks, workdir):
+  from tests.cluster_harness import LocalCluster  # pylint: disable=import-outside-toplevel
+  out = os.path.join(workdir, f"{side}_{tasks}.json")
+  model_dir = os.path.join(workdir, f"model_{side}_{tasks}")
+  argv = ["task", "--side", side, "--model-dir", model_dir, "--out", out,
+          "--steps", args.steps, "--warmup", args.warmup, "--batch",
+          args.batch, "--tables", args.tables, "--vocab", args.vocab,
+          "--dim", args.dim]
+  with LocalCluster(os.path.join(workdir, f"{side}_{tasks}"), chief=1,
+                    workers=tasks - 1, ps=2, timeout=args.timeout,
+                    program="bench.cluster_bench") as cluster:
+    cluster.start_all(lambda task: argv)
+    code = cluster.wait("chief:0")
+    if code != 0 or not os.path.exists(out):
+      print(cluster.log_tails(first="chief:0"), file=sys.stderr)
+      return None
+  (t0, s0, b0), (t1, s1, b1) = json.load(open(out))["marks"]
+  task_batch = args.batch // tasks
+  per_step = args.batch if side == "sync" else task_batch
+  return {"examples_per_s": (s1 - s0) * per_step / (t1 - t0),
+          "bytes_per_step": (b1 - b0) / max(1, s1 - s0)}
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("mode", nargs="?", default="bench",
+                      choices=["bench", "task"])
+  parser.add_argument("--side", default="sync")
+  parser.add_argument("--sides", nargs="+", default=["sync", "async", "tf"])
+  parser.add_argument("--tasks", nargs="+", type=int, default=[1, 2, 4])
+  parser.add_argument("--steps", type=int, default=120)
+  parser.add_argument("--warmup", type=int, default=20)
+  parser.add_argument("--batch", type=int, default=512)
+  parser.add_argument("--tables", type=int, default=8)
+  parser.add_argument("--vocab", type=int, default=100_000)
+  parser.add_argument("--dim", type=int, default=16)
+  parser.add_argument("--timeout", type=float, default=600)
+  parser.add_argument("--model-dir")
+  parser.add_argument("--out")
+  args = parser.parse_args()
+  if args.mode == "task":
+    return task_main(args)
+  print(f"cluster bench: 2 ps, {args.tables} tables of {args.vocab} x "
+        f"{args.dim}, global batch {args.batch}, steps {args.warmup}.."
+        f"{args.steps}")
+  print(f"{'tasks':>5} {'side':>6} {'examples/s':>11} {'vs tf':>6} "
+        f"{'KB/step':>9} {'bound KB':>9} {'(emb+dense)':>14} {'ratio':>6}")
+  with tempfile.TemporaryDirectory() as workdir:
+    for tasks in args.tasks:
+      results = {}
+      for side in args.sides:
+        results[side] = run_side(args, side, tasks, workdir)
+      for side in args.sides:
+        result = results[side]
+        if result is None:
+          print(f"{tasks:>5} {side:>6} failed")
+          continue
+        args.side = side
+        embedding, dense = lower_bound(args, tasks)
+        bound = embedding + dense
+        tf_result = results.get("tf")
+        ratio = (result["examples_per_s"] / tf_result["examples_per_s"]
+                 if tf_result else float("nan"))
+        print(f"{tasks:>5} {side:>6} {result['examples_per_s']:>11.0f} "
+              f"{ratio:>6.2f} {result['bytes_per_step'] / 1024:>9.1f} "
+              f"{bound / 1024:>9.1f} "
+              f"{f'{embedding / 1024:.0f}+{dense / 1024:.0f}':>14} "
+              f"{result['bytes_per_step'] / bound:>6.2f}", flush=True)
+
+
+if __name__ == "__main__":
+  main()
