@@ -155,10 +155,16 @@ def as_sparse(features):
 def input_fn_for(features, labels, shuffle=True, repeat=True):
   """An input_fn over numpy arrays (examples.ctr_data.generate), batched by
   params['batch_size'] with drop_remainder, as a TPUEstimator input_fn is;
-  ids and weights arrive as SparseTensors (`as_sparse`)."""
+  ids and weights arrive as SparseTensors (`as_sparse`). With a
+  `params['context']` (a TPU host, or a training task of a cluster), it
+  reads only its shard of the examples, as TPU input functions do."""
 
   def input_fn(params):
     dataset = tf.data.Dataset.from_tensor_slices((features, labels))
+    context = params.get("context")
+    if context is not None:
+      _, index, count, _ = context.current_input_fn_deployment()
+      dataset = dataset.shard(count, index)
     if shuffle:
       dataset = dataset.shuffle(10_000, seed=1)
     if repeat:

@@ -292,8 +292,9 @@ def ctr_model(args):
     loss = tf.compat.v1.losses.mean_squared_error(labels, probability)
     train_op = eval_metrics = None
     if mode == ModeKeys.TRAIN:
-      train_op = _optimizer(tf.compat.v1.train.AdagradOptimizer(0.05),
-                            args).minimize(
+      dense = (tf.compat.v1.train.AdamOptimizer(0.01) if args.adam else
+               tf.compat.v1.train.AdagradOptimizer(0.05))
+      train_op = _optimizer(dense, args).minimize(
                                 loss,
                                 global_step=tf.compat.v1.train.get_global_step())
     else:
@@ -514,6 +515,9 @@ def parse_args(argv=None):
   parser.add_argument("--out", default=None,
                       help="result JSON, written by the chief / --single run")
   parser.add_argument("--pipelining", action="store_true")
+  parser.add_argument("--adam", action="store_true",
+                      help="ctr: Adam (non-slot beta powers) for the dense "
+                      "model instead of Adagrad")
   parser.add_argument("--cross-shard", action="store_true",
                       help="wrap the dense optimizer in CrossShardOptimizer")
   parser.add_argument("--evaluate", action="store_true",

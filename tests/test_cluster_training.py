@@ -4,7 +4,8 @@
 * synchronous (the default): W training tasks with B/W examples each train
   exactly like one process with B examples (tables, slots, dense variables),
   for W = 2 (with pipelining and CrossShardOptimizer, and an evaluator task)
-  and W = 3; table partitions live on their ps tasks;
+  and W = 3 (the dense model trained by Adam, whose non-slot variables the
+  chief creates); table partitions live on their ps tasks;
 * asynchronous: concurrent tasks updating the same rows lose no update;
 * faults: a worker, a ps task or the chief killed (SIGKILL) and restarted;
   a worker that does not come back ends the chief's step with an error
@@ -85,8 +86,8 @@ def _run_cluster(tmp_path, workers, argv, ps=2, evaluator=False):
 
 @pytest.mark.parametrize("workers,batch,extra", [
     (1, 8, ["--pipelining", "--cross-shard"]),
-    (2, 6, []),
-], ids=["W2-pipelining-crossshard-evaluator", "W3"])
+    (2, 6, ["--adam"]),
+], ids=["W2-pipelining-crossshard-evaluator", "W3-adam"])
 def test_synchronous_tasks_train_like_one_process(tmp_path, workers, batch,
                                                   extra):
   model_dir = str(tmp_path / "cluster")
@@ -217,3 +218,20 @@ def test_checkpoints_move_between_one_process_and_other_ps_counts(tmp_path):
                       str(tmp_path / "single.json"), "--init-from", start)
   _assert_same_variables(cluster_programs.read_result(out)["variables"],
                          reference["variables"])
+
+
+def test_the_cluster_example_trains_and_evaluates(tmp_path):
+  # The README's command, on chief + worker + 2 ps + evaluator.
+  model_dir = str(tmp_path / "model")
+  argv = ["--model-dir", model_dir, "--steps", 30, "--batch-size", 256,
+          "--train-examples", 8192, "--eval-examples", 2048]
+  with LocalCluster(tmp_path, chief=1, workers=1, ps=2, evaluator=True,
+                    timeout=WAIT, program="examples.train_ctr_cluster"
+                    ) as cluster:
+    cluster.start_all(lambda task: argv)
+    for task in ("chief:0", "worker:0", "evaluator:0"):
+      assert cluster.wait(task) == 0, cluster.log_tails(first=task)
+    evaluator = cluster.log("evaluator:0")
+  assert re.search(r"Saving dict for global step 30: auc = ", evaluator), (
+      evaluator[-3000:])
+  assert "128 examples per task step" in cluster.log("worker:0")

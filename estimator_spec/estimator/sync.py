@@ -52,8 +52,18 @@ _REPLY_CAPACITY = 64
 
 
 class _Call(collections.namedtuple(
-    "_Call", ["optimizer", "grads_and_vars", "global_step", "name", "op"])):
-  """One call of `Optimizer.apply_gradients` made by model_fn."""
+    "_Call",
+    ["optimizer", "grads_and_vars", "global_step", "name", "op", "scope"])):
+  """One call of `Optimizer.apply_gradients` made by model_fn (`scope`: the
+  name scope it was made in)."""
+
+  def apply(self, original, grads_and_vars):
+    """The optimizer's own update with `grads_and_vars`, built in the name
+    scope of the call (non-slot variables such as Adam's `beta1_power` are
+    named by it, as in one process)."""
+    with tf.compat.v1.name_scope(self.scope + "/" if self.scope else None):
+      return original(self.optimizer, grads_and_vars, self.global_step,
+                      self.name)
 
 
 class SyncStep:
@@ -85,8 +95,10 @@ class SyncStep:
     def apply_gradients(optimizer, grads_and_vars, global_step=None,
                         name=None):
       grads_and_vars = tuple(grads_and_vars)
+      scope = tf.compat.v1.get_default_graph().get_name_scope()
       op = tf.no_op(name="synchronous_apply_gradients")
-      calls.append(_Call(optimizer, grads_and_vars, global_step, name, op))
+      calls.append(_Call(optimizer, grads_and_vars, global_step, name, op,
+                         scope))
       return op
 
     self._original_apply = original
@@ -132,8 +144,7 @@ class SyncStep:
       # setter places variables round-robin in creation order, so every
       # task's graph must create the same variables in the same order.
       for call in self._calls:
-        self._original_apply(call.optimizer, call.grads_and_vars,
-                             call.global_step, call.name)
+        call.apply(self._original_apply, call.grads_and_vars)
     for call in self._calls:
       # Operation has no public way to add a control input to an op made
       # earlier: model_fn's train op holds the stand-ins.
@@ -327,8 +338,7 @@ class SyncStep:
                                      id(var) in self._local)
         ]
         with tf.control_dependencies(updates):
-          applied.append(self._original_apply(call.optimizer, grads_and_vars,
-                                              call.global_step, call.name))
+          applied.append(call.apply(self._original_apply, grads_and_vars))
     with tf.control_dependencies(applied + updates), tf.compat.v1.device(
         cluster.ps_device(0)):
       replies = [
