@@ -126,6 +126,15 @@ class OptimizationParameters:
     """True if a step changes rows that were not looked up (non-lazy Adam)."""
     return False
 
+  def fused_update(self, table, slots, ids, grads, lr):
+    """The update rule (`update_rows` followed by the writes) as ONE of
+    TensorFlow's sparse-apply kernels on the variables, which reads and
+    writes the rows under the variables' lock; None when TF has no kernel
+    computing exactly this rule. The engine uses it only where no other
+    step of the shared pipeline (clipping, decay) applies."""
+    del table, slots, ids, grads, lr
+    return None
+
   # --- presentation -------------------------------------------------------
 
   def _arg_names(self):
@@ -176,6 +185,13 @@ class AdagradParameters(OptimizationParameters):
   def update_rows(self, w, slots, g, lr):
     accumulator = slots["accumulator"] + g * g
     return w - lr * g / tf.sqrt(accumulator), {"accumulator": accumulator}
+
+  def fused_update(self, table, slots, ids, grads, lr):
+    # accum += g * g; var -= lr * g / (sqrt(accum) + 0): the rule above.
+    return tf.raw_ops.ResourceSparseApplyAdagradV2(
+        var=table.handle, accum=slots["accumulator"].handle, lr=lr,
+        epsilon=tf.constant(0.0, grads.dtype), grad=grads, indices=ids,
+        use_locking=True)
 
 
 
@@ -556,6 +572,11 @@ class StochasticGradientDescentParameters(OptimizationParameters):
   def update_rows(self, w, slots, g, lr):
     del slots
     return w - lr * g, {}
+
+  def fused_update(self, table, slots, ids, grads, lr):
+    del slots
+    # A resource scatter holds the variable's lock while it writes.
+    return table.scatter_sub(tf.IndexedSlices(lr * grads, ids)).op
 
 
 

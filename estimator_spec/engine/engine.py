@@ -496,6 +496,11 @@ class HostEmbeddingEngine:
     table = self.tables[name].partitions[partition]
     slots = {k: v.partitions[partition] for k, v in self.slots[name].items()}
     with _device(self._partition_device(partition)):
+      if self.remote_partitions and not optimizer.updates_every_row and (
+          _rule_only(self.model, optimizer)):
+        fused = optimizer.fused_update(table, slots, local_ids, grads, lr)
+        if fused is not None:
+          return fused
       lock = None
       if self.remote_partitions:
         mutex = tf.raw_ops.MutexV2(
@@ -552,6 +557,16 @@ class StepGradients:
     self.grads = grads
     self.rates = rates
     self.gate = gate
+
+
+def _rule_only(model, optimizer):
+  """Whether SEMANTICS.md 4.4-4.7 reduce to the optimizer's own rule (no
+  gradient clipping, weight decay or weight clipping)."""
+  lower, upper = model.gradient_clip_bounds(optimizer)
+  return (lower is None and upper is None and
+          not optimizer.weight_decay_factor and
+          optimizer.clip_weight_min is None and
+          optimizer.clip_weight_max is None)
 
 
 def _clipped_and_decayed(model, optimizer, rows, grads, lr):
