@@ -214,3 +214,62 @@ def test_partition_updates_on_their_task_equal_the_local_update(
   assert (locks == 0) if fused else (locks > 0 and locks % 3 == 0)
   for ours, reference in zip(remote, local):
     np.testing.assert_allclose(ours, reference, rtol=1e-6, atol=1e-7)
+
+
+# --- model_fn checks of a synchronous step ------------------------------------
+
+
+def _sync_model_fn(features, labels, mode, params):
+  del labels, mode, params
+  column = _spec().feature_columns[0]
+  net = tf.compat.v1.feature_column.input_layer(features, [column])
+  loss = tf.reduce_sum(net)
+  step = tf.compat.v1.train.get_global_step()
+  return es.TPUEstimatorSpec(
+      tf.estimator.ModeKeys.TRAIN, loss=loss,
+      train_op=tf.group(
+          tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss),
+          step.assign_add(1)))
+
+
+def test_a_synchronous_step_refuses_model_fn_advancing_the_step_itself(
+    tmp_path, monkeypatch):
+  # Every task runs model_fn's train op: its own increment would advance
+  # the step once per task. Refused while the graph is built.
+  _tf_config(monkeypatch, "worker", 0)
+  estimator = es.TPUEstimator(
+      model_fn=_sync_model_fn,
+      config=tf.compat.v1.estimator.tpu.RunConfig(model_dir=str(tmp_path)),
+      use_tpu=False, train_batch_size=9, embedding_config_spec=_spec())
+  with tf.Graph().as_default():
+    features = {"a": tf.sparse.from_dense(tf.constant([[1], [2], [3]],
+                                                      tf.int64))}
+    tf.compat.v1.train.create_global_step()
+    with pytest.raises(ValueError, match="writes the global step itself"):
+      estimator._call_model_fn(  # pylint: disable=protected-access
+          features, None, ModeKeys.TRAIN, estimator.config)
+
+
+def test_a_synchronous_step_needs_a_v1_optimizer(tmp_path, monkeypatch):
+  # The dense gradients are averaged where a tf.compat.v1.train optimizer
+  # applies them; a train op that never calls one cannot be synchronous.
+  _tf_config(monkeypatch, "chief", 0)
+
+  def model_fn(features, labels, mode, params):
+    del labels, params
+    net = tf.compat.v1.feature_column.input_layer(
+        features, [_spec().feature_columns[0]])
+    loss = tf.reduce_sum(net)
+    return es.TPUEstimatorSpec(mode, loss=loss, train_op=tf.no_op())
+
+  estimator = es.TPUEstimator(
+      model_fn=model_fn,
+      config=tf.compat.v1.estimator.tpu.RunConfig(model_dir=str(tmp_path)),
+      use_tpu=False, train_batch_size=9, embedding_config_spec=_spec())
+  with tf.Graph().as_default():
+    features = {"a": tf.sparse.from_dense(tf.constant([[1], [2], [3]],
+                                                      tf.int64))}
+    tf.compat.v1.train.create_global_step()
+    with pytest.raises(ValueError, match="did not call `apply_gradients`"):
+      estimator._call_model_fn(  # pylint: disable=protected-access
+          features, None, ModeKeys.TRAIN, estimator.config)

@@ -102,11 +102,14 @@ class SyncStep:
       return op
 
     self._original_apply = original
+    graph = tf.compat.v1.get_default_graph()
+    first = len(graph.get_operations())
     optimizer_lib.Optimizer.apply_gradients = apply_gradients
     try:
       yield
     finally:
       optimizer_lib.Optimizer.apply_gradients = original
+    _refuse_own_step_increments(graph.get_operations()[first:])
 
   def finish(self, spec, step_value, embedding=None, engine=None):
     """`spec` with a train op that runs the synchronous step and a
@@ -369,6 +372,29 @@ class SyncStep:
       answer = tf.while_loop(waiting, next_reply, [kind, value],
                              back_prop=False, name="await_chief")
     return tf.group(*answer, name="synchronous_step_done")
+
+
+def _refuse_own_step_increments(ops):
+  """In a synchronous step only the chief's update advances the global step
+  (through the optimizer's `global_step` argument); model_fn writing it
+  itself would advance it once per task."""
+  step = tf.compat.v1.train.get_global_step()
+  if step is None:
+    return
+  handle = (step.handle if hasattr(step, "handle") else step.op.outputs[0])
+  writes = [
+      op.name for op in ops
+      if op.type in ("AssignAddVariableOp", "AssignVariableOp", "AssignAdd",
+                     "Assign") and op.inputs and op.inputs[0].name == handle.name
+  ]
+  if writes:
+    raise ValueError(
+        "TPUEstimator: model_fn writes the global step itself (ops "
+        f"{writes}); in synchronous training on a cluster every task runs "
+        "model_fn's train op, so the step would advance once per task. Pass "
+        "it to the optimizer instead (`minimize(loss, global_step=...)`), "
+        "which advances it once per synchronous step, or use "
+        "ClusterTraining(asynchronous=True).")
 
 
 class SyncWatchHook(tf.estimator.SessionRunHook):
