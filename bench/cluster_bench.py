@@ -78,7 +78,7 @@ def _ids(step, task, tasks, batch, args, xp):
 
 def task_main(args):
   from tests import cluster_programs  # pylint: disable=import-outside-toplevel
-  cluster_programs._start_watchdog()  # pylint: disable=protected-access
+  cluster_programs.start_watchdog()
   from estimator_spec import quiet  # pylint: disable=import-outside-toplevel
   quiet.silence_deprecation_notices()
   import tensorflow as tf  # pylint: disable=import-outside-toplevel

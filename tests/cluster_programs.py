@@ -101,7 +101,7 @@ def ctr_features(k, xp=np):
   return {"a": a, "b": b, "c": c, "label": label}
 
 
-class _TFOps:
+class TFOps:
   """The few NumPy names the formulas use, on int64 tensors."""
 
   @staticmethod
@@ -151,10 +151,10 @@ def _sparse(ids):
 def _batch_tensors(model, k):
   """(features, labels) of the examples `k` ([batch] int64)."""
   if model == "counter":
-    ids = counter_ids(k, _TFOps)
+    ids = counter_ids(k, TFOps)
     labels = tf.zeros([tf.shape(k)[0], 1], tf.float32)
     return {"id": _sparse(ids)}, labels
-  values = ctr_features(k, _TFOps)
+  values = ctr_features(k, TFOps)
   labels = tf.cast(values.pop("label"), tf.float32)
   return {name: _sparse(ids) for name, ids in values.items()}, labels
 
@@ -445,7 +445,7 @@ def _task_name():
   return f"{task.get('type')}:{task.get('index', 0)}"
 
 
-def _copy_checkpoint(prefix, model_dir):
+def copy_checkpoint(prefix, model_dir):
   """Copies the checkpoint files of `prefix` into model_dir and points its
   `checkpoint` state file at them."""
   os.makedirs(model_dir, exist_ok=True)
@@ -461,7 +461,7 @@ def _copy_checkpoint(prefix, model_dir):
       model_dir, os.path.join(model_dir, base))
 
 
-def _start_watchdog():
+def start_watchdog():
   """When started by the harness (CLUSTER_HARNESS_PARENT = its pid): exits
   this process once the harness is gone (a test run killed from outside
   leaves no ps task joining forever) or after CLUSTER_HARNESS_MAX_SECONDS."""
@@ -481,13 +481,13 @@ def _start_watchdog():
         alive = False
       if not alive or time.monotonic() > deadline:
         say(f"WATCHDOG exiting: {'harness gone' if not alive else 'too long'}")
-        os._exit(3)  # pylint: disable=protected-access
+        os._exit(3)
       time.sleep(1.0)
 
   threading.Thread(target=watch, name="harness-watchdog", daemon=True).start()
 
 
-def _cluster_training(args):
+def cluster_training_kwargs(args):
   """The library's cluster-mode argument, when it has one and --mode asks."""
   if args.mode is None or not hasattr(es, "ClusterTraining"):
     return {}
@@ -546,18 +546,18 @@ def parse_args(argv=None):
 
 def main(argv=None):
   args = parse_args(argv)
-  _start_watchdog()
+  start_watchdog()
   tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
   if args.single:
     os.environ.pop("TF_CONFIG", None)
   task = _task_name()
-  extra = _cluster_training(args)
+  extra = cluster_training_kwargs(args)
   say(f"PROGRAM task={task} pid={os.getpid()} model={args.model} "
       f"steps={args.steps} batch={args.batch} mode={args.mode} "
       f"cluster_training={'yes' if extra else 'no'} "
       f"library_has_ClusterTraining={hasattr(es, 'ClusterTraining')}")
   if args.init_from:
-    _copy_checkpoint(args.init_from, args.model_dir)
+    copy_checkpoint(args.init_from, args.model_dir)
 
   model_fn, spec = MODELS[args.model](args)
   config = tf.compat.v1.estimator.tpu.RunConfig(

@@ -311,7 +311,7 @@ def test_task_slices_tile_the_global_batches():
 def test_the_features_are_the_same_in_numpy_and_tensorflow():
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   k = np.arange(0, 50, dtype=np.int64)
-  tf_ops = cluster_programs._TFOps  # pylint: disable=protected-access
+  tf_ops = cluster_programs.TFOps
   with tf.Graph().as_default():
     tensors = cluster_programs.ctr_features(tf.constant(k), tf_ops)
     tensors["counter"] = cluster_programs.counter_ids(tf.constant(k), tf_ops)
@@ -351,7 +351,7 @@ def test_the_cluster_mode_argument_only_when_the_library_has_it(monkeypatch):
   base = ["--model", "counter", "--model-dir", "d", "--steps", "1", "--batch",
           "8"]
   if not hasattr(cluster_programs.es, "ClusterTraining"):
-    assert cluster_programs._cluster_training(parse(base + ["--mode", "sync"])) == {}  # pylint: disable=protected-access
+    assert cluster_programs.cluster_training_kwargs(parse(base + ["--mode", "sync"])) == {}
 
   class ClusterTraining:
 
@@ -360,10 +360,10 @@ def test_the_cluster_mode_argument_only_when_the_library_has_it(monkeypatch):
 
   monkeypatch.setattr(cluster_programs.es, "ClusterTraining", ClusterTraining,
                       raising=False)
-  extra = cluster_programs._cluster_training(  # pylint: disable=protected-access
+  extra = cluster_programs.cluster_training_kwargs(
       parse(base + ["--mode", "sync", "--step-timeout", "7"]))
   assert extra["cluster_training"].kwargs == {"asynchronous": False,
                                               "step_timeout_secs": 7.0}
-  extra = cluster_programs._cluster_training(parse(base + ["--mode", "async"]))  # pylint: disable=protected-access
+  extra = cluster_programs.cluster_training_kwargs(parse(base + ["--mode", "async"]))
   assert extra["cluster_training"].kwargs == {"asynchronous": True}
-  assert cluster_programs._cluster_training(parse(base)) == {}  # pylint: disable=protected-access
+  assert cluster_programs.cluster_training_kwargs(parse(base)) == {}

@@ -206,7 +206,7 @@ def test_checkpoints_move_between_one_process_and_other_ps_counts(tmp_path):
   _single(first, 6, 8, str(tmp_path / "first.json"))
   start = os.path.join(first, "model.ckpt-6")
   model_dir = str(tmp_path / "cluster")
-  cluster_programs._copy_checkpoint(start, model_dir)  # pylint: disable=protected-access
+  cluster_programs.copy_checkpoint(start, model_dir)
   out = str(tmp_path / "cluster.json")
   logs = _run_cluster(tmp_path, 1, _argv(model_dir, 12, 8, "sync", out),
                       ps=3)

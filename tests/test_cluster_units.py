@@ -52,16 +52,44 @@ def _estimator(tmp_path, batch=12, **kwargs):
       **kwargs)
 
 
+class _Built(Exception):
+  """Stops `train`/`evaluate` once the graph is built (no session: the
+  cluster's servers are not running in these tests)."""
+
+
 def _input_params(estimator, mode=ModeKeys.TRAIN):
+  """The params `estimator` gives input_fn in `mode` (through the public
+  train/evaluate, stopped right after input_fn)."""
   seen = {}
 
   def input_fn(params):
     seen.update(params)
-    return {"a": tf.sparse.from_dense(tf.zeros([1, 1], tf.int64))}
+    raise _Built()
 
-  with tf.Graph().as_default():
-    estimator._call_input_fn(input_fn, mode)  # pylint: disable=protected-access
+  with pytest.raises(_Built):
+    if mode == ModeKeys.TRAIN:
+      estimator.train(input_fn, max_steps=1)
+    else:
+      estimator.evaluate(input_fn, steps=1)
   return seen
+
+
+def _build_training_graph(estimator):
+  """Builds `estimator`'s training graph on a batch of 3 examples (model_fn
+  runs); stops before any session."""
+
+  class Stop(tf.estimator.SessionRunHook):
+
+    def begin(self):
+      raise _Built()
+
+  def input_fn(params):
+    del params
+    return {"a": tf.sparse.from_dense(tf.constant([[1], [2], [3]],
+                                                  tf.int64))}
+
+  with pytest.raises(_Built):
+    estimator.train(input_fn, max_steps=1, hooks=[Stop()])
 
 
 # --- options ------------------------------------------------------------------
@@ -241,13 +269,8 @@ def test_a_synchronous_step_refuses_model_fn_advancing_the_step_itself(
       model_fn=_sync_model_fn,
       config=tf.compat.v1.estimator.tpu.RunConfig(model_dir=str(tmp_path)),
       use_tpu=False, train_batch_size=9, embedding_config_spec=_spec())
-  with tf.Graph().as_default():
-    features = {"a": tf.sparse.from_dense(tf.constant([[1], [2], [3]],
-                                                      tf.int64))}
-    tf.compat.v1.train.create_global_step()
-    with pytest.raises(ValueError, match="writes the global step itself"):
-      estimator._call_model_fn(  # pylint: disable=protected-access
-          features, None, ModeKeys.TRAIN, estimator.config)
+  with pytest.raises(ValueError, match="writes the global step itself"):
+    _build_training_graph(estimator)
 
 
 def test_a_synchronous_step_needs_a_v1_optimizer(tmp_path, monkeypatch):
@@ -266,10 +289,5 @@ def test_a_synchronous_step_needs_a_v1_optimizer(tmp_path, monkeypatch):
       model_fn=model_fn,
       config=tf.compat.v1.estimator.tpu.RunConfig(model_dir=str(tmp_path)),
       use_tpu=False, train_batch_size=9, embedding_config_spec=_spec())
-  with tf.Graph().as_default():
-    features = {"a": tf.sparse.from_dense(tf.constant([[1], [2], [3]],
-                                                      tf.int64))}
-    tf.compat.v1.train.create_global_step()
-    with pytest.raises(ValueError, match="did not call `apply_gradients`"):
-      estimator._call_model_fn(  # pylint: disable=protected-access
-          features, None, ModeKeys.TRAIN, estimator.config)
+  with pytest.raises(ValueError, match="did not call `apply_gradients`"):
+    _build_training_graph(estimator)

@@ -151,7 +151,7 @@ class SyncStep:
     for call in self._calls:
       # Operation has no public way to add a control input to an op made
       # earlier: model_fn's train op holds the stand-ins.
-      call.op._add_control_input(done)  # pylint: disable=protected-access
+      call.op._add_control_input(done)
     hooks = list(spec.training_hooks) + [
         SyncWatchHook(cluster, self._options, self._contributions(),
                       self._reports)
