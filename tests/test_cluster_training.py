@@ -85,7 +85,7 @@ def _run_cluster(tmp_path, workers, argv, ps=2, evaluator=False):
 
 
 @pytest.mark.parametrize("workers,batch,extra", [
-    (1, 8, ["--pipelining", "--cross-shard"]),
+    (1, 8, ["--pipelining", "--cross-shard", "--save-steps", 3]),
     (2, 6, ["--adam"]),
 ], ids=["W2-pipelining-crossshard-evaluator", "W3-adam"])
 def test_synchronous_tasks_train_like_one_process(tmp_path, workers, batch,

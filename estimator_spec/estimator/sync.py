@@ -80,6 +80,7 @@ class SyncStep:
     self._local = set()
     self._calls = []
     self._original_apply = None
+    self._late_replies = None  # the chief's replies, sent by a hook
 
   def add_local_variables(self, variables):
     """Variables of this task only (never sent, applied by the chief as
@@ -156,6 +157,8 @@ class SyncStep:
         SyncWatchHook(cluster, self._options, self._contributions(),
                       self._reports)
     ]
+    if self._late_replies is not None:
+      hooks.append(_ReplyHook(self._late_replies))
     return spec._replace(train_op=tf.group(spec.train_op, done),
                          training_hooks=hooks)
 
@@ -342,6 +345,21 @@ class SyncStep:
         ]
         with tf.control_dependencies(updates):
           applied.append(call.apply(self._original_apply, grads_and_vars))
+    if engine is not None and engine.model.pipeline_execution_with_tensor_core:
+      # With pipelining, the chief may apply the held update between steps
+      # (before a checkpoint): the workers may start their next lookups only
+      # after that, so the chief tells them after its checkpoint hook has
+      # run (`_ReplyHook`), not in the step.
+      with tf.control_dependencies(None), tf.compat.v1.device(
+          cluster.ps_device(0)):
+        now = tf.cast(tf.compat.v1.train.get_global_step().read_value(),
+                      tf.int64)
+        self._late_replies = tf.group(*[
+            self._reply_queue(task).enqueue([tf.constant(_DONE, tf.int64),
+                                             now])
+            for task in range(1, tasks)
+        ], name="synchronous_step_replies")
+      return tf.group(*(applied + updates), name="synchronous_step_done")
     with tf.control_dependencies(applied + updates), tf.compat.v1.device(
         cluster.ps_device(0)):
       replies = [
@@ -395,6 +413,19 @@ def _refuse_own_step_increments(ops):
         "it to the optimizer instead (`minimize(loss, global_step=...)`), "
         "which advances it once per synchronous step, or use "
         "ClusterTraining(asynchronous=True).")
+
+
+class _ReplyHook(tf.estimator.SessionRunHook):
+  """The chief's "step done" to the workers, after each step's hooks that
+  come before it (Estimator runs the chief's checkpoint hook, whose
+  listeners apply a held pipelined update, before the model's hooks)."""
+
+  def __init__(self, replies):
+    self._replies = replies
+
+  def after_run(self, run_context, run_values):
+    del run_values
+    run_context.session.run(self._replies)
 
 
 class SyncWatchHook(tf.estimator.SessionRunHook):
