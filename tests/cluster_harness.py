@@ -272,6 +272,14 @@ class LocalCluster:
     proc = self._procs.get(task)
     return proc is not None and proc.poll() is None
 
+  def memory_mb(self, task, field="VmRSS"):
+    """A running task's memory (`VmRSS`: now; `VmHWM`: its peak), in MB."""
+    with open(f"/proc/{self._procs[task].pid}/status") as status:
+      for line in status:
+        if line.startswith(field + ":"):
+          return int(line.split()[1]) / 1024
+    raise KeyError(field)
+
   def returncode(self, task):
     return self._procs[task].poll()
 

@@ -262,7 +262,8 @@ def ctr_model(args):
   error of sigmoid(logit) against the label; Adagrad 0.05 for the dense
   layer; eval metrics loss, auc and mean prediction."""
   a = tec.embedding_column(
-      fc.categorical_column_with_identity("a", CTR_VOCAB_A), CTR_DIM,
+      fc.categorical_column_with_identity("a", args.vocab_a or CTR_VOCAB_A),
+      CTR_DIM,
       combiner="mean", initializer=_row_initializer(0.1, 0.0))
   b, c = tec.shared_embedding_columns(
       [fc.categorical_column_with_identity("b", CTR_VOCAB_SHARED),
@@ -515,6 +516,9 @@ def parse_args(argv=None):
   parser.add_argument("--out", default=None,
                       help="result JSON, written by the chief / --single run")
   parser.add_argument("--pipelining", action="store_true")
+  parser.add_argument("--vocab-a", type=int, default=None,
+                      help="ctr: rows of table 'a' (the data uses the first "
+                      f"{CTR_VOCAB_A})")
   parser.add_argument("--adam", action="store_true",
                       help="ctr: Adam (non-slot beta powers) for the dense "
                       "model instead of Adagrad")
@@ -542,6 +546,14 @@ def parse_args(argv=None):
   if args.init_from and not args.single:
     parser.error("--init-from is for --single runs")
   return args
+
+
+def _peak_rss_mb():
+  with open("/proc/self/status") as status:
+    for line in status:
+      if line.startswith("VmHWM:"):
+        return int(line.split()[1]) / 1024
+  return None
 
 
 def main(argv=None):
@@ -598,6 +610,7 @@ def main(argv=None):
         "task": task, "model": args.model, "steps": args.steps,
         "batch": args.batch, "mode": args.mode,
         "cluster_training": bool(extra), "train_seconds": seconds,
+        "peak_rss_mb": _peak_rss_mb(),
         "metrics": ({k: float(v) for k, v in metrics.items()}
                     if metrics else None),
     })

@@ -235,3 +235,27 @@ def test_the_cluster_example_trains_and_evaluates(tmp_path):
   assert re.search(r"Saving dict for global step 30: auc = ", evaluator), (
       evaluator[-3000:])
   assert "128 examples per task step" in cluster.log("worker:0")
+
+
+def _memory_after_training(tmp_path, vocab):
+  """(each ps task's resident MB after training, placements)."""
+  model_dir = str(tmp_path / f"model_{vocab}")
+  argv = _argv(model_dir, 3, 8, "sync", None, "--vocab-a", vocab)
+  with LocalCluster(tmp_path / f"run_{vocab}", chief=1, workers=0, ps=2,
+                    timeout=WAIT) as cluster:
+    cluster.start_all(lambda task: argv)
+    assert cluster.wait("chief:0") == 0, cluster.log_tails(first="chief:0")
+    ps = [cluster.memory_mb(f"ps:{i}") for i in range(2)]
+    placed = _placements(cluster.log("chief:0"))
+  return ps, placed
+
+
+def test_the_tables_take_their_memory_on_the_ps_tasks(tmp_path):
+  # Table 'a' with 4,000,000 rows of 4 floats and its Adagrad slot: 128 MB,
+  # half on each ps task, which holds it after training.
+  small_ps, _ = _memory_after_training(tmp_path, 40)
+  big_ps, placed = _memory_after_training(tmp_path, 4_000_000)
+  for p in (0, 1):
+    assert placed[f"input_layer/a_embedding/embedding_weights/part_{p}"] == (
+        f"/job:ps/task:{p}")
+    assert big_ps[p] - small_ps[p] >= 0.75 * 64, (small_ps, big_ps)
