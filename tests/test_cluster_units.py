@@ -291,3 +291,26 @@ def test_a_synchronous_step_needs_a_v1_optimizer(tmp_path, monkeypatch):
       use_tpu=False, train_batch_size=9, embedding_config_spec=_spec())
   with pytest.raises(ValueError, match="did not call `apply_gradients`"):
     _build_training_graph(estimator)
+
+
+def test_a_synchronous_step_refuses_a_summing_cross_shard_optimizer(
+    tmp_path, monkeypatch):
+  _tf_config(monkeypatch, "chief", 0)
+
+  def model_fn(features, labels, mode, params):
+    del labels, params
+    net = tf.compat.v1.feature_column.input_layer(
+        features, [_spec().feature_columns[0]])
+    loss = tf.reduce_sum(net)
+    optimizer = tf.compat.v1.tpu.CrossShardOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(0.1),
+        reduction=tf.compat.v1.losses.Reduction.SUM)
+    return es.TPUEstimatorSpec(mode, loss=loss, train_op=optimizer.minimize(
+        loss, global_step=tf.compat.v1.train.get_global_step()))
+
+  estimator = es.TPUEstimator(
+      model_fn=model_fn,
+      config=tf.compat.v1.estimator.tpu.RunConfig(model_dir=str(tmp_path)),
+      use_tpu=False, train_batch_size=9, embedding_config_spec=_spec())
+  with pytest.raises(ValueError, match=r"reduction=SUM\) in synchronous"):
+    _build_training_graph(estimator)

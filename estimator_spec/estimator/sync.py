@@ -48,6 +48,12 @@ _DONE = 0      # reply: step (value - 1) is applied
 _DROPPED = 1   # reply: the entry of step `value` was dropped; run it again
 _PREFIX = "estimator_spec_sync"
 _QUEUE_CAPACITY = 8
+SUM_REDUCTION_REFUSED = (
+    "TPUEstimator: CrossShardOptimizer(reduction=SUM) in synchronous "
+    "training on a cluster: the training tasks' gradients are averaged (the "
+    "MEAN reduction, CrossShardOptimizer's default); summing them is not "
+    "supported. Use the default reduction (and scale the learning rate if "
+    "you relied on the sum).")
 _REPLY_CAPACITY = 64
 
 

@@ -475,7 +475,8 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     with contextlib.ExitStack() as stack:
       if source is not None:
         stack.enter_context(context.activation_source(source))
-      stack.enter_context(interop.single_replica())
+      stack.enter_context(interop.single_replica(
+          None if sync is None else sync_lib.SUM_REDUCTION_REFUSED))
       if sync is not None:
         stack.enter_context(sync.recording())
       try:

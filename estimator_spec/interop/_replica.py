@@ -34,17 +34,33 @@ class _SingleReplicaOps:
 
 
 @contextlib.contextmanager
-def single_replica():
+def single_replica(refuse_sum_reduction=None):
   """Runs TPU-replicated training code on the host as one replica.
 
   Inside the block, `CrossShardOptimizer` sees one shard (no loss scaling,
   no warning) and sums gradients over that one replica, and so does a
   model_fn's own `tf.compat.v1.tpu.cross_replica_sum`: an identity instead
   of the `CrossReplicaSum` op, which has no CPU kernel.
+
+  Args:
+    refuse_sum_reduction: None, or the message of the ValueError raised when
+      a `CrossShardOptimizer` with `reduction=SUM` applies gradients (where
+      the replicas' gradients are averaged elsewhere, as on a synchronous
+      cluster).
   """
   single = _SingleReplicaOps(tpu_ops)
   patches = [(tpu_optimizer, "tpu_ops", single),
              (tpu_ops, "cross_replica_sum", single.cross_replica_sum)]
+  if refuse_sum_reduction is not None:
+    apply_gradients = tpu_optimizer.CrossShardOptimizer.apply_gradients
+
+    def averaged_only(optimizer, *args, **kwargs):
+      if optimizer._reduction != tf.compat.v1.losses.Reduction.MEAN:
+        raise ValueError(refuse_sum_reduction)
+      return apply_gradients(optimizer, *args, **kwargs)
+
+    patches.append((tpu_optimizer.CrossShardOptimizer, "apply_gradients",
+                    averaged_only))
   api = sys.modules.get("tensorflow._api.v2.compat.v1.tpu")
   if api is not None and hasattr(api, "cross_replica_sum"):
     patches.append((api, "cross_replica_sum", single.cross_replica_sum))
