@@ -1,6 +1,7 @@
 """Cluster training, the parts that run in one process: the options, each
-training task's batch and input context, and the engine's per-partition
-update (what a ps task runs) against the one-process update."""
+training task's batch and input context, the engine's per-partition update
+(what a ps task runs) against the one-process update, what a synchronous
+step refuses, and each task's device filters."""
 import json
 import os
 
@@ -247,70 +248,107 @@ def test_partition_updates_on_their_task_equal_the_local_update(
 # --- model_fn checks of a synchronous step ------------------------------------
 
 
-def _sync_model_fn(features, labels, mode, params):
-  del labels, mode, params
-  column = _spec().feature_columns[0]
-  net = tf.compat.v1.feature_column.input_layer(features, [column])
-  loss = tf.reduce_sum(net)
-  step = tf.compat.v1.train.get_global_step()
-  return es.TPUEstimatorSpec(
-      tf.estimator.ModeKeys.TRAIN, loss=loss,
-      train_op=tf.group(
-          tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss),
-          step.assign_add(1)))
-
-
-def test_a_synchronous_step_refuses_model_fn_advancing_the_step_itself(
-    tmp_path, monkeypatch):
+def _train_op_advancing_the_step_itself(loss):
   # Every task runs model_fn's train op: its own increment would advance
-  # the step once per task. Refused while the graph is built.
-  _tf_config(monkeypatch, "worker", 0)
-  estimator = es.TPUEstimator(
-      model_fn=_sync_model_fn,
-      config=tf.compat.v1.estimator.tpu.RunConfig(model_dir=str(tmp_path)),
-      use_tpu=False, train_batch_size=9, embedding_config_spec=_spec())
-  with pytest.raises(ValueError, match="writes the global step itself"):
-    _build_training_graph(estimator)
+  # the step once per task.
+  optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+  return tf.group(optimizer.minimize(loss),
+                  tf.compat.v1.train.get_global_step().assign_add(1))
 
 
-def test_a_synchronous_step_needs_a_v1_optimizer(tmp_path, monkeypatch):
+def _train_op_without_an_optimizer(loss):
   # The dense gradients are averaged where a tf.compat.v1.train optimizer
   # applies them; a train op that never calls one cannot be synchronous.
-  _tf_config(monkeypatch, "chief", 0)
+  del loss
+  return tf.no_op()
+
+
+def _train_op_summing_over_replicas(loss):
+  # The tasks' gradients are averaged, CrossShardOptimizer's default.
+  optimizer = tf.compat.v1.tpu.CrossShardOptimizer(
+      tf.compat.v1.train.GradientDescentOptimizer(0.1),
+      reduction=tf.compat.v1.losses.Reduction.SUM)
+  return optimizer.minimize(
+      loss, global_step=tf.compat.v1.train.get_global_step())
+
+
+@pytest.mark.parametrize("task_type,train_op_fn,error", [
+    ("worker", _train_op_advancing_the_step_itself,
+     "writes the global step itself"),
+    ("chief", _train_op_without_an_optimizer,
+     "did not call `apply_gradients`"),
+    ("chief", _train_op_summing_over_replicas,
+     r"reduction=SUM\) in synchronous"),
+], ids=["own-step-increment", "no-v1-optimizer", "sum-reduction"])
+def test_a_synchronous_step_refuses_what_it_cannot_run_as_one(
+    tmp_path, monkeypatch, task_type, train_op_fn, error):
+  # Refused while the graph is built, before any session.
+  _tf_config(monkeypatch, task_type, 0)
 
   def model_fn(features, labels, mode, params):
     del labels, params
     net = tf.compat.v1.feature_column.input_layer(
         features, [_spec().feature_columns[0]])
     loss = tf.reduce_sum(net)
-    return es.TPUEstimatorSpec(mode, loss=loss, train_op=tf.no_op())
+    return es.TPUEstimatorSpec(mode, loss=loss, train_op=train_op_fn(loss))
 
   estimator = es.TPUEstimator(
       model_fn=model_fn,
       config=tf.compat.v1.estimator.tpu.RunConfig(model_dir=str(tmp_path)),
       use_tpu=False, train_batch_size=9, embedding_config_spec=_spec())
-  with pytest.raises(ValueError, match="did not call `apply_gradients`"):
+  with pytest.raises(ValueError, match=error):
     _build_training_graph(estimator)
 
 
-def test_a_synchronous_step_refuses_a_summing_cross_shard_optimizer(
-    tmp_path, monkeypatch):
-  _tf_config(monkeypatch, "chief", 0)
+# --- device filters -------------------------------------------------------------
+# A host TPUEstimator in a between-graph cluster sets the session config
+# Estimator's own RunConfig would: device filters, so that a task waits only
+# for the tasks it talks to (the ps tasks and itself). TF's TPU RunConfig
+# leaves them out (a TPU job runs in-graph); without them a chief waits for
+# every worker before it starts. Oracle: TF 2.15's
+# `tf.compat.v1.estimator.RunConfig` under the same TF_CONFIG.
 
-  def model_fn(features, labels, mode, params):
-    del labels, params
-    net = tf.compat.v1.feature_column.input_layer(
-        features, [_spec().feature_columns[0]])
-    loss = tf.reduce_sum(net)
-    optimizer = tf.compat.v1.tpu.CrossShardOptimizer(
-        tf.compat.v1.train.GradientDescentOptimizer(0.1),
-        reduction=tf.compat.v1.losses.Reduction.SUM)
-    return es.TPUEstimatorSpec(mode, loss=loss, train_op=optimizer.minimize(
-        loss, global_step=tf.compat.v1.train.get_global_step()))
 
+def _estimators_own(tmp_path):
+  """The session config TF's own Estimator runs with (plain RunConfig)."""
+  return tf.compat.v1.estimator.Estimator(
+      model_fn=_model_fn,
+      config=tf.compat.v1.estimator.RunConfig(
+          model_dir=str(tmp_path))).config.session_config
+
+
+@pytest.mark.parametrize("task_type,index", [("chief", 0), ("worker", 0),
+                                             ("worker", 1), ("ps", 0),
+                                             ("ps", 1), ("evaluator", 0)])
+def test_session_config_is_estimators_for_every_task(tmp_path, monkeypatch,
+                                                      task_type, index):
+  _tf_config(monkeypatch, task_type, index)
+  expected = _estimators_own(tmp_path)
+  estimator = _estimator(tmp_path)
+  got = estimator.config.session_config
+  assert got == expected
+  assert bool(list(got.device_filters)) == (task_type != "evaluator")
+  # The tables still live on the two ps tasks (an evaluator, outside the
+  # cluster, reads checkpoints locally).
+  if task_type != "evaluator":
+    assert estimator.config.cluster_spec.num_tasks("ps") == 2
+
+
+def test_a_session_config_of_the_users_own_is_kept(tmp_path, monkeypatch):
+  _tf_config(monkeypatch, "worker", 1)
+  own = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=3)
   estimator = es.TPUEstimator(
-      model_fn=model_fn,
-      config=tf.compat.v1.estimator.tpu.RunConfig(model_dir=str(tmp_path)),
-      use_tpu=False, train_batch_size=9, embedding_config_spec=_spec())
-  with pytest.raises(ValueError, match=r"reduction=SUM\) in synchronous"):
-    _build_training_graph(estimator)
+      model_fn=_model_fn,
+      config=tf.compat.v1.estimator.tpu.RunConfig(
+          model_dir=str(tmp_path), session_config=own),
+      use_tpu=False, train_batch_size=12, embedding_config_spec=_spec())
+  assert estimator.config.session_config == own
+  assert not list(estimator.config.session_config.device_filters)
+
+
+def test_without_a_cluster_the_session_config_is_estimators(tmp_path,
+                                                           monkeypatch):
+  monkeypatch.delenv("TF_CONFIG", raising=False)
+  estimator = _estimator(tmp_path)
+  assert estimator.config.session_config == _estimators_own(tmp_path)
+  assert not list(estimator.config.session_config.device_filters)
