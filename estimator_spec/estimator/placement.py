@@ -8,16 +8,9 @@ import math
 import tensorflow as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 
+from estimator_spec.estimator import cluster as cluster_lib
 from estimator_spec.estimator import tpu_context
 from estimator_spec.config import embedding_config as config_lib
-
-
-def _parameter_servers(config):
-  """The number of `ps` tasks in the RunConfig's cluster (0 without)."""
-  cluster_spec = getattr(config, "cluster_spec", None)
-  if cluster_spec is None or "ps" not in cluster_spec.jobs:
-    return 0
-  return cluster_spec.num_tasks("ps")
 
 
 def table_topology(config):
@@ -29,9 +22,9 @@ def table_topology(config):
   of a TPU run, `mod` layout included, reads back as the TPU wrote it.
   Default: one host with one core.
   """
-  num_ps = _parameter_servers(config)
-  if num_ps:
-    return num_ps, num_ps, False
+  cluster = cluster_lib.Cluster.from_run_config(config)
+  if cluster is not None:
+    return cluster.num_ps, cluster.num_ps, False
   topology = tpu_context.Topology.from_run_config(config)
   return topology.num_hosts, topology.num_replicas, True
 
@@ -71,9 +64,8 @@ def cluster_session_config(config):
 def shard_device_fn(config):
   """partition index -> device of the `ps` task holding it; None when the
   run has no parameter servers (every partition on the local device)."""
-  if not _parameter_servers(config):
-    return None
-  return lambda i: f"/job:ps/task:{i}"
+  cluster = cluster_lib.Cluster.from_run_config(config)
+  return None if cluster is None else cluster.ps_device
 
 
 def embedding_config(spec, mode, config, batch_sizes):
