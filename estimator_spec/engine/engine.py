@@ -17,6 +17,15 @@ first write, so a failed step changes no table and no slot.
 With `pipeline_execution_with_tensor_core`, the update of step N is held and
 applied during step N+1 after that step's lookups (SEMANTICS.md section 5);
 `flush()` applies a held update (before a checkpoint, at the end).
+
+When the partitions live on other tasks (`shard_device_fn`: a cluster's ps
+tasks), each partition is updated on its own task (`update_partition`),
+reading its rows and slots at update time under a lock (or inside one of
+TF's sparse-apply kernels, which lock the variables), so that concurrent
+updates of the same rows from several tasks all count. `table_gradients`
+is the first half of `apply_gradients` alone (sections 4.1-4.3): a
+synchronous cluster step sends it to the chief, which calls
+`update_partition` with every task's sums.
 """
 import collections
 import contextlib
