@@ -1,0 +1,313 @@
+"""Lookup statistics of one table (`profile_data_directory`), as plain data.
+
+A `TableStatistics` accumulates what sampled lookups of one table show, in
+bounded memory, and merges with another (another run, another task):
+
+* `lookups` and `examples`: ids looked up and examples seen (sampled);
+* distinct ids: a HyperLogLog sketch of 2**12 one-byte registers, relative
+  standard error 1.04 / sqrt(4096) = 1.6% (`distinct_ids()`);
+* the hottest ids: a Misra-Gries summary of at most `capacity` ids; a
+  listed count is at most `lookups / (capacity + 1)` below the true count,
+  and every id looked up more often than that is listed (`hottest()`);
+* ids per example: how many examples had n ids (n capped at
+  `MAX_IDS_PER_EXAMPLE`, larger counts in that last bucket);
+* the lookup load each shard would carry under `div` and under `mod` for
+  the configured shard count (`sharding.ShardLayout.route`).
+
+Files: one JSON file per table (`FORMAT_VERSION`, every field above, the
+settings the file is for), named after a hash of those settings
+(`file_name`), written atomically (`save`: a temporary file in the same
+directory, then a rename). `load` returns None, with a warning, for a file
+that is corrupt, of another format version, or for other settings; it
+never raises for the file's content.
+
+The settings that give statistics their meaning, and so name the file: the
+table's name, vocabulary size and features (name, sequence length), the
+partition strategy and the shard count. Other settings (dimension,
+optimizer, learning rate) do not change which ids are looked up, so a
+changed optimizer keeps its statistics.
+"""
+import base64
+import hashlib
+import json
+import os
+import re
+import tempfile
+import warnings
+
+import numpy as np
+
+from estimator_spec.config import sharding
+
+FORMAT_VERSION = 1
+HLL_PRECISION = 12              # 2**12 registers
+HEAVY_HITTER_CAPACITY = 1024
+MAX_IDS_PER_EXAMPLE = 4096
+_STRATEGIES = ("div", "mod")
+_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def table_settings(model, table_name, num_shards):
+  """The settings statistics of table `table_name` are for (see module)."""
+  table = model.tables[table_name]
+  features = sorted(
+      (name, model.features[name].max_sequence_length)
+      for name in table.features)
+  return {
+      "table": table_name,
+      "vocabulary_size": int(table.vocabulary_size),
+      "features": [list(f) for f in features],
+      "partition_strategy": model.partition_strategy,
+      "num_shards": int(num_shards),
+  }
+
+
+def settings_key(settings):
+  """The hex SHA-256 of the settings' canonical JSON."""
+  canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"))
+  return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def file_name(settings):
+  """`<table>-<first 16 hex digits of the settings' hash>.json`."""
+  readable = re.sub(r"[^A-Za-z0-9_.-]", "_", settings["table"])[:64]
+  return f"{readable}-{settings_key(settings)[:16]}.json"
+
+
+class TableStatistics:
+  """Sampled lookup statistics of one table (see module docstring)."""
+
+  def __init__(self, settings, sampling_rate,
+               capacity=HEAVY_HITTER_CAPACITY):
+    self.settings = dict(settings)
+    self.sampling_rate = float(sampling_rate)
+    self.capacity = int(capacity)
+    self.runs = 1
+    self.lookups = 0
+    self.examples = 0
+    self.registers = np.zeros(2**HLL_PRECISION, np.uint8)
+    self.heavy = {}  # id -> count (Misra-Gries)
+    self.ids_per_example = {}  # n -> examples
+    self.shard_load = {
+        s: np.zeros(self._layout(s).num_partitions, np.int64)
+        for s in _STRATEGIES
+    }
+
+  def _layout(self, strategy):
+    return sharding.ShardLayout(self.settings["vocabulary_size"],
+                                self.settings["num_shards"], strategy)
+
+  # --- observing ---------------------------------------------------------------
+
+  def observe(self, ids, lengths):
+    """Adds one sampled batch: `ids` (int, every id of the batch for this
+    table, all its features), `lengths` (ids per example, per feature)."""
+    ids = np.asarray(ids, np.int64).reshape(-1)
+    lengths = np.asarray(lengths, np.int64).reshape(-1)
+    vocabulary = self.settings["vocabulary_size"]
+    if ids.size and (ids.min() < 0 or ids.max() >= vocabulary):
+      raise ValueError(
+          f"TableStatistics.observe: table {self.settings['table']!r} has "
+          f"{vocabulary} rows; got ids in [{ids.min()}, {ids.max()}].")
+    if int(lengths.sum()) != ids.size:
+      raise ValueError(
+          f"TableStatistics.observe: lengths add up to {int(lengths.sum())} "
+          f"ids; got {ids.size} ids.")
+    self.lookups += int(ids.size)
+    self.examples += int(lengths.size)
+    capped = np.minimum(lengths, MAX_IDS_PER_EXAMPLE)
+    for n, count in zip(*np.unique(capped, return_counts=True)):
+      self.ids_per_example[int(n)] = (
+          self.ids_per_example.get(int(n), 0) + int(count))
+    if not ids.size:
+      return
+    index, rank = _hll_index_and_rank(ids)
+    np.maximum.at(self.registers, index, rank)
+    unique, counts = np.unique(ids, return_counts=True)
+    self._merge_heavy(dict(zip(unique.tolist(), counts.tolist())))
+    for strategy in _STRATEGIES:
+      partition, _ = self._layout(strategy).route(ids)
+      self.shard_load[strategy] += np.bincount(
+          partition, minlength=self.shard_load[strategy].size)
+
+  def _merge_heavy(self, counts):
+    merged = dict(self.heavy)
+    for key, count in counts.items():
+      merged[key] = merged.get(key, 0) + count
+    if len(merged) > self.capacity:
+      # The mergeable Misra-Gries step: subtract the (capacity+1)-th
+      # largest count from every count; keep the positive ones.
+      cut = sorted(merged.values(), reverse=True)[self.capacity]
+      merged = {k: c - cut for k, c in merged.items() if c > cut}
+    self.heavy = merged
+
+  def merge(self, other):
+    """Adds `other`'s statistics (same settings) to these."""
+    if settings_key(other.settings) != settings_key(self.settings):
+      raise ValueError(
+          "TableStatistics.merge: statistics of other settings "
+          f"({other.settings}) cannot be added to these ({self.settings}).")
+    self.runs += other.runs
+    self.lookups += other.lookups
+    self.examples += other.examples
+    np.maximum(self.registers, other.registers, out=self.registers)
+    self._merge_heavy(other.heavy)
+    for n, count in other.ids_per_example.items():
+      self.ids_per_example[n] = self.ids_per_example.get(n, 0) + count
+    for strategy in _STRATEGIES:
+      self.shard_load[strategy] += other.shard_load[strategy]
+
+  # --- reading ----------------------------------------------------------------
+
+  def distinct_ids(self):
+    """Estimated distinct ids sampled (HyperLogLog; 1.6% standard error)."""
+    m = self.registers.size
+    alpha = 0.7213 / (1 + 1.079 / m)
+    estimate = alpha * m * m / np.sum(np.power(2.0, -self.registers.astype(
+        np.float64)))
+    zeros = int(np.count_nonzero(self.registers == 0))
+    if estimate <= 2.5 * m and zeros:
+      estimate = m * np.log(m / zeros)  # linear counting for small sets
+    return float(estimate)
+
+  def hottest(self, k=None):
+    """[(id, count)] by decreasing count (ties by id), at most `k`."""
+    ranked = sorted(self.heavy.items(), key=lambda item: (-item[1], item[0]))
+    return ranked if k is None else ranked[:k]
+
+  def imbalance(self, strategy):
+    """Largest shard load over the mean load (1.0: balanced)."""
+    load = self.shard_load[strategy]
+    mean = load.mean() if load.size else 0.0
+    return float(load.max() / mean) if mean else 1.0
+
+  # --- files ------------------------------------------------------------------
+
+  def to_json(self):
+    return {
+        "format": "estimator_spec.lookup_statistics",
+        "version": FORMAT_VERSION,
+        "settings": self.settings,
+        "key": settings_key(self.settings),
+        "sampling_rate": self.sampling_rate,
+        "runs": self.runs,
+        "lookups": self.lookups,
+        "examples": self.examples,
+        "hll_precision": HLL_PRECISION,
+        "hll_registers": base64.b64encode(self.registers.tobytes()).decode(),
+        "heavy_hitters": {
+            "capacity": self.capacity,
+            "ids": [[int(k), int(c)] for k, c in self.hottest()],
+        },
+        "ids_per_example": {str(n): c for n, c in
+                            sorted(self.ids_per_example.items())},
+        "shard_load": {s: self.shard_load[s].tolist() for s in _STRATEGIES},
+    }
+
+  @classmethod
+  def from_json(cls, data):
+    """The statistics a `to_json` dict holds; ValueError if it is not one."""
+    if not isinstance(data, dict) or data.get(
+        "format") != "estimator_spec.lookup_statistics":
+      raise ValueError("not a lookup statistics file")
+    if data.get("version") != FORMAT_VERSION:
+      raise ValueError(f"format version {data.get('version')!r}, expected "
+                       f"{FORMAT_VERSION}")
+    if data.get("hll_precision") != HLL_PRECISION:
+      raise ValueError(f"HyperLogLog precision {data.get('hll_precision')!r}")
+    stats = cls(data["settings"], data["sampling_rate"],
+                data["heavy_hitters"]["capacity"])
+    if settings_key(stats.settings) != data.get("key"):
+      raise ValueError("the settings do not match the file's key")
+    stats.runs = int(data["runs"])
+    stats.lookups = int(data["lookups"])
+    stats.examples = int(data["examples"])
+    registers = np.frombuffer(base64.b64decode(data["hll_registers"]),
+                              np.uint8)
+    if registers.size != stats.registers.size:
+      raise ValueError("wrong number of HyperLogLog registers")
+    stats.registers = registers.copy()
+    stats.heavy = {int(k): int(c) for k, c in data["heavy_hitters"]["ids"]}
+    stats.ids_per_example = {
+        int(n): int(c) for n, c in data["ids_per_example"].items()}
+    for strategy in _STRATEGIES:
+      load = np.asarray(data["shard_load"][strategy], np.int64)
+      if load.shape != stats.shard_load[strategy].shape:
+        raise ValueError(f"wrong number of {strategy} shards")
+      stats.shard_load[strategy] = load
+    return stats
+
+
+def check_writable(directory):
+  """Raises a clear error unless `directory` exists (or can be made) and
+  takes files; called before any training step."""
+  try:
+    os.makedirs(directory, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=directory, prefix=".write_test_"):
+      pass
+  except OSError as error:
+    raise ValueError(
+        f"profile_data_directory={directory!r} cannot be written "
+        f"({error.strerror or error}); lookup statistics are saved there. "
+        "Give a writable directory.") from error
+
+
+def save(directory, stats):
+  """Writes `stats` to its file in `directory` atomically; returns the
+  path."""
+  path = os.path.join(directory, file_name(stats.settings))
+  handle, temporary = tempfile.mkstemp(dir=directory, prefix=".stats_",
+                                       suffix=".tmp")
+  try:
+    with os.fdopen(handle, "w") as out:
+      json.dump(stats.to_json(), out)
+    os.replace(temporary, path)
+  except BaseException:
+    if os.path.exists(temporary):
+      os.remove(temporary)
+    raise
+  return path
+
+
+def load(directory, settings):
+  """The statistics saved in `directory` for `settings`, or None (no file;
+  or a corrupt, foreign or mismatched one, with a warning)."""
+  path = os.path.join(directory, file_name(settings))
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path) as f:
+      stats = TableStatistics.from_json(json.load(f))
+    if settings_key(stats.settings) != settings_key(settings):
+      raise ValueError("it holds statistics of other settings")
+  except (OSError, ValueError, KeyError, TypeError) as error:
+    warnings.warn(
+        f"Lookup statistics file {path} is ignored: {error}. Training goes "
+        "on; the file is replaced when statistics are next saved.",
+        RuntimeWarning, stacklevel=2)
+    return None
+  return stats
+
+
+def _hll_index_and_rank(ids):
+  """(register index, rank) of each id: a 64-bit mix (SplitMix64) of the
+  id; the first HLL_PRECISION bits pick the register, the rank is 1 + the
+  leading zeros of the rest."""
+  with np.errstate(over="ignore"):
+    z = ids.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+  index = (z >> np.uint64(64 - HLL_PRECISION)).astype(np.int64)
+  rest = (z << np.uint64(HLL_PRECISION)) & _MASK64
+  zeros = np.zeros(rest.shape, np.int64)
+  value = rest.copy()
+  for shift in (32, 16, 8, 4, 2, 1):
+    # Leading zeros by halving: where the top `shift` bits are zero,
+    # count them and move the rest up.
+    empty = (value >> np.uint64(64 - shift)) == 0
+    zeros += np.where(empty, shift, 0)
+    value = np.where(empty, (value << np.uint64(shift)) & _MASK64, value)
+  limit = 64 - HLL_PRECISION
+  rank = np.minimum(zeros, limit) + 1
+  return index, rank.astype(np.uint8)
