@@ -57,6 +57,18 @@ SUM_REDUCTION_REFUSED = (
 _REPLY_CAPACITY = 64
 
 
+def _table_keys(table, partition):
+  """The names of a table partition's ids and gradients in an entry."""
+  return f"ids/{table}/{partition}", f"grads/{table}/{partition}"
+
+
+def _dense_key(call, position):
+  """The name of a dense gradient in an entry (sparse: also
+  `<name>/indices`): model_fn's `call`-th apply_gradients, `position`-th
+  pair."""
+  return f"dense/{call}/{position}"
+
+
 class _Call(collections.namedtuple(
     "_Call",
     ["optimizer", "grads_and_vars", "global_step", "name", "op", "scope"])):
@@ -87,6 +99,7 @@ class SyncStep:
     self._calls = []
     self._original_apply = None
     self._late_replies = None  # the chief's replies, sent by a hook
+    self._resources = {}  # queues and the contributions table, built once
 
   def add_local_variables(self, variables):
     """Variables of this task only (never sent, applied by the chief as
@@ -193,63 +206,82 @@ class SyncStep:
     return [(name, p) for name in engine.model.tables
             for p in range(len(engine.tables[name].partitions))]
 
-  def _dtypes(self, ps, dense, tables):
-    dtypes = [tf.int64]
-    for _, p in tables:
+  def _components(self, ps, dense, tables):
+    """{component name: dtype} of an entry in a queue on `ps`: the step,
+    the ids and gradients of each table partition there, the gradient of
+    each dense variable there (indices and values when sparse). The one
+    description of an entry: the queue, the sender and the chief use it."""
+    components = {"step": tf.int64}
+    for name, p in tables:
       if p == ps:
-        dtypes += [tf.int64, tf.float32]
-    for _, _, _, grad, p in dense:
+        ids, grads = _table_keys(name, p)
+        components[ids], components[grads] = tf.int64, tf.float32
+    for c, k, _, grad, p in dense:
       if p == ps:
         if isinstance(grad, tf.IndexedSlices):
-          dtypes += [tf.int64, grad.values.dtype]
+          components[_dense_key(c, k) + "/indices"] = tf.int64
+          components[_dense_key(c, k)] = grad.values.dtype
         else:
-          dtypes.append(grad.dtype)
-    return dtypes
+          components[_dense_key(c, k)] = grad.dtype
+    return components
 
   def _queue(self, task, ps, dense, tables):
-    with tf.compat.v1.device(self._cluster.ps_device(ps)):
-      return tf.compat.v1.FIFOQueue(
-          _QUEUE_CAPACITY, self._dtypes(ps, dense, tables),
-          shared_name=f"{_PREFIX}/gradients/task_{task}/ps_{ps}",
-          name=f"gradients_task_{task}_ps_{ps}")
+    """`task`'s gradient queue on `ps` (one op per graph)."""
+    key = ("gradients", task, ps)
+    if key not in self._resources:
+      components = self._components(ps, dense, tables)
+      with tf.compat.v1.device(self._cluster.ps_device(ps)):
+        self._resources[key] = tf.compat.v1.FIFOQueue(
+            _QUEUE_CAPACITY, list(components.values()),
+            names=list(components),
+            shared_name=f"{_PREFIX}/gradients/task_{task}/ps_{ps}",
+            name=f"gradients_task_{task}_ps_{ps}")
+    return self._resources[key]
 
   def _reply_queue(self, task):
-    with tf.compat.v1.device(self._cluster.ps_device(0)):
-      return tf.compat.v1.FIFOQueue(
-          _REPLY_CAPACITY, [tf.int64, tf.int64], shapes=[[], []],
-          shared_name=f"{_PREFIX}/replies/task_{task}",
-          name=f"replies_task_{task}")
+    """The chief's replies to `task` (on ps 0; one op per graph)."""
+    key = ("replies", task)
+    if key not in self._resources:
+      with tf.compat.v1.device(self._cluster.ps_device(0)):
+        self._resources[key] = tf.compat.v1.FIFOQueue(
+            _REPLY_CAPACITY, [tf.int64, tf.int64], shapes=[[], []],
+            shared_name=f"{_PREFIX}/replies/task_{task}",
+            name=f"replies_task_{task}")
+    return self._resources[key]
 
   def _contributions(self):
-    """{training task index: last step it sent} (a hash table on ps 0)."""
-    with tf.compat.v1.device(self._cluster.ps_device(0)):
-      return tf.raw_ops.MutableHashTableV2(
-          key_dtype=tf.int64, value_dtype=tf.int64,
-          shared_name=f"{_PREFIX}/contributions", name="contributions")
+    """{training task index: last step it sent} (a hash table on ps 0;
+    one op per graph)."""
+    if "contributions" not in self._resources:
+      with tf.compat.v1.device(self._cluster.ps_device(0)):
+        self._resources["contributions"] = tf.raw_ops.MutableHashTableV2(
+            key_dtype=tf.int64, value_dtype=tf.int64,
+            shared_name=f"{_PREFIX}/contributions", name="contributions")
+    return self._resources["contributions"]
 
   def _push(self, step, dense, tables, embedding, engine):
     """Sends this task's gradients of the step: one entry per ps task."""
     cluster = self._cluster
-    parts = {}
+    values = {"step": step}
     if embedding is not None:
       with tf.control_dependencies([embedding.gate]):
         for name in engine.model.tables:
           split = engine.tables[name].split(
               tf.cast(embedding.ids[name], tf.int64), embedding.grads[name])
           for p, (local, grads) in enumerate(split):
-            parts[(name, p)] = (local, grads)
+            ids_key, grads_key = _table_keys(name, p)
+            values[ids_key], values[grads_key] = local, grads
+    for c, k, _, grad, _ in dense:
+      if isinstance(grad, tf.IndexedSlices):
+        values[_dense_key(c, k) + "/indices"] = tf.cast(grad.indices,
+                                                       tf.int64)
+        values[_dense_key(c, k)] = grad.values
+      else:
+        values[_dense_key(c, k)] = grad
     pushes = []
     for ps in range(cluster.num_ps):
-      components = [step]
-      for key in tables:
-        if key[1] == ps:
-          components += list(parts[key])
-      for _, _, _, grad, p in dense:
-        if p == ps:
-          if isinstance(grad, tf.IndexedSlices):
-            components += [tf.cast(grad.indices, tf.int64), grad.values]
-          else:
-            components.append(grad)
+      components = {name: values[name]
+                    for name in self._components(ps, dense, tables)}
       queue = self._queue(cluster.index, ps, dense, tables)
       with tf.compat.v1.device(cluster.ps_device(ps)):
         pushes.append(queue.enqueue(components))
@@ -268,26 +300,26 @@ class SyncStep:
     queue = self._queue(task, ps, dense, tables)
     reply = self._reply_queue(task) if task and ps == 0 else None
 
-    def stale(*entry):
-      return tf.not_equal(entry[0], step)
+    def stale(entry):
+      return tf.not_equal(entry["step"], step)
 
-    def next_entry(*entry):
+    def next_entry(entry):
       ops = []
       if reply is not None:
         # Only ps 0 answers for a dropped entry: one answer per entry.
-        ops.append(reply.enqueue([tf.constant(_DROPPED, tf.int64), entry[0]]))
+        ops.append(reply.enqueue([tf.constant(_DROPPED, tf.int64),
+                                  entry["step"]]))
       with tf.control_dependencies(ops):
-        return queue.dequeue()
+        return (queue.dequeue(),)
 
     with tf.compat.v1.device(self._cluster.ps_device(ps)):
       first = queue.dequeue()
-      if not isinstance(first, (list, tuple)):
-        first = [first]
-      entry = tf.while_loop(
-          stale, next_entry, list(first),
-          shape_invariants=[tf.TensorShape(None)] * len(first),
+      (entry,) = tf.while_loop(
+          stale, next_entry, (first,),
+          shape_invariants=(
+              {name: tf.TensorShape(None) for name in first},),
           back_prop=False, name=f"take_task_{task}")
-    return list(entry) if isinstance(entry, (list, tuple)) else [entry]
+    return entry
 
   def _chief_step(self, step, pushes, dense, tables, embedding, engine):
     cluster = self._cluster
@@ -302,17 +334,21 @@ class SyncStep:
       }
     # Every task has looked up this step's rows once its entry is taken:
     # only then may pipelining apply the previous step's held update.
-    everyone = [entry[0] for entries in taken.values() for entry in entries]
+    everyone = [entry["step"] for entries in taken.values()
+                for entry in entries]
+
+    def joined(entries, name):
+      return tf.concat([e[name] for e in entries], axis=0)
+
     with tf.control_dependencies(pushes + everyone):
       for ps, entries in taken.items():
         with tf.compat.v1.device(cluster.ps_device(ps)):
-          position = 1
           for name, p in tables:
             if p != ps:
               continue
-            ids = tf.concat([e[position] for e in entries], axis=0)
-            grads = tf.concat([e[position + 1] for e in entries], axis=0)
-            position += 2
+            ids_key, grads_key = _table_keys(name, p)
+            ids = joined(entries, ids_key)
+            grads = joined(entries, grads_key)
             unique, index = tf.unique(ids)
             summed = tf.math.unsorted_segment_sum(
                 grads, index, tf.shape(unique)[0]) * scale
@@ -326,21 +362,19 @@ class SyncStep:
               else:
                 updates.append(engine.update_partition(
                     name, p, unique, summed, rate))
-          for c, k, var, grad, p in dense:
+          for c, k, _, grad, p in dense:
             if p != ps:
               continue
+            name = _dense_key(c, k)
             if isinstance(grad, tf.IndexedSlices):
-              values = tf.concat([e[position + 1] for e in entries], axis=0)
+              values = joined(entries, name)
               averaged[(c, k)] = tf.IndexedSlices(
                   values * tf.cast(scale, values.dtype),
-                  tf.concat([e[position] for e in entries], axis=0),
-                  grad.dense_shape)
-              position += 2
+                  joined(entries, name + "/indices"), grad.dense_shape)
             else:
-              total = tf.math.add_n([e[position] for e in entries])
+              total = tf.math.add_n([e[name] for e in entries])
               averaged[(c, k)] = tf.ensure_shape(
                   total * tf.cast(scale, total.dtype), grad.shape)
-              position += 1
       applied = []
       for c, call in enumerate(self._calls):
         grads_and_vars = [
