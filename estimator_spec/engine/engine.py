@@ -425,7 +425,7 @@ class HostEmbeddingEngine:
       suffix = "" if isinstance(key, str) else f"/part_{key[1]}"
       device = (self.local_device if isinstance(key, str) else
                 self._partition_device(key[1]))
-      with tf.control_dependencies(None), _device(device):
+      with tf.control_dependencies(None), device_scope(device):
         self._pending[key] = _PendingUpdate(
             self.variable_names[name] + suffix,
             self.model.tables[name].dimension)
@@ -451,7 +451,7 @@ class HostEmbeddingEngine:
     step): applies the update held for (table, partition), then holds this
     one, both on the partition's device."""
     applied = self._apply_pending((name, partition))
-    with tf.control_dependencies([applied]), _device(
+    with tf.control_dependencies([applied]), device_scope(
         self._partition_device(partition)):
       return self._pending_update((name, partition)).hold(local_ids, grads,
                                                           lr)
@@ -497,25 +497,25 @@ class HostEmbeddingEngine:
     return tf.group(*writes)
 
   def update_partition(self, name, partition, local_ids, grads, lr):
-    """SEMANTICS.md 4.4-4.8 on partition `partition` of table `name`, on the
-    partition's device: reads the touched rows and slots there, at update
-    time, and writes them back under the partition's lock, so concurrent
-    updates of the same rows (asynchronous training) all count."""
+    """SEMANTICS.md 4.4-4.8 on partition `partition` of table `name`, which
+    lives on another task (`remote_partitions`), on that task: reads the
+    touched rows and slots there, at update time, and writes them back under
+    the partition's lock (or in one of TF's sparse-apply kernels, which lock
+    the variables), so concurrent updates of the same rows (asynchronous
+    training) all count."""
     optimizer = self.config.optimizer_for(name)
     table = self.tables[name].partitions[partition]
     slots = {k: v.partitions[partition] for k, v in self.slots[name].items()}
-    with _device(self._partition_device(partition)):
-      if self.remote_partitions and not optimizer.updates_every_row and (
-          _rule_only(self.model, optimizer)):
+    with device_scope(self._partition_device(partition)):
+      if not optimizer.updates_every_row and _rule_only(self.model,
+                                                        optimizer):
         fused = optimizer.fused_update(table, slots, local_ids, grads, lr)
         if fused is not None:
           return fused
-      lock = None
-      if self.remote_partitions:
-        mutex = tf.raw_ops.MutexV2(
-            shared_name=f"{table.op.name}/update_lock", name="update_lock")
-        lock = tf.raw_ops.MutexLock(mutex=mutex)
-      with tf.control_dependencies([lock] if lock is not None else []):
+      mutex = tf.raw_ops.MutexV2(
+          shared_name=f"{table.op.name}/update_lock", name="update_lock")
+      lock = tf.raw_ops.MutexLock(mutex=mutex)
+      with tf.control_dependencies([lock]):
         rows = tf.gather(table, local_ids)
         if optimizer.updates_every_row:
           update = self._update_every_row(
@@ -535,8 +535,6 @@ class HostEmbeddingEngine:
               slots[k].scatter_update(tf.IndexedSlices(v, local_ids)).op
               for k, v in new_slots.items())
           update = tf.group(*writes)
-      if lock is None:
-        return update
       with tf.control_dependencies([update]):
         return tf.raw_ops.ConsumeMutexLock(mutex_lock=lock)
 
@@ -602,7 +600,7 @@ def _new_rows(model, optimizer, rows, slot_rows, grads, lr):
   return _clip_weights(optimizer, new_rows), new_slots
 
 
-def _device(device):
+def device_scope(device):
   """A device scope, or none when `device` is None (the caller's scope
   stays; `tf.device(None)` would clear it)."""
   return tf.compat.v1.device(device) if device else contextlib.nullcontext()

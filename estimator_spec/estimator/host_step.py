@@ -22,7 +22,6 @@ around the user's model_fn on the host embedding engine:
   layout-aware saver.
 """
 import collections
-import contextlib
 
 import tensorflow as tf
 
@@ -98,8 +97,7 @@ class HostStep:
         self._lookup, features, labels, expected)
     tap = lambda feature, activation: activation
     if self._training:
-      with (tf.compat.v1.device(local_device) if local_device else
-            contextlib.nullcontext()):
+      with engine_lib.device_scope(local_device):
         self._tap = _GradientTap()
       if self._sync is not None:
         self._sync.add_local_variables([self._tap.anchor])
