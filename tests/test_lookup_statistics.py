@@ -203,3 +203,22 @@ def test_ids_outside_the_table_or_lengths_that_disagree_are_refused():
   with pytest.raises(ValueError, match="lengths add up to 3"):
     stats.observe([3, 4], [1, 2])
   assert stats.to_json() == before  # nothing counted
+
+
+def test_load_all_reads_every_table_and_skips_bad_files(tmp_path):
+  first = _observed(_batches(3))
+  other = dict(_settings("mod"), table="tbl_users")
+  second = _observed(_batches(4), other)
+  st.save(str(tmp_path), second)
+  st.save(str(tmp_path), first)
+  (tmp_path / "junk.json").write_text("{not json")
+  renamed = tmp_path / "tbl_items-0000000000000000.json"
+  renamed.write_text(json.dumps(first.to_json()))
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    loaded = st.load_all(str(tmp_path))
+  assert [s.settings["table"] for s in loaded] == ["tbl_items", "tbl_users"]
+  assert loaded[0].to_json() == first.to_json()
+  assert loaded[1].to_json() == second.to_json()
+  skipped = sorted(str(w.message).split()[3] for w in caught)
+  assert skipped == [str(tmp_path / "junk.json"), str(renamed)]

@@ -289,6 +289,28 @@ def load(directory, settings):
   return stats
 
 
+def load_all(directory):
+  """Every statistics file in `directory`, as [TableStatistics] ordered by
+  table name then file name; files that are not readable statistics are
+  skipped with a warning (as `load` does)."""
+  found = []
+  for name in sorted(os.listdir(directory)):
+    if not name.endswith(".json") or name.startswith("."):
+      continue
+    path = os.path.join(directory, name)
+    try:
+      with open(path) as f:
+        stats = TableStatistics.from_json(json.load(f))
+      if file_name(stats.settings) != name:
+        raise ValueError("its name does not match its settings")
+    except (OSError, ValueError, KeyError, TypeError) as error:
+      warnings.warn(f"Lookup statistics file {path} is skipped: {error}.",
+                    RuntimeWarning, stacklevel=2)
+      continue
+    found.append((stats.settings["table"], name, stats))
+  return [stats for _, _, stats in sorted(found, key=lambda f: f[:2])]
+
+
 def _hll_index_and_rank(ids):
   """(register index, rank) of each id: a 64-bit mix (SplitMix64) of the
   id; the first HLL_PRECISION bits pick the register, the rank is 1 + the
