@@ -7,6 +7,8 @@ import io
 
 import numpy as np
 
+from estimator_spec.config import sharding
+
 _FLOAT_BYTES = 4
 
 
@@ -32,16 +34,82 @@ def shard_bytes(config, num_shards=None):
   result = {}
   for name, layout in config.shard_layouts(num_shards).items():
     table = config.model.tables[name]
-    optimizer = config.optimizer_for(name)
-    copies = 1 + (len(optimizer.slot_specs()) if optimizer is not None else 0)
+    copies = _copies(config, name)
     result[name] = [
         rows * table.dimension * _FLOAT_BYTES * copies for rows in layout.sizes
     ]
   return result
 
 
-def describe(config, num_shards=None, include_proto=False):
-  """Returns a multi-line report of `config` (an `EmbeddingConfig`)."""
+def _copies(config, table_name):
+  """Row copies a table keeps: the table and its optimizer's slots."""
+  optimizer = config.optimizer_for(table_name)
+  return 1 + (len(optimizer.slot_specs()) if optimizer is not None else 0)
+
+
+def statistics_section(config, stats_by_table, num_shards):
+  """What saved lookup statistics say about `config`'s tables on
+  `num_shards` shards: per table the sampled lookups and the largest over
+  the mean shard load (imbalance) under `div` and under `mod`; then, per
+  shard, the share of all their sampled lookups and the memory of all
+  tables together under each strategy (shard i of every table lives on the same core or ps task).
+  "" when no table has statistics.
+
+  Args:
+    config: the `EmbeddingConfig`.
+    stats_by_table: {table: statistics (`engine.statistics.TableStatistics`)
+      or None}.
+    num_shards: the shard count the statistics were kept for.
+  """
+  found = {t: s for t, s in stats_by_table.items() if s is not None}
+  if not found:
+    return ""
+  model = config.model
+  out = io.StringIO()
+  tw = max([5] + [len(name) for name in found])
+  configured = model.partition_strategy
+  out.write(f"  {num_shards} shard(s); tables use '{configured}'.\n")
+  out.write(f"  {'table':<{tw}} {'runs':>5} {'lookups':>12} {'distinct':>10}"
+            f" {'div max/mean':>13} {'mod max/mean':>13}\n")
+  load = {s: np.zeros(num_shards) for s in sharding.STRATEGIES}
+  memory = {s: np.zeros(num_shards) for s in sharding.STRATEGIES}
+  for name, stats in found.items():
+    table = model.tables[name]
+    out.write(f"  {name:<{tw}} {stats.runs:>5} {stats.lookups:>12,} "
+              f"{stats.distinct_ids():>10,.0f} "
+              f"{stats.imbalance('div'):>13.2f} "
+              f"{stats.imbalance('mod'):>13.2f}\n")
+    for strategy in sharding.STRATEGIES:
+      counts = stats.shard_load[strategy]
+      load[strategy][:counts.size] += counts
+      rows = sharding.ShardLayout(table.vocabulary_size, num_shards,
+                                  strategy).sizes
+      memory[strategy][:len(rows)] += (np.asarray(rows) * table.dimension *
+                                       _FLOAT_BYTES * _copies(config, name))
+  out.write("  Per shard, the tables above together (share of their "
+            "sampled lookups; memory of tables and slots):\n")
+  out.write(f"  {'shard':>5} {'div load':>9} {'div memory':>12} "
+            f"{'mod load':>9} {'mod memory':>12}\n")
+  share = {s: 100.0 * load[s] / max(load[s].sum(), 1)
+           for s in sharding.STRATEGIES}
+  for shard in range(num_shards):
+    out.write(f"  {shard:>5} {share['div'][shard]:>8.1f}% "
+              f"{_mib(memory['div'][shard]):>12} "
+              f"{share['mod'][shard]:>8.1f}% "
+              f"{_mib(memory['mod'][shard]):>12}\n")
+  for strategy in sharding.STRATEGIES:
+    mean = load[strategy].mean()
+    worst = load[strategy].max() / mean if mean else 1.0
+    note = " (configured)" if strategy == configured else ""
+    out.write(f"  {strategy}{note}: busiest shard {worst:.2f}x the mean "
+              "load\n")
+  return out.getvalue()
+
+
+def describe(config, num_shards=None, include_proto=False, statistics=None):
+  """Returns a multi-line report of `config` (an `EmbeddingConfig`);
+  with `statistics` ({table: saved lookup statistics or None}, kept for
+  `config.num_cores` shards), also what they show (`statistics_section`)."""
   model = config.model
   out = io.StringIO()
   num_shards = config.num_hosts if num_shards is None else num_shards
@@ -98,6 +166,10 @@ def describe(config, num_shards=None, include_proto=False):
   for shard, num_bytes in enumerate(per_shard):
     out.write(f"  shard {shard}: {_mib(int(num_bytes))}\n")
   out.write(f"  total:   {_mib(int(per_shard.sum()))}\n")
+  section = statistics_section(config, statistics or {}, config.num_cores)
+  if section:
+    out.write("\nLookup statistics (sampled while training):\n")
+    out.write(section)
   if include_proto:
     out.write("\nTPUEmbeddingConfiguration:\n")
     out.write(str(config.config_proto))

@@ -93,6 +93,11 @@ class LookupStep:
     self.tables = collections.OrderedDict()
     self._gate = None
 
+  @property
+  def feature_ids(self):
+    """[inputs.FeatureIds] of the step's features (validated ids)."""
+    return list(self._parsed.values())
+
   def add_checks(self, checks):
     """More check ops that gate the lookups and every write of the step;
     only before the first table is looked up."""

@@ -28,6 +28,8 @@ optimizer, learning rate) do not change which ids are looked up, so a
 changed optimizer keeps its statistics.
 """
 import base64
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -40,6 +42,7 @@ import numpy as np
 from estimator_spec.config import sharding
 
 FORMAT_VERSION = 1
+DEFAULT_SAMPLING_RATE = 0.03    # about the TPU runtime's fraction
 HLL_PRECISION = 12              # 2**12 registers
 HEAVY_HITTER_CAPACITY = 1024
 MAX_IDS_PER_EXAMPLE = 4096
@@ -238,6 +241,30 @@ class TableStatistics:
     return stats
 
 
+def sampling_period(rate, owner="profile_sampling_rate"):
+  """The steps between two sampled steps for a sampling rate in (0, 1]:
+  round(1 / rate) (rate 1: every step; the default 0.03: every 33rd)."""
+  if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (
+      0.0 < rate <= 1.0):
+    raise ValueError(
+        f"{owner} must be a number in (0, 1] (the share of training steps "
+        f"whose lookups are sampled); got {rate!r}.")
+  return max(1, int(round(1.0 / rate)))
+
+
+def check_directory(directory):
+  """Raises a clear error for a `profile_data_directory` the host cannot
+  use: a URL (statistics files are merged under a file lock, which needs a
+  local or mounted file system), or a directory that cannot be created or
+  written. Called before any training step."""
+  if "://" in directory:
+    raise ValueError(
+        f"profile_data_directory={directory!r}: the host writes lookup "
+        "statistics to local or mounted directories only (files are merged "
+        "under a file lock); mount the bucket or give a local directory.")
+  check_writable(directory)
+
+
 def check_writable(directory):
   """Raises a clear error unless `directory` exists (or can be made) and
   takes files; called before any training step."""
@@ -267,6 +294,33 @@ def save(directory, stats):
       os.remove(temporary)
     raise
   return path
+
+
+@contextlib.contextmanager
+def _locked(directory):
+  """An exclusive lock on `directory`'s statistics (a `.lock` file), held
+  by one process at a time: tasks of a cluster and models sharing the
+  directory merge their counts one after another."""
+  with open(os.path.join(directory, ".lock"), "a") as handle:
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    try:
+      yield
+    finally:
+      fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def add_to_file(directory, stats):
+  """Adds `stats` to the statistics saved for its settings in `directory`
+  (a missing, corrupt or foreign file counts as none, with a warning) and
+  writes the sum atomically, under the directory's lock. Returns the path."""
+  with _locked(directory):
+    total = load(directory, stats.settings)
+    if total is None:
+      total = TableStatistics(stats.settings, stats.sampling_rate,
+                              stats.capacity)
+      total.runs = 0
+    total.merge(stats)
+    return save(directory, total)
 
 
 def load(directory, settings):

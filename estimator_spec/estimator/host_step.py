@@ -46,6 +46,8 @@ class HostStep:
     batch_sizes: {mode: batch size of one step of this task, or None}.
     cluster: the run's `cluster.Cluster`, or None (tables in this process).
     sync: the `sync.SyncStep` of a synchronous cluster step, or None.
+    profiler: the estimator's `profiling.Profiler` (profile_data_directory),
+      or None; training steps then sample their lookups.
 
   Call `begin`, then model_fn with `source` installed, then `finish`.
   Without engine features (tensor-core columns only) the step checks the
@@ -53,8 +55,9 @@ class HostStep:
   """
 
   def __init__(self, spec, mode, run_config, batch_sizes, cluster=None,
-               sync=None):
+               sync=None, profiler=None):
     self._spec = spec
+    self._profiler = profiler
     self._cluster = cluster
     self._sync = sync
     self._mode = mode
@@ -162,6 +165,9 @@ class HostStep:
     hooks = list(spec.training_hooks)
     if model.pipeline_execution_with_tensor_core:
       hooks.append(hooks_lib.flush_at_end(self._engine.flush()))
+    if self._profiler is not None:
+      hooks.append(self._profiler.hook(self._lookup.feature_ids,
+                                       self._run_config))
     spec = spec._replace(train_op=train_op, training_hooks=hooks)
     return _with_layout_aware_saver(spec, self._engine, self._run_config,
                                     training=True)

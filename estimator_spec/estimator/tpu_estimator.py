@@ -30,11 +30,13 @@ from tpu_embedding_columns import context
 
 from estimator_spec import interop
 from estimator_spec.config import spec as spec_lib
+from estimator_spec.engine import statistics
 from estimator_spec.estimator import calling
 from estimator_spec.estimator import cluster as cluster_lib
 from estimator_spec.estimator import hooks as hooks_lib
 from estimator_spec.estimator import host_step
 from estimator_spec.estimator import placement
+from estimator_spec.estimator import profiling
 from estimator_spec.estimator import sync as sync_lib
 from estimator_spec.estimator import tpu_context
 from estimator_spec.estimator.spec import ExportSavedModelApiVersion
@@ -55,12 +57,23 @@ def _check_arguments(model_fn, model_dir, config, params, use_tpu,
                      train_batch_size, eval_batch_size, predict_batch_size,
                      batch_axis, eval_on_tpu, export_to_tpu, export_to_cpu,
                      warm_start_from, embedding_config_spec,
-                     export_saved_model_api_version, cluster_training=None):
+                     export_saved_model_api_version, cluster_training=None,
+                     profile_sampling_rate=None):
   """Checks TPUEstimator's arguments, for the host and the TPU paths alike
   (`model_dir`, `config` and `warm_start_from` are checked by Estimator)."""
   del model_dir, config, warm_start_from
   cluster_lib.check_options(cluster_training)
   owner = "TPUEstimator"
+  if profile_sampling_rate is not None:
+    statistics.sampling_period(profile_sampling_rate,
+                               f"{owner}: `profile_sampling_rate`")
+    if embedding_config_spec is None or (
+        embedding_config_spec.profile_data_directory is None):
+      raise ValueError(
+          f"{owner}: `profile_sampling_rate` is the share of training steps "
+          "whose lookups are sampled into the spec's profile_data_directory, "
+          "but the embedding_config_spec has no profile_data_directory. Set "
+          "one, or drop the argument.")
   if model_fn is None or not callable(model_fn):
     raise TypeError(f"{owner}: `model_fn` must be a callable; got "
                     f"{type(model_fn).__name__}.")
@@ -171,6 +184,11 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
       workers) and gets `params['context']` saying which task it is; one
       update per step from the gradients of all tasks. Not an argument of
       TF's TPUEstimator (which has no cluster off the TPU).
+    profile_sampling_rate: with the spec's `profile_data_directory`, the
+      share of training steps whose lookups are sampled into lookup
+      statistics: one step in round(1 / rate), the first step of each
+      `train()` call included. Default 0.03, about what a TPU samples. Not
+      an argument of TF's TPUEstimator (a TPU samples at its own rate).
   """
 
   def __new__(cls, *args, **kwargs):
@@ -185,6 +203,11 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     del arguments["self"]
     if arguments["use_tpu"] is True and interop.tpu_named(arguments["config"]):
       _check_arguments(**arguments)
+      if arguments.pop("profile_sampling_rate") is not None:
+        raise ValueError(
+            "TPUEstimator: `profile_sampling_rate` sets how the host samples "
+            "lookup statistics; this RunConfig names a TPU, whose embedding "
+            "runtime samples at its own rate. Remove the argument.")
       if arguments.pop("cluster_training") is not None:
         raise ValueError(
             "TPUEstimator: `cluster_training` is for training off the TPU "
@@ -209,12 +232,14 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
                warm_start_from=None,
                embedding_config_spec=None,
                export_saved_model_api_version=ExportSavedModelApiVersion.V1,
-               cluster_training=None):
+               cluster_training=None,
+               profile_sampling_rate=None):
     _check_arguments(model_fn, model_dir, config, params, use_tpu,
                      train_batch_size, eval_batch_size, predict_batch_size,
                      batch_axis, eval_on_tpu, export_to_tpu, export_to_cpu,
                      warm_start_from, embedding_config_spec,
-                     export_saved_model_api_version)
+                     export_saved_model_api_version,
+                     profile_sampling_rate=profile_sampling_rate)
     self._cluster_options = cluster_lib.check_options(cluster_training)
     self._sync_reports = []
     self._user_model_fn = model_fn
@@ -262,10 +287,20 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     if use_tpu and train_batch_size is not None:
       # The emulated TPU splits the batch like a TPU would: check it now.
       self._deployment(ModeKeys.TRAIN)
+    self._profiler = None
     if embedding_config_spec is not None:
       # Checks the spec against the topology now, not at the first step.
-      placement.embedding_config(embedding_config_spec, ModeKeys.TRAIN,
-                                 self.config, self._batch_sizes)
+      train_config = placement.embedding_config(
+          embedding_config_spec, ModeKeys.TRAIN, self.config,
+          self._batch_sizes)
+      if embedding_config_spec.profile_data_directory is not None:
+        self._profiler = profiling.Profiler(
+            embedding_config_spec.model,
+            embedding_config_spec.profile_data_directory,
+            (statistics.DEFAULT_SAMPLING_RATE if profile_sampling_rate is None
+             else profile_sampling_rate),
+            num_shards=train_config.num_cores,
+            writes=self._cluster is None or self._cluster.trains)
 
   def _assert_members_are_not_overridden(self):
     # train/predict/export_saved_model are extended below, as TF's
@@ -290,6 +325,10 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
         (self.config.save_checkpoints_steps or
          self.config.save_checkpoints_secs)):
       listeners.append(hooks_lib.FlushListener())
+    if self._profiler is not None:
+      self._profiler.startup_report(placement.embedding_config(
+          self._embedding_spec, ModeKeys.TRAIN, self.config,
+          self._batch_sizes))
     if self._cluster is not None and self._cluster.trains:
       cluster_lib.log_cluster(self._cluster, self._cluster_options,
                               self._batch_sizes[ModeKeys.TRAIN])
@@ -451,9 +490,10 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
       self._warn_plain_lookups()
       spec = self._estimator_spec(spec)
       return spec if sync is None else sync.finish(spec, step_value)
-    step = host_step.HostStep(self._embedding_spec, mode, config,
-                              self._batch_sizes, cluster=self._cluster,
-                              sync=sync)
+    step = host_step.HostStep(
+        self._embedding_spec, mode, config, self._batch_sizes,
+        cluster=self._cluster, sync=sync,
+        profiler=self._profiler if mode == ModeKeys.TRAIN else None)
     features, labels = step.begin(features, labels)
     if "labels" in kwargs:
       kwargs["labels"] = labels
@@ -575,11 +615,6 @@ def host_only_settings(estimator):
           f"use_gradient_accumulation=False (tables {unaccumulated}): the "
           "host always sums a step's gradients per id before one update "
           "(the TPU default).")
-    if spec.profile_data_directory is not None:
-      notes.append(
-          f"profile_data_directory={spec.profile_data_directory!r}: written "
-          "to the configuration proto; the host does not collect lookup "
-          "statistics.")
   return notes
 
 

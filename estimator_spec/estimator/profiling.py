@@ -1,0 +1,150 @@
+"""`profile_data_directory` on the host: sampling lookups while training,
+saving them, and reading them back at start-up.
+
+* `Profiler` (one per estimator with a profile directory): the directory,
+  the sampling rate, and the shard count the statistics are kept for (the
+  run's TPU cores, or its parameter-server tasks on a cluster: the shards a
+  table's rows are spread over). `load()` reads the statistics that match
+  this model's tables; `startup_report` says what they show.
+* `StatisticsHook`: a training hook that fetches the ids of one step in
+  every `round(1 / rate)` (the first step of each `train()` call included)
+  and adds them to per-table `statistics.TableStatistics`, in Python, after
+  the step: the steps in between run exactly as without a profile
+  directory, and the graph is the same with and without one. The counts
+  gathered since the last save are added to the directory's files
+  (`statistics.add_to_file`) at each checkpoint interval of the RunConfig
+  (`save_checkpoints_steps` / `save_checkpoints_secs`) and when training
+  ends. Every training task of a cluster samples its own batches; the files
+  sum them.
+"""
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from estimator_spec.config import report
+from estimator_spec.engine import statistics
+
+
+class Profiler:
+  """Lookup statistics of one estimator's tables (see module docstring).
+
+  Args:
+    model: the spec's `EmbeddingModel`.
+    directory: `profile_data_directory`.
+    sampling_rate: share of training steps sampled, in (0, 1].
+    num_shards: the shard count the statistics are kept for.
+    writes: whether this task writes statistics (training tasks); the
+      directory is then checked now, before any step.
+  """
+
+  def __init__(self, model, directory, sampling_rate, num_shards, writes):
+    self.model = model
+    self.directory = directory
+    self.sampling_rate = float(sampling_rate)
+    self.period = statistics.sampling_period(sampling_rate)
+    self.num_shards = int(num_shards)
+    if writes:
+      statistics.check_directory(directory)
+
+  def settings(self, table):
+    return statistics.table_settings(self.model, table, self.num_shards)
+
+  def load(self):
+    """{table: TableStatistics or None}: what the directory holds for
+    these tables with these settings."""
+    if not tf.io.gfile.isdir(self.directory):
+      return {table: None for table in self.model.tables}
+    return {table: statistics.load(self.directory, self.settings(table))
+            for table in self.model.tables}
+
+  def startup_report(self, config):
+    """Logs the div/mod shard load and memory the saved statistics show
+    (nothing when there are none yet)."""
+    text = report.statistics_section(config, self.load(), self.num_shards)
+    if text:
+      tf.compat.v1.logging.info("Lookup statistics in %s:\n%s",
+                                self.directory, text)
+    else:
+      tf.compat.v1.logging.info(
+          "No lookup statistics in %s for these tables yet; this run samples "
+          "one step in %d.", self.directory, self.period)
+
+  def hook(self, feature_ids, run_config):
+    """The `StatisticsHook` of a training graph whose lookups read
+    `feature_ids` ([engine.inputs.FeatureIds])."""
+    inputs = {}
+    for item in feature_ids:
+      inputs.setdefault(item.table, []).append(
+          (item.flat.ids, item.flat.example, item.flat.batch_size))
+    return StatisticsHook(self, inputs, run_config.save_checkpoints_steps,
+                          run_config.save_checkpoints_secs)
+
+
+class StatisticsHook(tf.compat.v1.train.SessionRunHook):
+  """Samples a step's lookups and saves them (see module docstring)."""
+
+  def __init__(self, profiler, inputs, every_steps=None, every_secs=None):
+    self._profiler = profiler
+    self._inputs = inputs
+    self._every_steps = every_steps
+    self._every_secs = every_secs
+    self._runs = 0
+    self._sampled = False
+    self._first_save = True
+    self._delta = None
+    self._since_save = 0
+    self._saved_at = time.monotonic()
+
+  def begin(self):
+    self._runs = 0
+    self._first_save = True
+    self._new_delta()
+
+  def _new_delta(self):
+    self._delta = {}
+    for table in self._inputs:
+      stats = statistics.TableStatistics(self._profiler.settings(table),
+                                         self._profiler.sampling_rate)
+      stats.runs = 1 if self._first_save else 0
+      self._delta[table] = stats
+
+  def before_run(self, run_context):
+    del run_context
+    self._sampled = self._runs % self._profiler.period == 0
+    self._runs += 1
+    if not self._sampled:
+      return None
+    return tf.compat.v1.train.SessionRunArgs(self._inputs)
+
+  def after_run(self, run_context, run_values):
+    del run_context
+    if self._sampled:
+      for table, features in run_values.results.items():
+        ids, lengths = [], []
+        for feature_ids, example, batch_size in features:
+          ids.append(feature_ids)
+          lengths.append(np.bincount(example, minlength=int(batch_size)))
+        self._delta[table].observe(np.concatenate(ids),
+                                   np.concatenate(lengths))
+    self._since_save += 1
+    if ((self._every_steps and self._since_save >= self._every_steps) or
+        (self._every_secs and
+         time.monotonic() - self._saved_at >= self._every_secs)):
+      self.save()
+
+  def end(self, session):
+    del session
+    self.save()
+
+  def save(self):
+    """Adds what was sampled since the last save to the directory's files
+    (a run's first save writes every table's file, so that the run is
+    counted even when it sampled nothing)."""
+    for stats in self._delta.values():
+      if stats.runs or stats.examples:
+        statistics.add_to_file(self._profiler.directory, stats)
+    self._first_save = False
+    self._new_delta()
+    self._since_save = 0
+    self._saved_at = time.monotonic()
