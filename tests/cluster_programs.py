@@ -273,7 +273,8 @@ def ctr_model(args):
   spec = es.EmbeddingConfigSpec(
       feature_columns=[a, b, c],
       optimization_parameters=es.AdagradParameters(0.1),
-      pipeline_execution_with_tensor_core=args.pipelining)
+      pipeline_execution_with_tensor_core=args.pipelining,
+      profile_data_directory=args.profile_dir)
 
   def model_fn(features, labels, mode, params):
     del params
@@ -538,6 +539,10 @@ def parse_args(argv=None):
   parser.add_argument("--step-delay", type=float, default=0.0,
                       help="seconds to sleep after each training step")
   parser.add_argument("--hold-at-step", type=int, default=None)
+  parser.add_argument("--profile-dir", default=None,
+                      help="profile_data_directory of the ctr model's spec")
+  parser.add_argument("--sampling-rate", type=float, default=None,
+                      help="profile_sampling_rate (with --profile-dir)")
   parser.add_argument("--hold-file", default=None)
   parser.add_argument("--hold-timeout", type=float, default=120.0)
   args = parser.parse_args(argv)
@@ -581,7 +586,8 @@ def main(argv=None):
   estimator = es.TPUEstimator(
       model_fn=model_fn, config=config, use_tpu=False,
       train_batch_size=args.batch, eval_batch_size=args.batch,
-      embedding_config_spec=spec, **extra)
+      embedding_config_spec=spec, profile_sampling_rate=args.sampling_rate,
+      **extra)
   progress = ProgressHook(task, delay=args.step_delay,
                           hold_at=args.hold_at_step, hold_file=args.hold_file,
                           hold_timeout=args.hold_timeout)

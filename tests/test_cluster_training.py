@@ -10,7 +10,10 @@
 * faults: a worker, a ps task or the chief killed (SIGKILL) and restarted;
   a worker that does not come back ends the chief's step with an error
   naming it;
-* checkpoints move between one process and clusters with other ps counts.
+* checkpoints move between one process and clusters with other ps counts;
+* lookup statistics (profile_data_directory) decide which ps task holds
+  each table partition, every task samples into the same files, and the
+  numbers are those of one process without statistics.
 
 Each test starts every process at once (workers that find the model not yet
 initialized look again within a second) and waits by polling logs and files,
@@ -18,6 +21,7 @@ with time limits. Reference runs are one process (`--single`) started from
 the cluster's own step-0 checkpoint, so that both start from the same
 values whatever the partitioning.
 """
+import json
 import os
 import re
 import subprocess
@@ -26,6 +30,8 @@ import sys
 import numpy as np
 import pytest
 
+from estimator_spec.engine import statistics as st
+from estimator_spec.estimator import placement
 from tests import cluster_programs
 from tests.cluster_harness import LocalCluster
 from tests.cluster_harness import REPO_ROOT
@@ -259,3 +265,76 @@ def test_the_tables_take_their_memory_on_the_ps_tasks(tmp_path):
     assert placed[f"input_layer/a_embedding/embedding_weights/part_{p}"] == (
         f"/job:ps/task:{p}")
     assert big_ps[p] - small_ps[p] >= 0.75 * 64, (small_ps, big_ps)
+
+
+def _ctr_spec(profile_dir):
+  args = cluster_programs.parse_args(
+      ["--model", "ctr", "--model-dir", "unused", "--steps", "1", "--batch",
+       "1", "--profile-dir", profile_dir])
+  return cluster_programs.ctr_model(args)[1]
+
+
+def test_statistics_place_partitions_and_leave_training_unchanged(tmp_path):
+  # Saved statistics (2 shards) where partition 0 of both tables carries
+  # most lookups: table 'a' (busier) keeps p -> ps p, table 'bc' puts its
+  # partition 0 on ps 1. The run records the assignment, samples every
+  # step (rate 1) of both training tasks into the same files, and trains
+  # exactly like one process without statistics.
+  profile = str(tmp_path / "profile")
+  os.makedirs(profile)
+  model = _ctr_spec(profile).model
+  (a, bc) = sorted(model.tables, key=lambda t: -model.tables[t].vocabulary_size)
+  seeded = {}
+  for table, hot, cold in ((a, 100, 10), (bc, 80, 5)):
+    stats = st.TableStatistics(st.table_settings(model, table, 2), 1.0)
+    ids = [0] * hot + [model.tables[table].vocabulary_size - 1] * cold
+    stats.observe(np.asarray(ids), np.ones(len(ids), np.int64))
+    st.save(profile, stats)
+    seeded[table] = stats
+  model_dir = str(tmp_path / "cluster")
+  out = str(tmp_path / "cluster.json")
+  steps, batch = 6, 8
+  logs = _run_cluster(tmp_path, 1, _argv(
+      model_dir, steps, batch, "sync", out, "--profile-dir", profile,
+      "--sampling-rate", 1))
+  placed = _placements(logs["chief:0"])
+  expected = {"input_layer/a_embedding/embedding_weights": [0, 1],
+              "bc": [1, 0]}
+  for variable, tasks in expected.items():
+    for suffix in ("", "/Adagrad"):
+      for p, ps in enumerate(tasks):
+        assert placed[f"{variable}{suffix}/part_{p}"] == f"/job:ps/task:{ps}"
+  assert _placements(logs["worker:0"]) == placed
+  assert "Table partitions on the ps tasks" in logs["chief:0"]
+  with open(os.path.join(model_dir, placement.ASSIGNMENT_FILE)) as f:
+    assert json.load(f) == {a: [0, 1], bc: [1, 0]}
+  result = cluster_programs.read_result(out)
+  assert json.loads(result["variables"][placement.ASSIGNMENT_TENSOR]) == {
+      a: [0, 1], bc: [1, 0]}
+
+  single_profile = str(tmp_path / "single_profile")
+  reference = _single(str(tmp_path / "single"), steps, batch,
+                      str(tmp_path / "single.json"), "--init-from",
+                      os.path.join(model_dir, "model.ckpt-0"),
+                      "--profile-dir", single_profile, "--sampling-rate", 1)
+  recorded = dict(result["variables"])
+  del recorded[placement.ASSIGNMENT_TENSOR]
+  _assert_same_variables(recorded, reference["variables"])
+
+  # Both tasks' samples add up to what one process sampled of the same
+  # global batches (the one process keeps them for 1 shard).
+  for table in (a, bc):
+    cluster_stats = st.load(profile, st.table_settings(model, table, 2))
+    single_stats = st.load(single_profile,
+                           st.table_settings(model, table, 1))
+    assert cluster_stats.runs == seeded[table].runs + 2
+    assert single_stats.runs == 1
+    assert (cluster_stats.lookups - seeded[table].lookups ==
+            single_stats.lookups > 0)
+    assert (cluster_stats.examples - seeded[table].examples ==
+            single_stats.examples == steps * batch *
+            len(model.tables[table].features))
+    seeded_counts = dict(seeded[table].hottest())
+    assert {i: c - seeded_counts.get(i, 0)
+            for i, c in cluster_stats.hottest()
+            if c - seeded_counts.get(i, 0)} == dict(single_stats.hottest())

@@ -183,7 +183,7 @@ def _train(optimizer, shards, strategy, remote, pipelining, clipping=None):
       clipping_limit=clipping,
       pipeline_execution_with_tensor_core=pipelining)
   config = es.EmbeddingConfig(spec, batch_size=BATCH)
-  device_fn = (lambda i: "/device:CPU:0") if remote else None
+  device_fn = (lambda table, i: "/device:CPU:0") if remote else None
   with tf.Graph().as_default():
     engine = HostEmbeddingEngine(config, num_shards=shards,
                                  shard_device_fn=device_fn)

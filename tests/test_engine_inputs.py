@@ -1229,7 +1229,7 @@ def test_shard_device_fn_places_partitions():
                        optimizer=es.AdamParameters(0.1))
   with tf.Graph().as_default():
     engine = HostEmbeddingEngine(config, num_shards=3,
-                                 shard_device_fn=lambda i: f"/job:ps/task:{i}")
+                                 shard_device_fn=lambda t, i: f"/job:ps/task:{i}")
     engine.create_variables()
     variables = [engine.tables["t"]] + list(engine.slots["t"].values())
     assert len(variables) == 3

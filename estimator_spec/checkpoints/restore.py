@@ -59,10 +59,15 @@ class LayoutAwareSaver(tf.compat.v1.train.Saver):
     record_layout: add the variable `LAYOUT_TENSOR` holding the engine's
       partition strategy, so that checkpoints record it (training; graphs
       that only restore, such as evaluation or serving, need not).
+    record: optional {checkpoint tensor name: string} more facts of the
+      run's layout to record in every checkpoint (string variables holding
+      this run's values; a checkpoint without them restores with these
+      values: a cluster's ps assignment).
     **kwargs: for `tf.compat.v1.train.Saver`.
   """
 
-  def __init__(self, engine, allow_missing_slots, record_layout, **kwargs):
+  def __init__(self, engine, allow_missing_slots, record_layout, record=None,
+               **kwargs):
     self._variables = []
     engine_ids = set()
     tables = engine.tables or {}
@@ -82,6 +87,14 @@ class LayoutAwareSaver(tf.compat.v1.train.Saver):
             self._strategy, name=LAYOUT_TENSOR, trainable=False,
             collections=[tf.compat.v1.GraphKeys.GLOBAL_VARIABLES])
       engine_ids.add(id(self._marker))
+    self._records = []
+    for name, value in sorted((record or {}).items()):
+      with tf.control_dependencies(None):
+        variable = tf.compat.v1.Variable(
+            value, name=name, trainable=False,
+            collections=[tf.compat.v1.GraphKeys.GLOBAL_VARIABLES])
+      self._records.append(variable)
+      engine_ids.add(id(variable))
     others = [
         v for v in tf.compat.v1.global_variables() if id(v) not in engine_ids
     ] + tf.compat.v1.get_collection(
@@ -118,13 +131,15 @@ class LayoutAwareSaver(tf.compat.v1.train.Saver):
                                        written_strategy or self._strategy)
         if _row_order_differs(written, entry.layout):
           plan.append(("convert", entry, written))
-    if not plan and (self._marker is None or
-                     written_strategy == self._strategy):
+    recorded = all(checkpoint.has_tensor(v.op.name) for v in self._records)
+    if not plan and recorded and (
+        self._marker is None or written_strategy == self._strategy):
       return super().restore(sess, save_path)
     if self._others is not None:
       self._others.restore(sess, save_path)
-    if self._marker is not None:
-      sess.run(self._marker.initializer)
+    for variable in ([self._marker] if self._marker is not None else []) + (
+        self._records):
+      sess.run(variable.initializer)
     planned = {id(entry) for _, entry, _ in plan}
     for entry in self._variables:
       if id(entry) not in planned:  # stored in this run's order

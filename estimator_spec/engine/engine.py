@@ -164,9 +164,10 @@ class HostEmbeddingEngine:
       table's `embedding_var_name`. Slots are named `<variable>/<suffix>`.
     num_shards: partitions per table (1 on one machine; parameter-server
       tasks in a cluster). Defaults to 1.
-    shard_device_fn: optional callable partition index -> device string;
-      with it, the partitions live on other tasks (a cluster's ps tasks) and
-      updates run per partition there (see `update_partition`).
+    shard_device_fn: optional callable (table name, partition index) ->
+      device string; with it, the partitions live on other tasks (a
+      cluster's ps tasks) and updates run per partition there (see
+      `update_partition`).
     local_device: the device of this task's own state (updates held by
       pipelining); None: the default device.
   """
@@ -234,9 +235,12 @@ class HostEmbeddingEngine:
     strategy = self.model.partition_strategy
     table = self.model.tables[name]
     var_name = self.variable_names[name]
+    device_fn = None
+    if self.shard_device_fn is not None:
+      device_fn = lambda partition: self.shard_device_fn(name, partition)
     self.tables[name] = storage.create_table(
         var_name, table.vocabulary_size, table.dimension, table.initializer,
-        self.num_shards, strategy, self.shard_device_fn)
+        self.num_shards, strategy, device_fn)
     optimizer = self.config.optimizer_for(name)
     self.slots[name] = collections.OrderedDict()
     if optimizer is not None:
@@ -244,8 +248,7 @@ class HostEmbeddingEngine:
         self.slots[name][spec.name] = storage.create_table(
             spec.variable_name(var_name), table.vocabulary_size,
             table.dimension, tf.compat.v1.constant_initializer(
-                spec.initial_value), self.num_shards, strategy,
-            self.shard_device_fn)
+                spec.initial_value), self.num_shards, strategy, device_fn)
     return self.tables[name]
 
   def variables(self):
@@ -429,7 +432,7 @@ class HostEmbeddingEngine:
       name = key if isinstance(key, str) else key[0]
       suffix = "" if isinstance(key, str) else f"/part_{key[1]}"
       device = (self.local_device if isinstance(key, str) else
-                self._partition_device(key[1]))
+                self._partition_device(*key))
       with tf.control_dependencies(None), device_scope(device):
         self._pending[key] = _PendingUpdate(
             self.variable_names[name] + suffix,
@@ -457,7 +460,7 @@ class HostEmbeddingEngine:
     one, both on the partition's device."""
     applied = self._apply_pending((name, partition))
     with tf.control_dependencies([applied]), device_scope(
-        self._partition_device(partition)):
+        self._partition_device(name, partition)):
       return self._pending_update((name, partition)).hold(local_ids, grads,
                                                           lr)
 
@@ -470,8 +473,8 @@ class HostEmbeddingEngine:
     update time under the partition's lock."""
     return self.shard_device_fn is not None
 
-  def _partition_device(self, partition):
-    return (self.shard_device_fn(partition)
+  def _partition_device(self, name, partition):
+    return (self.shard_device_fn(name, partition)
             if self.shard_device_fn is not None else None)
 
   def _update_table(self, name, ids, grads, lr, rows=None):
@@ -511,7 +514,7 @@ class HostEmbeddingEngine:
     optimizer = self.config.optimizer_for(name)
     table = self.tables[name].partitions[partition]
     slots = {k: v.partitions[partition] for k, v in self.slots[name].items()}
-    with device_scope(self._partition_device(partition)):
+    with device_scope(self._partition_device(name, partition)):
       if not optimizer.updates_every_row and _rule_only(self.model,
                                                         optimizer):
         fused = optimizer.fused_update(table, slots, local_ids, grads, lr)

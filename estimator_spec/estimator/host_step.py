@@ -22,6 +22,7 @@ around the user's model_fn on the host embedding engine:
   layout-aware saver.
 """
 import collections
+import json
 
 import tensorflow as tf
 
@@ -48,6 +49,8 @@ class HostStep:
     sync: the `sync.SyncStep` of a synchronous cluster step, or None.
     profiler: the estimator's `profiling.Profiler` (profile_data_directory),
       or None; training steps then sample their lookups.
+    ps_assignment: {table: [ps task of each partition]} on a cluster
+      (`placement.resolve_ps_assignment`), or None (partition p on ps p).
 
   Call `begin`, then model_fn with `source` installed, then `finish`.
   Without engine features (tensor-core columns only) the step checks the
@@ -55,8 +58,9 @@ class HostStep:
   """
 
   def __init__(self, spec, mode, run_config, batch_sizes, cluster=None,
-               sync=None, profiler=None):
+               sync=None, profiler=None, ps_assignment=None):
     self._spec = spec
+    self._ps_assignment = ps_assignment
     self._profiler = profiler
     self._cluster = cluster
     self._sync = sync
@@ -93,7 +97,8 @@ class HostStep:
     local_device = self._cluster.device if self._cluster else None
     self._engine = engine_lib.HostEmbeddingEngine(
         config, num_shards=config.num_hosts,
-        shard_device_fn=placement.shard_device_fn(self._run_config),
+        shard_device_fn=placement.shard_device_fn(self._run_config,
+                                                  self._ps_assignment),
         local_device=local_device)
     self._lookup = self._engine.begin_lookup(features)
     features, labels = batch_checks.check_lookup_batch(
@@ -123,8 +128,7 @@ class HostStep:
         return self._sync.finish(spec, self._step_value)
       return spec
     if not self._training:
-      return _with_layout_aware_saver(spec, self._engine, self._run_config,
-                                      training=False)
+      return _with_layout_aware_saver(spec, self._engine, self._run_config)
     model = self._engine.model
     # The dict form hands every activation to model_fn; whether the loss
     # uses them shows in their gradients below.
@@ -170,7 +174,8 @@ class HostStep:
                                        self._run_config))
     spec = spec._replace(train_op=train_op, training_hooks=hooks)
     return _with_layout_aware_saver(spec, self._engine, self._run_config,
-                                    training=True)
+                                    training=True,
+                                    ps_assignment=self._ps_assignment)
 
 
 class _GradientTap:
@@ -277,10 +282,13 @@ class _EngineSource(context.ActivationSource):
             self._lookup.sequence_length(feature.name))
 
 
-def _with_layout_aware_saver(spec, engine, config, training):
+def _with_layout_aware_saver(spec, engine, config, training=False,
+                             ps_assignment=None):
   """Gives the spec's Scaffold a `checkpoints.LayoutAwareSaver` (unless
   the model brings its own saver): checkpoints of other topologies and of
-  TF's CPU path restore into the engine's tables correctly."""
+  TF's CPU path restore into the engine's tables correctly. Training
+  checkpoints record the partition strategy and a cluster's ps
+  assignment."""
   scaffold = spec.scaffold
   if scaffold is not None and scaffold.saver is not None:
     return spec
@@ -288,6 +296,8 @@ def _with_layout_aware_saver(spec, engine, config, training):
       engine,
       allow_missing_slots=training,
       record_layout=training,
+      record=({placement.ASSIGNMENT_TENSOR: json.dumps(
+          ps_assignment, sort_keys=True)} if ps_assignment else None),
       sharded=True,
       max_to_keep=config.keep_checkpoint_max,
       keep_checkpoint_every_n_hours=config.keep_checkpoint_every_n_hours,

@@ -2,8 +2,24 @@
 (TF_CONFIG with a `ps` job), else the TPU hosts the RunConfig describes.
 
 The same placement serves the host engine (partitions and their devices)
-and the TPU path (the spec is checked against the TPU's topology)."""
+and the TPU path (the spec is checked against the TPU's topology).
+
+On a cluster each table has one partition per ps task. Which ps task holds
+which partition is the ps assignment: partition p on ps p by default; with
+lookup statistics (`profile_data_directory`), `balanced_assignment` spreads
+the partitions that carry the most lookups over different ps tasks. Every
+task of the cluster must use the same assignment, so it is decided once per
+model directory (`resolve_ps_assignment`): the chief writes it to
+`ASSIGNMENT_FILE` in the model directory before its first step, the
+checkpoints record it (`ASSIGNMENT_TENSOR`), and a task that starts later
+reads it from there rather than from statistics that have grown since. The
+assignment moves partitions between devices only: variable names, values
+and checkpoints are those of the default placement.
+"""
+import json
 import math
+import os
+import time
 
 import tensorflow as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
@@ -61,11 +77,154 @@ def cluster_session_config(config):
                                   device_filters=filters)
 
 
-def shard_device_fn(config):
-  """partition index -> device of the `ps` task holding it; None when the
-  run has no parameter servers (every partition on the local device)."""
+def shard_device_fn(config, assignment=None):
+  """(table, partition index) -> device of the `ps` task holding it
+  (`assignment`, {table: [ps task of each partition]}, or partition p on
+  ps p); None when the run has no parameter servers (every partition on
+  the local device)."""
   cluster = cluster_lib.Cluster.from_run_config(config)
-  return None if cluster is None else cluster.ps_device
+  if cluster is None:
+    return None
+
+  def device(table, partition):
+    if assignment and table in assignment:
+      return cluster.ps_device(assignment[table][partition])
+    return cluster.ps_device(partition)
+
+  return device
+
+
+ASSIGNMENT_FILE = "embedding_ps_assignment.json"
+ASSIGNMENT_TENSOR = "estimator_spec/ps_assignment"
+
+
+def balanced_assignment(model, num_ps, stats_by_table):
+  """{table: [ps task of partition p]} that spreads lookup load: tables
+  with statistics, busiest first, put their partitions, busiest first, on
+  the ps tasks with the least load so far (each ps task still gets one
+  partition of each table, so memory stays as even as the partitions);
+  tables without statistics keep partition p on ps p. Ties go to the lower
+  index, so every task computes the same assignment from the same data.
+
+  Args:
+    model: the `EmbeddingModel`.
+    num_ps: the cluster's ps tasks (one partition per task).
+    stats_by_table: {table: statistics kept for `num_ps` shards, or None}.
+  """
+  strategy = model.partition_strategy
+  load = [0] * num_ps
+  assignment = {}
+  with_stats = []
+  for name, table in model.tables.items():
+    stats = stats_by_table.get(name)
+    partitions = min(table.vocabulary_size, num_ps)
+    if stats is None or stats.settings["num_shards"] != num_ps:
+      assignment[name] = list(range(partitions))
+    else:
+      with_stats.append((-int(stats.lookups), name, stats))
+  for _, name, stats in sorted(with_stats):
+    counts = [int(c) for c in stats.shard_load[strategy]]
+    order = sorted(range(len(counts)), key=lambda p: (-counts[p], p))
+    free = list(range(num_ps))
+    placed = [None] * len(counts)
+    for p in order:
+      ps = min(free, key=lambda t: (load[t], t))
+      free.remove(ps)
+      placed[p] = ps
+      load[ps] += counts[p]
+    assignment[name] = placed
+  return assignment
+
+
+def assignment_report(model, assignment, stats_by_table, num_ps):
+  """Lines saying which ps task holds each table's partitions, and each
+  ps task's share of the sampled lookups."""
+  load = [0] * num_ps
+  lines = []
+  for name, tasks in assignment.items():
+    stats = stats_by_table.get(name)
+    for p, ps in enumerate(tasks):
+      if stats is not None and stats.settings["num_shards"] == num_ps:
+        load[ps] += int(stats.shard_load[model.partition_strategy][p])
+    lines.append(f"  {name}: partition -> ps task " + ", ".join(
+        f"{p}->{ps}" for p, ps in enumerate(tasks)))
+  total = sum(load)
+  if total:
+    lines.append("  sampled lookups per ps task: " + ", ".join(
+        f"ps {ps} {100.0 * n / total:.1f}%" for ps, n in enumerate(load)))
+  return "\n".join(lines)
+
+
+def _valid_assignment(model, num_ps, assignment):
+  """Whether `assignment` (decoded JSON) places every table of `model` on
+  `num_ps` ps tasks, one partition per task."""
+  if not isinstance(assignment, dict) or sorted(assignment) != sorted(
+      model.tables):
+    return False
+  for name, table in model.tables.items():
+    tasks = assignment[name]
+    partitions = min(table.vocabulary_size, num_ps)
+    if (not isinstance(tasks, list) or len(tasks) != partitions or
+        sorted(tasks) != sorted(set(tasks)) or
+        not all(isinstance(t, int) and 0 <= t < num_ps for t in tasks)):
+      return False
+  return True
+
+
+def _recorded_assignment(model_dir, model, num_ps):
+  """The assignment the latest checkpoint, else the model directory's
+  file, records for this model and ps count; None if neither does."""
+  checkpoint = tf.train.latest_checkpoint(model_dir)
+  texts = []
+  if checkpoint is not None:
+    reader = tf.compat.v1.train.NewCheckpointReader(checkpoint)
+    if reader.has_tensor(ASSIGNMENT_TENSOR):
+      texts.append(reader.get_tensor(ASSIGNMENT_TENSOR))
+  path = os.path.join(model_dir, ASSIGNMENT_FILE)
+  if tf.io.gfile.exists(path):
+    with tf.io.gfile.GFile(path) as f:
+      texts.append(f.read())
+  for text in texts:
+    try:
+      decoded = json.loads(text)
+    except ValueError:
+      continue
+    if _valid_assignment(model, num_ps, decoded):
+      return decoded
+  return None
+
+
+def resolve_ps_assignment(model, cluster, model_dir, stats_by_table,
+                          wait_secs):
+  """The ps assignment every task of this cluster uses (see module).
+
+  The chief takes the one recorded in the model directory (checkpoint,
+  then file) or else computes it from `stats_by_table` and writes the
+  file; other training tasks wait up to `wait_secs` for a recorded one.
+  """
+  recorded = _recorded_assignment(model_dir, model, cluster.num_ps)
+  if recorded is not None:
+    return recorded
+  if cluster.is_chief:
+    assignment = balanced_assignment(model, cluster.num_ps, stats_by_table)
+    tf.io.gfile.makedirs(model_dir)
+    path = os.path.join(model_dir, ASSIGNMENT_FILE)
+    partial = path + ".partial"
+    with tf.io.gfile.GFile(partial, "w") as f:
+      f.write(json.dumps(assignment, sort_keys=True))
+    tf.io.gfile.rename(partial, path, overwrite=True)
+    return assignment
+  deadline = time.monotonic() + wait_secs
+  while time.monotonic() < deadline:
+    time.sleep(0.5)
+    recorded = _recorded_assignment(model_dir, model, cluster.num_ps)
+    if recorded is not None:
+      return recorded
+  raise RuntimeError(
+      f"{cluster.training_task_name(cluster.index)}: waited {wait_secs:.0f} "
+      f"s for the chief to record which ps task holds each table partition "
+      f"({os.path.join(model_dir, ASSIGNMENT_FILE)}); start the chief with "
+      "the same model_dir and profile_data_directory.")
 
 
 def embedding_config(spec, mode, config, batch_sizes):

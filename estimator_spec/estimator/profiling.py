@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from estimator_spec.config import report
 from estimator_spec.engine import statistics
+from estimator_spec.estimator import placement
 
 
 class Profiler:
@@ -69,6 +70,19 @@ class Profiler:
       tf.compat.v1.logging.info(
           "No lookup statistics in %s for these tables yet; this run samples "
           "one step in %d.", self.directory, self.period)
+
+  def ps_assignment(self, cluster, model_dir, wait_secs):
+    """Which ps task holds each table partition on `cluster`: recorded in
+    `model_dir`, or balanced by the saved statistics
+    (`placement.resolve_ps_assignment`); logged."""
+    stats = self.load()
+    assignment = placement.resolve_ps_assignment(
+        self.model, cluster, model_dir, stats, wait_secs)
+    tf.compat.v1.logging.info(
+        "Table partitions on the ps tasks:\n%s",
+        placement.assignment_report(self.model, assignment, stats,
+                                    cluster.num_ps))
+    return assignment
 
   def hook(self, feature_ids, run_config):
     """The `StatisticsHook` of a training graph whose lookups read

@@ -201,10 +201,11 @@ class SyncStep:
     return 0
 
   def _table_entries(self, engine):
-    """[(table name, partition)]: the partitions (one per ps task, fewer for
-    tables smaller than the ps count)."""
-    return [(name, p) for name in engine.model.tables
-            for p in range(len(engine.tables[name].partitions))]
+    """[(table name, partition, ps index)]: the partitions (one per ps
+    task, fewer for tables smaller than the ps count) and where each lives
+    (the ps assignment, see `placement`)."""
+    return [(name, p, self._ps_of(partition)) for name in engine.model.tables
+            for p, partition in enumerate(engine.tables[name].partitions)]
 
   def _components(self, ps, dense, tables):
     """{component name: dtype} of an entry in a queue on `ps`: the step,
@@ -212,8 +213,8 @@ class SyncStep:
     each dense variable there (indices and values when sparse). The one
     description of an entry: the queue, the sender and the chief use it."""
     components = {"step": tf.int64}
-    for name, p in tables:
-      if p == ps:
+    for name, p, where in tables:
+      if where == ps:
         ids, grads = _table_keys(name, p)
         components[ids], components[grads] = tf.int64, tf.float32
     for c, k, _, grad, p in dense:
@@ -343,8 +344,8 @@ class SyncStep:
     with tf.control_dependencies(pushes + everyone):
       for ps, entries in taken.items():
         with tf.compat.v1.device(cluster.ps_device(ps)):
-          for name, p in tables:
-            if p != ps:
+          for name, p, where in tables:
+            if where != ps:
               continue
             ids_key, grads_key = _table_keys(name, p)
             ids = joined(entries, ids_key)

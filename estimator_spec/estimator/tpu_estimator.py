@@ -288,6 +288,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
       # The emulated TPU splits the batch like a TPU would: check it now.
       self._deployment(ModeKeys.TRAIN)
     self._profiler = None
+    self._ps_assignment = None
     if embedding_config_spec is not None:
       # Checks the spec against the topology now, not at the first step.
       train_config = placement.embedding_config(
@@ -329,6 +330,10 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
       self._profiler.startup_report(placement.embedding_config(
           self._embedding_spec, ModeKeys.TRAIN, self.config,
           self._batch_sizes))
+      if self._cluster is not None and self._cluster.trains:
+        self._ps_assignment = self._profiler.ps_assignment(
+            self._cluster, self.model_dir,
+            self._cluster_options.step_timeout_secs)
     if self._cluster is not None and self._cluster.trains:
       cluster_lib.log_cluster(self._cluster, self._cluster_options,
                               self._batch_sizes[ModeKeys.TRAIN])
@@ -493,7 +498,8 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     step = host_step.HostStep(
         self._embedding_spec, mode, config, self._batch_sizes,
         cluster=self._cluster, sync=sync,
-        profiler=self._profiler if mode == ModeKeys.TRAIN else None)
+        profiler=self._profiler if mode == ModeKeys.TRAIN else None,
+        ps_assignment=self._ps_assignment if mode == ModeKeys.TRAIN else None)
     features, labels = step.begin(features, labels)
     if "labels" in kwargs:
       kwargs["labels"] = labels
