@@ -126,7 +126,8 @@ def _embedding_spec(side, columns):
       clipping_limit=10.0)
 
 
-def _estimator(side, model_fn, model_dir, batch_size, spec):
+def _estimator(side, model_fn, model_dir, batch_size, spec,
+               profile_sampling_rate=None):
   config = tf.compat.v1.estimator.tpu.RunConfig(
       model_dir=model_dir,
       save_checkpoints_steps=None,
@@ -135,12 +136,15 @@ def _estimator(side, model_fn, model_dir, batch_size, spec):
       log_step_count_steps=None)
   estimator_class = (estimator_spec.TPUEstimator if side == OURS else
                      tf.compat.v1.estimator.tpu.TPUEstimator)
+  extra = ({} if profile_sampling_rate is None else
+           {"profile_sampling_rate": profile_sampling_rate})
   return estimator_class(
       model_fn=model_fn,
       config=config,
       use_tpu=False,
       train_batch_size=batch_size,
-      embedding_config_spec=spec)
+      embedding_config_spec=spec,
+      **extra)
 
 
 def _without_cross_shard_optimizer(model_fn):
@@ -242,7 +246,8 @@ def _build_dlrm(side, job):
   features, labels = ctr_data.generate(job["examples"], scale, seed=0)
   columns, numeric = dlrm.build_columns(scale, api=_column_api(side))
   if side == OURS:
-    spec = dlrm.build_spec(scale)
+    spec = dlrm.build_spec(scale,
+                           profile_data_directory=job.get("profile_dir"))
     model_fn = dlrm.model_fn_for(columns, numeric)
   else:
     spec = _embedding_spec(TF, columns)
@@ -310,9 +315,12 @@ def _run(job, queue):
   parent (through `queue`) when train() is called."""
   warnings.filterwarnings("ignore", category=UserWarning)
   tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
+  if job.get("profile_rate"):
+    # Lookup statistics sampled at that rate (ours only).
+    job = dict(job, profile_dir=os.path.join(job["model_dir"], "profile"))
   model_fn, spec, input_fn = _BUILDERS[job["workload"]](job["side"], job)
   estimator = _estimator(job["side"], model_fn, job["model_dir"], job["batch"],
-                         spec)
+                         spec, job.get("profile_rate"))
   hook = _StepTimes()
   queue.put({"event": "train", "at": time.monotonic()})
   start = time.perf_counter()

@@ -117,7 +117,8 @@ def build_columns(scale=1.0, api=tpu_embedding_columns):
   return columns, numeric
 
 
-def build_spec(scale=1.0, partition_strategy="div", pipelining=False):
+def build_spec(scale=1.0, partition_strategy="div", pipelining=False,
+               profile_data_directory=None):
   columns, _ = build_columns(scale)
   return estimator_spec.EmbeddingConfigSpec(
       feature_columns=columns,
@@ -126,7 +127,8 @@ def build_spec(scale=1.0, partition_strategy="div", pipelining=False):
           clip_weight_min=-5.0, clip_weight_max=5.0),
       clipping_limit=10.0,
       pipeline_execution_with_tensor_core=pipelining,
-      partition_strategy=partition_strategy)
+      partition_strategy=partition_strategy,
+      profile_data_directory=profile_data_directory)
 
 
 WEIGHT_KEYS = {"query_term_weights": "query_terms"}  # weights: their ids

@@ -89,16 +89,24 @@ class TableStatistics:
     self.lookups = 0
     self.examples = 0
     self.registers = np.zeros(2**HLL_PRECISION, np.uint8)
-    self.heavy = {}  # id -> count (Misra-Gries)
+    # Misra-Gries summary: ids (ascending) and their counts.
+    self._heavy_ids = np.zeros(0, np.int64)
+    self._heavy_counts = np.zeros(0, np.int64)
     self.ids_per_example = {}  # n -> examples
+    self._layouts = {
+        s: sharding.ShardLayout(self.settings["vocabulary_size"],
+                                self.settings["num_shards"], s)
+        for s in _STRATEGIES
+    }
     self.shard_load = {
-        s: np.zeros(self._layout(s).num_partitions, np.int64)
+        s: np.zeros(self._layouts[s].num_partitions, np.int64)
         for s in _STRATEGIES
     }
 
-  def _layout(self, strategy):
-    return sharding.ShardLayout(self.settings["vocabulary_size"],
-                                self.settings["num_shards"], strategy)
+  @property
+  def heavy(self):
+    """{id: count} of the Misra-Gries summary."""
+    return dict(zip(self._heavy_ids.tolist(), self._heavy_counts.tolist()))
 
   # --- observing ---------------------------------------------------------------
 
@@ -118,31 +126,38 @@ class TableStatistics:
           f"ids; got {ids.size} ids.")
     self.lookups += int(ids.size)
     self.examples += int(lengths.size)
-    capped = np.minimum(lengths, MAX_IDS_PER_EXAMPLE)
-    for n, count in zip(*np.unique(capped, return_counts=True)):
-      self.ids_per_example[int(n)] = (
-          self.ids_per_example.get(int(n), 0) + int(count))
+    histogram = np.bincount(np.minimum(lengths, MAX_IDS_PER_EXAMPLE))
+    for n in np.flatnonzero(histogram).tolist():
+      self.ids_per_example[n] = (
+          self.ids_per_example.get(n, 0) + int(histogram[n]))
     if not ids.size:
       return
-    index, rank = _hll_index_and_rank(ids)
-    np.maximum.at(self.registers, index, rank)
+    # Every per-id summary works on the distinct ids and their counts.
     unique, counts = np.unique(ids, return_counts=True)
-    self._merge_heavy(dict(zip(unique.tolist(), counts.tolist())))
+    index, rank = _hll_index_and_rank(unique)
+    np.maximum.at(self.registers, index, rank)
+    self._merge_heavy(unique, counts)
     for strategy in _STRATEGIES:
-      partition, _ = self._layout(strategy).route(ids)
+      partition, _ = self._layouts[strategy].route(unique)
       self.shard_load[strategy] += np.bincount(
-          partition, minlength=self.shard_load[strategy].size)
+          partition, weights=counts,
+          minlength=self.shard_load[strategy].size).astype(np.int64)
 
-  def _merge_heavy(self, counts):
-    merged = dict(self.heavy)
-    for key, count in counts.items():
-      merged[key] = merged.get(key, 0) + count
-    if len(merged) > self.capacity:
+  def _merge_heavy(self, ids, counts):
+    """Adds (distinct `ids`, `counts`) to the Misra-Gries summary."""
+    keys = np.concatenate([self._heavy_ids, ids])
+    values = np.concatenate([self._heavy_counts, counts]).astype(np.int64)
+    unique, inverse = np.unique(keys, return_inverse=True)
+    summed = np.zeros(unique.size, np.int64)
+    np.add.at(summed, inverse, values)
+    if unique.size > self.capacity:
       # The mergeable Misra-Gries step: subtract the (capacity+1)-th
       # largest count from every count; keep the positive ones.
-      cut = sorted(merged.values(), reverse=True)[self.capacity]
-      merged = {k: c - cut for k, c in merged.items() if c > cut}
-    self.heavy = merged
+      k = unique.size - self.capacity - 1
+      cut = np.partition(summed, k)[k]
+      keep = summed > cut
+      unique, summed = unique[keep], summed[keep] - cut
+    self._heavy_ids, self._heavy_counts = unique, summed
 
   def merge(self, other):
     """Adds `other`'s statistics (same settings) to these."""
@@ -154,7 +169,7 @@ class TableStatistics:
     self.lookups += other.lookups
     self.examples += other.examples
     np.maximum(self.registers, other.registers, out=self.registers)
-    self._merge_heavy(other.heavy)
+    self._merge_heavy(other._heavy_ids, other._heavy_counts)
     for n, count in other.ids_per_example.items():
       self.ids_per_example[n] = self.ids_per_example.get(n, 0) + count
     for strategy in _STRATEGIES:
@@ -175,8 +190,11 @@ class TableStatistics:
 
   def hottest(self, k=None):
     """[(id, count)] by decreasing count (ties by id), at most `k`."""
-    ranked = sorted(self.heavy.items(), key=lambda item: (-item[1], item[0]))
-    return ranked if k is None else ranked[:k]
+    order = np.lexsort((self._heavy_ids, -self._heavy_counts))
+    if k is not None:
+      order = order[:k]
+    return list(zip(self._heavy_ids[order].tolist(),
+                    self._heavy_counts[order].tolist()))
 
   def imbalance(self, strategy):
     """Largest shard load over the mean load (1.0: balanced)."""
@@ -230,7 +248,12 @@ class TableStatistics:
     if registers.size != stats.registers.size:
       raise ValueError("wrong number of HyperLogLog registers")
     stats.registers = registers.copy()
-    stats.heavy = {int(k): int(c) for k, c in data["heavy_hitters"]["ids"]}
+    heavy = sorted((int(k), int(c)) for k, c in data["heavy_hitters"]["ids"])
+    if len(heavy) > stats.capacity or len({k for k, _ in heavy}) != len(
+        heavy) or any(c <= 0 for _, c in heavy):
+      raise ValueError("malformed heavy hitters")
+    stats._heavy_ids = np.asarray([k for k, _ in heavy], np.int64)
+    stats._heavy_counts = np.asarray([c for _, c in heavy], np.int64)
     stats.ids_per_example = {
         int(n): int(c) for n, c in data["ids_per_example"].items()}
     for strategy in _STRATEGIES:
@@ -376,14 +399,12 @@ def _hll_index_and_rank(ids):
     z = z ^ (z >> np.uint64(31))
   index = (z >> np.uint64(64 - HLL_PRECISION)).astype(np.int64)
   rest = (z << np.uint64(HLL_PRECISION)) & _MASK64
-  zeros = np.zeros(rest.shape, np.int64)
-  value = rest.copy()
-  for shift in (32, 16, 8, 4, 2, 1):
-    # Leading zeros by halving: where the top `shift` bits are zero,
-    # count them and move the rest up.
-    empty = (value >> np.uint64(64 - shift)) == 0
-    zeros += np.where(empty, shift, 0)
-    value = np.where(empty, (value << np.uint64(shift)) & _MASK64, value)
   limit = 64 - HLL_PRECISION
+  # Leading zeros of the 64-bit `rest` from its top 53 bits, which a float64
+  # holds exactly: frexp gives their bit length. When they are all zero,
+  # `rest` has at least 53 > limit leading zeros.
+  top = (rest >> np.uint64(11)).astype(np.float64)
+  _, length = np.frexp(top)
+  zeros = np.where(top > 0, 53 - length, limit)
   rank = np.minimum(zeros, limit) + 1
   return index, rank.astype(np.uint8)

@@ -8,15 +8,18 @@ saving them, and reading them back at start-up.
   this model's tables; `startup_report` says what they show.
 * `StatisticsHook`: a training hook that fetches the ids of one step in
   every `round(1 / rate)` (the first step of each `train()` call included)
-  and adds them to per-table `statistics.TableStatistics`, in Python, after
-  the step: the steps in between run exactly as without a profile
-  directory, and the graph is the same with and without one. The counts
+  and adds them to per-table `statistics.TableStatistics`, in Python, on a
+  thread of its own while the next steps run: the steps in between run
+  exactly as without a profile directory, and the graph is the same with
+  and without one. The counts
   gathered since the last save are added to the directory's files
   (`statistics.add_to_file`) at each checkpoint interval of the RunConfig
   (`save_checkpoints_steps` / `save_checkpoints_secs`) and when training
   ends. Every training task of a cluster samples its own batches; the files
   sum them.
 """
+import queue as queue_lib
+import threading
 import time
 
 import numpy as np
@@ -95,6 +98,61 @@ class Profiler:
                           run_config.save_checkpoints_secs)
 
 
+class _Observer:
+  """Adds fetched batches to statistics on a thread of its own; `wait()`
+  returns once every batch handed over so far is counted (and raises what
+  the thread raised)."""
+
+  def __init__(self):
+    self._queue = queue_lib.Queue(maxsize=4)  # a full queue blocks the step
+    self._error = None
+    self._thread = threading.Thread(target=self._run, daemon=True,
+                                    name="lookup_statistics")
+    self._thread.start()
+
+  def _run(self):
+    while True:
+      item = self._queue.get()
+      try:
+        if item is None:
+          return
+        if self._error is None:
+          stats, results = item
+          _observe(stats, results)
+      except Exception as error:  # pylint: disable=broad-except
+        self._error = error  # raised on the training thread by wait()
+      finally:
+        self._queue.task_done()
+
+  def add(self, stats, results):
+    self._check()
+    self._queue.put((stats, results))
+
+  def wait(self):
+    self._queue.join()
+    self._check()
+
+  def stop(self):
+    self._queue.put(None)
+    self._thread.join()
+    self._check()
+
+  def _check(self):
+    if self._error is not None:
+      raise self._error
+
+
+def _observe(stats_by_table, results):
+  """Adds one fetched step ({table: [(ids, example, batch_size)]})."""
+  for table, features in results.items():
+    ids, lengths = [], []
+    for feature_ids, example, batch_size in features:
+      ids.append(feature_ids)
+      lengths.append(np.bincount(example, minlength=int(batch_size)))
+    stats_by_table[table].observe(np.concatenate(ids),
+                                  np.concatenate(lengths))
+
+
 class StatisticsHook(tf.compat.v1.train.SessionRunHook):
   """Samples a step's lookups and saves them (see module docstring)."""
 
@@ -109,11 +167,16 @@ class StatisticsHook(tf.compat.v1.train.SessionRunHook):
     self._delta = None
     self._since_save = 0
     self._saved_at = time.monotonic()
+    self._observer = None
 
   def begin(self):
     self._runs = 0
     self._first_save = True
     self._new_delta()
+
+  def after_create_session(self, session, coord):
+    del session, coord
+    self._observer = _Observer()
 
   def _new_delta(self):
     self._delta = {}
@@ -134,13 +197,7 @@ class StatisticsHook(tf.compat.v1.train.SessionRunHook):
   def after_run(self, run_context, run_values):
     del run_context
     if self._sampled:
-      for table, features in run_values.results.items():
-        ids, lengths = [], []
-        for feature_ids, example, batch_size in features:
-          ids.append(feature_ids)
-          lengths.append(np.bincount(example, minlength=int(batch_size)))
-        self._delta[table].observe(np.concatenate(ids),
-                                   np.concatenate(lengths))
+      self._observer.add(self._delta, run_values.results)
     self._since_save += 1
     if ((self._every_steps and self._since_save >= self._every_steps) or
         (self._every_secs and
@@ -149,12 +206,16 @@ class StatisticsHook(tf.compat.v1.train.SessionRunHook):
 
   def end(self, session):
     del session
-    self.save()
+    try:
+      self.save()
+    finally:
+      self._observer.stop()
 
   def save(self):
     """Adds what was sampled since the last save to the directory's files
     (a run's first save writes every table's file, so that the run is
     counted even when it sampled nothing)."""
+    self._observer.wait()
     for stats in self._delta.values():
       if stats.runs or stats.examples:
         statistics.add_to_file(self._profiler.directory, stats)
