@@ -40,8 +40,11 @@ def shard_bytes(config, num_shards=None):
   return result
 
 
-def describe(config, num_shards=None, include_proto=False):
+def describe(config, num_shards=None, include_proto=False, profile_dir=None):
   """Returns a multi-line report of `config` (an `EmbeddingConfig`)."""
+  if profile_dir is not None:
+    raise NotImplementedError("describe(profile_dir=...) is not implemented "
+                              "yet")
   model = config.model
   out = io.StringIO()
   num_shards = config.num_hosts if num_shards is None else num_shards
