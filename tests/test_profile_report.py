@@ -147,6 +147,8 @@ def test_cut_counts_are_reported_as_lower_bounds():
   assert f"counts at most {int(bound):,} low" in _line(block, "hottest ids")
   page = sr.render_html([stats])
   assert "lower bound" in page and "at least share of lookups" in page
+  assert "Only the tracked hottest ids are shown: 16 of at most 16" in page
+  assert f"lookups/(capacity+1) = {bound:,.1f} below the true count" in page
 
 
 def test_summary_of_several_tables_and_sampling():
@@ -369,7 +371,7 @@ def test_no_statistics_is_an_error_not_an_empty_page(tmp_path):
   assert not (tmp_path / "r.html").exists()
 
 
-# --- the command ---------------------------------------------------------------
+# --- the command --------------------------------------------------------------
 
 
 def _run(capsys, *argv):

@@ -130,8 +130,8 @@ def _hottest_text(facts):
   text = ", ".join(f"{key} ({_integer(count)})"
                    for key, count in facts["hottest"])
   if not facts["counts_exact"]:
-    text += (f"; counts at most {_integer(math.floor(facts['count_error_bound']))}"
-             " low")
+    bound = math.floor(facts["count_error_bound"])
+    text += f"; counts at most {_integer(bound)} low"
   return text
 
 
@@ -176,8 +176,9 @@ _WIDTH, _HEIGHT = 480, 300
 _LEFT, _RIGHT, _TOP, _BOTTOM = 64, 18, 40, 50
 _INSET = 10  # log axes keep points off the frame
 _BLUE, _ORANGE, _LIGHT_BLUE = "#2f6db3", "#e07b24", "#bcd3ee"
-_COLORS = {"div": _BLUE, "mod": _ORANGE}
-_PALE = {"div": "#b9cfe9", "mod": "#f4cda9"}
+# Shard-load bars: the configured strategy in full colour, the other pale.
+STRATEGY_COLORS = {"div": _BLUE, "mod": _ORANGE}
+PALE_COLORS = {"div": "#b9cfe9", "mod": "#f4cda9"}
 
 
 def _number(value):
@@ -362,20 +363,21 @@ def _rank_frequency_plot(facts, ranked):
   counts = [count for _, count in ranked]
   ranks = list(range(1, len(counts) + 1))
   bound = 0.0 if facts["counts_exact"] else facts["count_error_bound"]
-  line = _log_sample(len(counts))
+  kept = _log_sample(len(counts))
   plot = _Plot("rank-frequency", "Lookups of the hottest ids by rank",
                "rank of the id (1 = hottest)", "lookups")
   axis_x = plot.log_x(1, len(counts))
   axis_y = plot.log_y(min(counts), max(counts) + bound)
-  ranks, counts = [ranks[i] for i in line], [counts[i] for i in line]
+  ranks, counts = [ranks[i] for i in kept], [counts[i] for i in kept]
   if bound:
     upper = [c + bound for c in counts]
     band = (_points(ranks, upper, axis_x, axis_y) + " " +
             _points(ranks[::-1], counts[::-1], axis_x, axis_y))
     plot.marks.append(f'<polygon class="band" points="{band}" '
                       f'fill="{_LIGHT_BLUE}" fill-opacity="0.6"/>')
-  plot.marks.append(f'<polyline points="{_points(ranks, counts, axis_x, axis_y)}"'
-                    f' fill="none" stroke="{_BLUE}" stroke-width="2.5" '
+  line = _points(ranks, counts, axis_x, axis_y)
+  plot.marks.append(f'<polyline points="{line}" fill="none" '
+                    f'stroke="{_BLUE}" stroke-width="2.5" '
                     'stroke-linejoin="round"/>')
   _dots(plot, ranks, counts, axis_x, axis_y, _BLUE)
   return plot.render()
@@ -437,7 +439,8 @@ def _shard_load_plot(facts):
     for i, strategy in enumerate(_STRATEGIES):
       load = loads[strategy][shard]
       y = axis_y(load)
-      color = (_COLORS if strategy == configured else _PALE)[strategy]
+      palette = STRATEGY_COLORS if strategy == configured else PALE_COLORS
+      color = palette[strategy]
       plot.marks.append(
           f'<rect class="bar {strategy}" x="{_number(left + i * bar)}" '
           f'y="{_number(y)}" width="{_number(max(bar, 0.5))}" '
@@ -454,7 +457,8 @@ def _shard_load_plot(facts):
                     f'x2="{plot.x1}" y2="{y}"/>')
   plot.labels.append(_mean_legend(plot.x0 + 4))
   for i, strategy in enumerate(_STRATEGIES):
-    color = (_COLORS if strategy == configured else _PALE)[strategy]
+    palette = STRATEGY_COLORS if strategy == configured else PALE_COLORS
+    color = palette[strategy]
     label = strategy + (" (configured)" if strategy == configured else "")
     x = plot.x0 + 80 + i * 120
     plot.labels.append(f'<rect x="{x}" y="{_TOP - 13}" width="11" '
@@ -526,7 +530,8 @@ table.facts { border-collapse: collapse; margin: 8px 0 16px; }
 table.facts th { text-align: left; font-weight: normal; color: #555;
                  padding: 2px 16px 2px 0; vertical-align: top; }
 table.facts td { padding: 2px 0; }
-.plots { display: grid; grid-template-columns: repeat(2, 490px); gap: 16px 24px; }
+.plots { display: grid; grid-template-columns: repeat(2, 490px);
+         gap: 16px 24px; }
 figure { margin: 0; }
 figcaption { font-size: 0.85em; color: #444; margin-top: 2px; }
 .note { background: #fff6d6; border: 1px solid #e6cf7a; padding: 8px 12px; }
@@ -572,8 +577,7 @@ def _table_section(index, stats):
           "where the true count lies).")
     captions = [
         (_rank_frequency_plot(facts, ranked),
-         f"Only the {_integer(len(ranked))} hottest ids tracked (capacity "
-         f"{_integer(facts['capacity'])}) are shown. {count_note}"),
+         _tracked_text(len(ranked), facts["capacity"]) + " " + count_note),
         (_coverage_plot(facts, ranked),
          "Share of the sampled lookups that go to the k hottest tracked ids"
          + _circles_text(len(ranked)) + "."
@@ -596,6 +600,11 @@ def _table_section(index, stats):
     parts.append("</div>")
   parts.append("</section>")
   return "\n".join(parts)
+
+
+def _tracked_text(tracked, capacity):
+  return (f"Only the tracked hottest ids are shown: {_integer(tracked)} of at "
+          f"most {_integer(capacity)} (the summary's capacity).")
 
 
 def _circles_text(tracked):
