@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: demo test venv clean
+.PHONY: demo test venv clean browser
 
 venv: $(STAMP)
 
@@ -19,8 +19,24 @@ $(STAMP): setup.py
 demo: $(STAMP)
 	$(PY) -m examples.train_ctr
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(PY) -m pytest -q
+
+# Headless Chromium and its driver for the browser test of the profile
+# report (Debian's packages). Never fails: where they cannot be installed,
+# one line says why and that test is skipped.
+CHROMIUM_PACKAGES := chromium chromium-driver
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then \
+	  :; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "browser: no apt-get here; install $(CHROMIUM_PACKAGES) by hand, or the browser test is skipped"; \
+	elif [ "$$(id -u)" != 0 ]; then \
+	  echo "browser: not root, cannot apt-get install $(CHROMIUM_PACKAGES); the browser test is skipped"; \
+	elif ! (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	        apt-get install -y -qq $(CHROMIUM_PACKAGES)) >/dev/null 2>&1; then \
+	  echo "browser: apt-get install $(CHROMIUM_PACKAGES) failed; the browser test is skipped"; \
+	fi
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

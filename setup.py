@@ -17,6 +17,8 @@ setup(
         "numpy<2",
     ],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6.80"],
+        # selenium and Pillow: the browser test of the profile report.
+        "test": ["pytest>=7", "hypothesis>=6.80", "selenium>=4.11",
+                 "Pillow>=9"],
     },
 )

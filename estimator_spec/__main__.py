@@ -1,10 +1,11 @@
-"""Command line: `python -m estimator_spec COMMAND SPEC [...]`.
+"""Command line: `python -m estimator_spec COMMAND [SPEC] [...]`.
 
 `SPEC` is `MODULE:FUNCTION`; the function (a callable taking no arguments)
 returns the model's EmbeddingConfigSpec.
 
 * `describe SPEC`: tables, features, per-shard memory and, with `--proto`,
-  the TPU embedding configuration proto for the given topology.
+  the TPU embedding configuration proto for the given topology;
+  `--profile-dir DIR` adds what the lookup statistics in DIR show.
 * `convert SPEC --checkpoint PATH_OR_MODEL_DIR --output PREFIX
   --to-strategy {div,mod} --to-shards N`: the checkpoint with its embedding
   tables and slots laid out for a run with that partition strategy and
@@ -14,15 +15,22 @@ returns the model's EmbeddingConfigSpec.
   slots of a model_dir's latest checkpoint as a TF2 object-based checkpoint
   for `tf.tpu.experimental.embedding.TPUEmbeddingForServing`
   (`estimator_spec.interop.export_mid_level_checkpoint`).
+* `profile DIR [--output PATH]` (no SPEC): the lookup statistics files in
+  DIR (`profile_data_directory`) as a text summary on stdout and one
+  self-contained HTML page (default `DIR/report.html`), whose path is the
+  last line printed (`estimator_spec.engine.statistics_report`). Files that
+  are not readable statistics are skipped with a warning on stderr.
 
 `convert` and `export-mid-level` show a progress bar per table on stderr.
-Exit codes: 0 done, 1 refused (the message says why; nothing was written),
-2 bad command line.
+Exit codes: 0 done, 1 refused (the message says why; nothing was written:
+for `profile`, DIR missing, not a directory or without statistics files, or
+the page cannot be written), 2 bad command line.
 """
 import argparse
 import importlib
 import os
 import sys
+import warnings
 
 
 def _load_spec(target, command="describe"):
@@ -78,6 +86,9 @@ def _parser():
                         default="train")
   describe.add_argument("--proto", action="store_true",
                         help="also print the configuration proto")
+  describe.add_argument(
+      "--profile-dir", default=None, metavar="DIR",
+      help="a profile_data_directory whose lookup statistics to include")
 
   table_names = dict(
       metavar="TABLE=TENSOR", type=_table_tensor, action="append",
@@ -120,6 +131,16 @@ def _parser():
       "--attribute", default="embedding",
       help="name of the embedding in the restoring tf.train.Checkpoint")
   export.add_argument("--variable-name", **table_names)
+
+  profile = sub.add_parser(
+      "profile",
+      help="summarize a profile_data_directory's lookup statistics and "
+      "write them as one HTML page")
+  profile.add_argument("directory", metavar="DIR",
+                       help="the profile_data_directory")
+  profile.add_argument("--output", default=None, metavar="PATH",
+                       help="the HTML page to write (default: "
+                       "DIR/report.html)")
   return parser
 
 
@@ -132,6 +153,8 @@ def main(argv=None):
   import estimator_spec  # pylint: disable=import-outside-toplevel
   from estimator_spec.config import report  # pylint: disable=import-outside-toplevel
 
+  if args.command == "profile":
+    return _run_profile(args)
   spec = _load_spec(args.spec, args.command)
   if args.command == "describe":
     config = estimator_spec.EmbeddingConfig(
@@ -140,10 +163,57 @@ def main(argv=None):
         num_hosts=args.num_hosts,
         num_cores=args.num_hosts * args.cores_per_host,
         mode=args.mode)
+    saved = None
+    if args.profile_dir is not None:
+      from estimator_spec.engine import statistics  # pylint: disable=import-outside-toplevel
+      saved = {
+          table: statistics.load(args.profile_dir, statistics.table_settings(
+              config.model, table, config.num_cores))
+          for table in config.model.tables
+      }
     print(report.describe(config, num_shards=args.num_shards,
-                          include_proto=args.proto))
+                          include_proto=args.proto, statistics=saved))
     return 0
   return _run_checkpoint_command(args, spec)
+
+
+def _run_profile(args):
+  """profile: summary on stdout, the page written, its path last; a
+  directory without statistics exits with 1 and a message."""
+  from estimator_spec.engine import statistics  # pylint: disable=import-outside-toplevel
+  from estimator_spec.engine import statistics_report  # pylint: disable=import-outside-toplevel
+  command = "python -m estimator_spec profile"
+  directory = args.directory
+  if not os.path.isdir(directory):
+    reason = "does not exist" if not os.path.exists(directory) else (
+        "is not a directory")
+    print(f"{command}: error: {directory} {reason}.", file=sys.stderr)
+    return 1
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    try:
+      found = statistics.load_all(directory)
+    except OSError as error:
+      print(f"{command}: error: cannot read {directory}: "
+            f"{error.strerror or error}.", file=sys.stderr)
+      return 1
+  for warning in caught:
+    print(f"{command}: warning: {warning.message}", file=sys.stderr)
+  if not found:
+    print(f"{command}: error: no lookup statistics files in {directory} "
+          "(a training run with profile_data_directory writes them).",
+          file=sys.stderr)
+    return 1
+  output = args.output or os.path.join(directory, "report.html")
+  try:
+    statistics_report.write_html(found, output, source=directory)
+  except OSError as error:
+    print(f"{command}: error: cannot write {output}: "
+          f"{error.strerror or error}.", file=sys.stderr)
+    return 1
+  print(statistics_report.summary(found))
+  print(output)
+  return 0
 
 
 def _run_checkpoint_command(args, spec):

@@ -52,7 +52,8 @@ def statistics_section(config, stats_by_table, num_shards):
   `num_shards` shards: per table the sampled lookups and the largest over
   the mean shard load (imbalance) under `div` and under `mod`; then, per
   shard, the share of all their sampled lookups and the memory of all
-  tables together under each strategy (shard i of every table lives on the same core or ps task).
+  tables together under each strategy (shard i of every table lives on the
+  same core or ps task).
   "" when no table has statistics.
 
   Args:
