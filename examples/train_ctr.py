@@ -1,6 +1,8 @@
 """`make demo`: train the DLRM-style CTR model with TPU embedding semantics
 on this machine's CPU, evaluate its AUC, export a SavedModel and run one
-prediction through the export.
+prediction through the export. Training samples lookup statistics into a
+profile directory (shared by every demo run: counts add up), and the demo
+ends with their report.
 
 The model is a TPUEstimator model (examples/dlrm.py): the only changes from
 a TPU user's code are the imports (`tpu_embedding_columns` for
@@ -21,6 +23,8 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 import estimator_spec  # pylint: disable=g-import-not-at-top
+from estimator_spec.engine import statistics  # pylint: disable=g-import-not-at-top
+from estimator_spec.engine import statistics_report  # pylint: disable=g-import-not-at-top
 from examples import ctr_data  # pylint: disable=g-import-not-at-top
 from examples import dlrm  # pylint: disable=g-import-not-at-top
 
@@ -74,6 +78,10 @@ def main():
   parser.add_argument("--partition-strategy", default="mod",
                       choices=["div", "mod"])
   parser.add_argument("--pipelining", action="store_true")
+  parser.add_argument("--profile-dir", default=os.path.join("runs",
+                                                            "profile"),
+                      help="profile_data_directory: lookup statistics of "
+                      "every demo run (default: runs/profile)")
   args = parser.parse_args()
 
   model_dir = args.model_dir or os.path.join(
@@ -86,7 +94,8 @@ def main():
 
   columns, numeric = dlrm.build_columns(args.scale)
   spec = dlrm.build_spec(args.scale, partition_strategy=args.partition_strategy,
-                         pipelining=args.pipelining)
+                         pipelining=args.pipelining,
+                         profile_data_directory=args.profile_dir)
   config = tf.compat.v1.estimator.tpu.RunConfig(
       model_dir=model_dir, save_checkpoints_steps=args.steps,
       tpu_config=tf.compat.v1.estimator.tpu.TPUConfig(
@@ -102,8 +111,11 @@ def main():
       embedding_config_spec=spec)
   print(f"Training {len(columns)} embedding features in "
         f"{len(spec.model.tables)} tables ({args.partition_strategy} layout "
-        f"over {2} TPU-host shards, pipelining {'on' if args.pipelining else 'off'}) "
-        f"for {args.steps} steps of {args.batch_size} examples:", flush=True)
+        f"as on 2 TPU hosts of 8 cores, pipelining "
+        f"{'on' if args.pipelining else 'off'}) for {args.steps} steps of "
+        f"{args.batch_size} examples, sampling the lookups of one step in "
+        f"{statistics.sampling_period(statistics.DEFAULT_SAMPLING_RATE)}:",
+        flush=True)
   start = time.time()
   estimator.train(
       dlrm.input_fn_for(train_x, train_y),
@@ -133,9 +145,36 @@ def main():
   print(f"One example through the SavedModel: click probability "
         f"{served:.6f} (estimator.predict: {predicted:.6f}, label "
         f"{eval_y[0, 0]:.0f})")
+  report = _lookup_statistics_report(spec, args.profile_dir)
   print("\nWritten:")
   print(f"  checkpoints and events  {os.path.abspath(model_dir)}")
   print(f"  SavedModel              {os.path.abspath(export_dir)}")
+  print(f"  lookup statistics       {os.path.abspath(args.profile_dir)}")
+  print(f"  their report            {os.path.abspath(report)}")
+  print(f"    (python -m estimator_spec profile {args.profile_dir} prints "
+        "the summary of every table)")
+
+
+def _lookup_statistics_report(spec, profile_dir):
+  """Prints the three tables whose busiest shard (of 16) the choice of
+  layout changes most; writes the report of the whole profile directory
+  and returns its path."""
+  saved = [statistics.load(profile_dir, statistics.table_settings(
+      spec.model, table, 16)) for table in spec.model.tables]
+  saved = [s for s in saved if s is not None and s.lookups]
+  strategy = spec.model.partition_strategy
+  other = "div" if strategy == "mod" else "mod"
+  runs = max(s.runs for s in saved)
+  print(f"Lookup statistics ({runs} run(s) so far): busiest of 16 shards "
+        f"over the mean, '{strategy}' (configured) vs '{other}':")
+  for stats in sorted(saved, key=lambda s: -abs(
+      s.imbalance(strategy) - s.imbalance(other)))[:3]:
+    print(f"  {stats.settings['table']:<48} {stats.imbalance(strategy):5.2f}"
+          f"  vs {stats.imbalance(other):5.2f}  ({stats.lookups:,} ids "
+          f"sampled, ~{stats.distinct_ids():,.0f} distinct)")
+  return statistics_report.write_html(
+      statistics.load_all(profile_dir),
+      os.path.join(profile_dir, "report.html"), source=profile_dir)
 
 
 def _to_tf_example(features):

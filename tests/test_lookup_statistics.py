@@ -222,3 +222,8 @@ def test_load_all_reads_every_table_and_skips_bad_files(tmp_path):
   assert loaded[1].to_json() == second.to_json()
   skipped = sorted(str(w.message).split()[3] for w in caught)
   assert skipped == [str(tmp_path / "junk.json"), str(renamed)]
+
+
+def test_saved_files_are_readable_by_others(tmp_path):
+  path = st.save(str(tmp_path), _observed(_batches(5)))
+  assert os.stat(path).st_mode & 0o777 == 0o644

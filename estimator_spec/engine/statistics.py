@@ -311,6 +311,7 @@ def save(directory, stats):
   try:
     with os.fdopen(handle, "w") as out:
       json.dump(stats.to_json(), out)
+    os.chmod(temporary, 0o644)  # readable like any written file
     os.replace(temporary, path)
   except BaseException:
     if os.path.exists(temporary):
