@@ -300,7 +300,19 @@ _BUILDERS = {"dlrm": _build_dlrm, "wide26": _build_wide,
 # --- one run, in a child process --------------------------------------------
 
 
-class _StepTimes(tf.compat.v1.train.SessionRunHook):
+def build_estimator(job):
+  """(estimator, input_fn) of `job` (workload, side, model_dir, batch, and
+  the workload's own keys; `profile_rate`: ours with lookup statistics
+  sampled at that rate into `<model_dir>/profile`)."""
+  if job.get("profile_rate"):
+    job = dict(job, profile_dir=os.path.join(job["model_dir"], "profile"))
+  model_fn, spec, input_fn = _BUILDERS[job["workload"]](job["side"], job)
+  estimator = _estimator(job["side"], model_fn, job["model_dir"], job["batch"],
+                         spec, job.get("profile_rate"))
+  return estimator, input_fn
+
+
+class StepTimes(tf.compat.v1.train.SessionRunHook):
   """perf_counter() after every step."""
 
   def __init__(self):
@@ -315,13 +327,8 @@ def _run(job, queue):
   parent (through `queue`) when train() is called."""
   warnings.filterwarnings("ignore", category=UserWarning)
   tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
-  if job.get("profile_rate"):
-    # Lookup statistics sampled at that rate (ours only).
-    job = dict(job, profile_dir=os.path.join(job["model_dir"], "profile"))
-  model_fn, spec, input_fn = _BUILDERS[job["workload"]](job["side"], job)
-  estimator = _estimator(job["side"], model_fn, job["model_dir"], job["batch"],
-                         spec, job.get("profile_rate"))
-  hook = _StepTimes()
+  estimator, input_fn = build_estimator(job)
+  hook = StepTimes()
   queue.put({"event": "train", "at": time.monotonic()})
   start = time.perf_counter()
   estimator.train(input_fn, max_steps=job["steps"], hooks=[hook])

@@ -2,94 +2,149 @@
 training, beside TF 2.15's TPUEstimator on the same work.
 
 Workload: bench/e2e_bench.py's `dlrm` (the example model, 26 embedding
-features including shared, sequence and weighted ones, batch 1024,
-pre-batched input). Sides, each run in its own child process with a fresh
-model_dir, alternating round by round:
+features in 24 tables, shared, sequence and weighted ones among them,
+batch 1024, pre-batched input). Configurations of ours:
 
 * `ours`: estimator_spec.TPUEstimator without a profile directory;
 * `ours+stats`: the same with `profile_data_directory` at the default
   sampling rate (0.03: one step in 33 is sampled);
-* `ours+stats@1`: every step sampled (rate 1), which shows the cost of one
-  sampled step;
-* `tf`: TF 2.15's TPUEstimator(use_tpu=False) on the same model (it
-  ignores the embedding optimizer; the reference of the other benches).
+* `ours+stats@1`: every step sampled (rate 1): the most the sampling can
+  cost.
 
-A run's rate is the examples of its timed steps over their wall time (the
-first `--warmup` steps discarded); a side's rate is the median over rounds.
-Printed: each side's examples/s; the cost of statistics at the default rate
-measured directly (1 - rate(ours+stats) / rate(ours)), which is within the
-noise of the machine, and derived from the sampled steps (the extra time of
-a step at rate 1, times 1/33), which is not; ours / TF.
+The three differ by a few percent at most, less than this machine's
+run-to-run spread between processes, so they are measured side by side in
+ONE process (`--rounds` child processes, each holding the three
+estimators): each round trains them in turn, `--segments` times (each
+segment starting with the next configuration), each
+`train()` call `--warmup` discarded steps then `--steps` timed steps. A
+configuration's rate in a round is its examples over its timed wall time,
+summed over segments; the cost is 1 - rate / rate(ours) of the same round,
+and the median over rounds is printed.
+
+Reference: TF 2.15's TPUEstimator(use_tpu=False) on the same model (it
+ignores the embedding optimizer), one child process per round, alternating
+with ours; ours / TF is printed with ours' rate from the paired rounds.
 
 Usage: .venv/bin/python -m bench.profile_bench [--quick] [--rounds N]
 """
 import argparse
+import multiprocessing
 import os
+import shutil
 import statistics as stats_lib
+import tempfile
 import time
+import warnings
 
+import numpy as np
 import tensorflow as tf
 
 from bench import e2e_bench
 from estimator_spec.engine import statistics
 
-SIDES = (("ours", e2e_bench.OURS, None),
-         ("ours+stats", e2e_bench.OURS, statistics.DEFAULT_SAMPLING_RATE),
-         ("ours+stats@1", e2e_bench.OURS, 1.0),
-         ("tf", e2e_bench.TF, None))
+CONFIGS = (("ours", None), ("ours+stats", statistics.DEFAULT_SAMPLING_RATE),
+           ("ours+stats@1", 1.0))
+
+
+def _paired_round(job, segments, queue):
+  """One process: the three configurations trained in turn, `segments`
+  times; puts {config: examples/s over its timed steps}."""
+  warnings.filterwarnings("ignore", category=UserWarning)
+  tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
+  root = tempfile.mkdtemp(prefix="profile_bench_")
+  try:
+    built = {}
+    for label, rate in CONFIGS:
+      built[label] = e2e_bench.build_estimator(dict(
+          job, side=e2e_bench.OURS, profile_rate=rate,
+          model_dir=os.path.join(root, label)))
+    timed = {label: [0, 0.0] for label, _ in CONFIGS}  # steps, seconds
+    for segment in range(segments):
+      # Each segment starts with another configuration (order effects).
+      order = CONFIGS[segment % 3:] + CONFIGS[:segment % 3]
+      for label, _ in order:
+        estimator, input_fn = built[label]
+        hook = e2e_bench.StepTimes()
+        estimator.train(input_fn, steps=job["steps"], hooks=[hook])
+        steady = np.diff(hook.times[job["warmup"]:])
+        timed[label][0] += len(steady)
+        timed[label][1] += float(steady.sum())
+    queue.put({label: job["batch"] * n / seconds
+               for label, (n, seconds) in timed.items()})
+  finally:
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _run_paired(job, segments):
+  context = multiprocessing.get_context("spawn")
+  queue = context.Queue()
+  process = context.Process(target=_paired_round, args=(job, segments, queue))
+  process.start()
+  try:
+    return queue.get(timeout=3600)
+  finally:
+    process.join()
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--quick", action="store_true",
-                      help="smoke run: a few steps, one round")
+                      help="smoke run: one round, one short segment")
   parser.add_argument("--rounds", type=int, default=3)
+  parser.add_argument("--segments", type=int, default=None,
+                      help="train() calls per configuration and round; "
+                      "default 3, --quick 1")
   parser.add_argument("--steps", type=int, default=None,
-                      help="timed steps per run; default 132, --quick 6")
+                      help="timed steps per train() call; default 198 (six "
+                      "sampled at the default rate), --quick 33")
   parser.add_argument("--warmup", type=int, default=None,
-                      help="discarded steps per run; default 20, --quick 2")
+                      help="discarded steps per train() call; default 10, "
+                      "--quick 2")
   parser.add_argument("--scale", type=float, default=0.05)
   parser.add_argument("--batch", type=int, default=1024)
   args = parser.parse_args()
-  steps = args.steps or (6 if args.quick else 132)
+  steps = args.steps or (33 if args.quick else 198)
   warmup = args.warmup if args.warmup is not None else (2 if args.quick
-                                                         else 20)
+                                                         else 10)
+  segments = args.segments or (1 if args.quick else 3)
   rounds = 1 if args.quick else args.rounds
   job = {"workload": "dlrm", "scale": args.scale, "batch": args.batch,
          "examples": 16 * args.batch, "steps": warmup + steps,
          "warmup": warmup, "input": "batched"}
+  period = statistics.sampling_period(statistics.DEFAULT_SAMPLING_RATE)
   print(f"profile_bench: {os.cpu_count()} CPUs, TF {tf.__version__}; "
         f"example model (examples/dlrm.py) at scale {args.scale}, batch "
-        f"{args.batch}; {rounds} alternating round(s) of "
-        f"{warmup} warm-up + {steps} timed steps", flush=True)
-  rates = {label: [] for label, _, _ in SIDES}
+        f"{args.batch}; {rounds} round(s); per round and configuration "
+        f"{segments} train() call(s) of {warmup} warm-up + {steps} timed "
+        f"steps", flush=True)
   begin = time.perf_counter()
+  paired, reference = [], []
   for r in range(rounds):
-    for label, side, rate in SIDES:
-      result = e2e_bench.run_in_child(dict(job, side=side, profile_rate=rate))
-      rates[label].append(result["examples_per_s"])
-      print(f"  round {r + 1} {label:13s} {result['examples_per_s']:8,.0f} "
-            f"examples/s  median step {result['median_step_ms']:6.1f} ms",
-            flush=True)
-  median = {label: stats_lib.median(values) for label, values in
-            rates.items()}
-  period = statistics.sampling_period(statistics.DEFAULT_SAMPLING_RATE)
-  step = {label: args.batch / value for label, value in median.items()}
-  sampled_extra = step["ours+stats@1"] - step["ours"]
-  print("\nSummary (median examples/s over rounds):")
-  for label, _, _ in SIDES:
-    print(f"  {label:13s} {median[label]:8,.0f} examples/s  "
-          f"{1e3 * step[label]:6.1f} ms/step")
-  print(f"  statistics at the default rate ({statistics.DEFAULT_SAMPLING_RATE}"
-        f", one step in {period}), measured: "
-        f"{100 * (1 - median['ours+stats'] / median['ours']):+.2f}% of step "
-        "time (run-to-run noise is about 1-2% here)")
-  print(f"  a sampled step costs {1e3 * sampled_extra:.1f} ms more "
-        f"({100 * sampled_extra / step['ours']:.1f}% of a step); at one step "
-        f"in {period}: {100 * sampled_extra / period / step['ours']:.2f}% of "
-        "step time")
-  print(f"  ours / TF: {median['ours'] / median['tf']:.2f}x; ours+stats / "
-        f"TF: {median['ours+stats'] / median['tf']:.2f}x")
+    rates = _run_paired(job, segments)
+    paired.append(rates)
+    print(f"  round {r + 1} " + "  ".join(
+        f"{label} {rate:8,.0f}" for label, rate in rates.items()) +
+          " examples/s", flush=True)
+    tf_run = e2e_bench.run_in_child(dict(job, side=e2e_bench.TF))
+    reference.append(tf_run["examples_per_s"])
+    print(f"  round {r + 1} tf {tf_run['examples_per_s']:8,.0f} examples/s",
+          flush=True)
+
+  print("\nSummary (medians over rounds):")
+  ours = stats_lib.median(p["ours"] for p in paired)
+  for label, rate in CONFIGS:
+    value = stats_lib.median(p[label] for p in paired)
+    line = f"  {label:13s} {value:8,.0f} examples/s"
+    if rate is not None:
+      costs = [100 * (1 - p[label] / p["ours"]) for p in paired]
+      line += (f"  cost {stats_lib.median(costs):+5.2f}% of step time "
+               f"(rounds: {', '.join(f'{c:+.2f}%' for c in costs)})")
+    print(line)
+  tf_rate = stats_lib.median(reference)
+  print(f"  {'tf':13s} {tf_rate:8,.0f} examples/s")
+  print(f"  the default rate samples one step in {period}; ours / TF "
+        f"{ours / tf_rate:.2f}x, ours+stats / TF "
+        f"{stats_lib.median(p['ours+stats'] for p in paired) / tf_rate:.2f}x")
   print(f"({time.perf_counter() - begin:.0f} s)")
 
 

@@ -279,3 +279,31 @@ def test_start_of_training_reports_the_saved_statistics(tmp_path, caplog):
   assert row.split()[1:] == ["1", str(expected[0]), str(len(expected[4])),
                              f"{div:.2f}", f"{mod:.2f}"]
   assert "div (configured): busiest shard" in message
+
+
+def test_a_failed_save_warns_and_keeps_the_counts(tmp_path, caplog):
+  profile = tmp_path / "profile"
+
+  class Block(v1.train.SessionRunHook):
+    """Puts a file where the directory is during steps 2-3."""
+
+    def __init__(self):
+      self.runs = 0
+
+    def after_run(self, run_context, run_values):
+      self.runs += 1
+      if self.runs == 1:
+        os.rename(profile, tmp_path / "moved")
+        profile.write_text("not a directory")
+      elif self.runs == 3:
+        os.remove(profile)
+        os.rename(tmp_path / "moved", profile)
+
+  estimator = _estimator(tmp_path / "m", _spec(str(profile)),
+                         checkpoint_steps=2)
+  # The save after step 2 fails; the one after step 4 writes every step.
+  with caplog.at_level(logging.WARNING, logger="tensorflow"):
+    estimator.train(_input_fn, max_steps=5, hooks=[Block()])
+  assert any("not saved to" in r.getMessage() for r in caplog.records)
+  stats, _ = _saved(profile, "items")
+  _assert_matches(stats, _expected(5)["items"])

@@ -114,26 +114,34 @@ class TableStatistics:
     """Adds one sampled batch: `ids` (int, every id of the batch for this
     table, all its features), `lengths` (ids per example, per feature)."""
     ids = np.asarray(ids, np.int64).reshape(-1)
+    unique, counts = np.unique(ids, return_counts=True)
+    self.observe_counts(unique, counts, lengths)
+
+  def observe_counts(self, unique, counts, lengths):
+    """`observe` with the batch's ids given as distinct ids (`unique`, any
+    order) and how often each was looked up (`counts`)."""
+    unique = np.asarray(unique, np.int64).reshape(-1)
+    counts = np.asarray(counts, np.int64).reshape(-1)
     lengths = np.asarray(lengths, np.int64).reshape(-1)
+    total = int(counts.sum())
     vocabulary = self.settings["vocabulary_size"]
-    if ids.size and (ids.min() < 0 or ids.max() >= vocabulary):
+    if unique.size and (unique.min() < 0 or unique.max() >= vocabulary):
       raise ValueError(
           f"TableStatistics.observe: table {self.settings['table']!r} has "
-          f"{vocabulary} rows; got ids in [{ids.min()}, {ids.max()}].")
-    if int(lengths.sum()) != ids.size:
+          f"{vocabulary} rows; got ids in [{unique.min()}, {unique.max()}].")
+    if int(lengths.sum()) != total or unique.size != counts.size:
       raise ValueError(
           f"TableStatistics.observe: lengths add up to {int(lengths.sum())} "
-          f"ids; got {ids.size} ids.")
-    self.lookups += int(ids.size)
+          f"ids; got {total} ids.")
+    self.lookups += total
     self.examples += int(lengths.size)
     histogram = np.bincount(np.minimum(lengths, MAX_IDS_PER_EXAMPLE))
     for n in np.flatnonzero(histogram).tolist():
       self.ids_per_example[n] = (
           self.ids_per_example.get(n, 0) + int(histogram[n]))
-    if not ids.size:
+    if not unique.size:
       return
     # Every per-id summary works on the distinct ids and their counts.
-    unique, counts = np.unique(ids, return_counts=True)
     index, rank = _hll_index_and_rank(unique)
     np.maximum.at(self.registers, index, rank)
     self._merge_heavy(unique, counts)

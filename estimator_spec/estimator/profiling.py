@@ -101,10 +101,17 @@ class Profiler:
 class _Observer:
   """Adds fetched batches to statistics on a thread of its own; `wait()`
   returns once every batch handed over so far is counted (and raises what
-  the thread raised)."""
+  the thread raised).
+
+  The thread starts on a batch only when `go()` says the training thread
+  is about to run a step: TF runs the step without Python's GIL, so the
+  counting (Python and NumPy, which hold the GIL) overlaps the step
+  instead of delaying the hooks between steps."""
 
   def __init__(self):
     self._queue = queue_lib.Queue(maxsize=4)  # a full queue blocks the step
+    self._go = threading.Event()
+    self._draining = False
     self._error = None
     self._thread = threading.Thread(target=self._run, daemon=True,
                                     name="lookup_statistics")
@@ -117,6 +124,9 @@ class _Observer:
         if item is None:
           return
         if self._error is None:
+          if not self._draining:
+            self._go.wait()
+            self._go.clear()
           stats, results = item
           _observe(stats, results)
       except Exception as error:  # pylint: disable=broad-except
@@ -128,11 +138,20 @@ class _Observer:
     self._check()
     self._queue.put((stats, results))
 
+  def go(self):
+    """The training thread is about to run a step."""
+    self._go.set()
+
   def wait(self):
+    self._draining = True
+    self._go.set()
     self._queue.join()
+    self._draining = False
     self._check()
 
   def stop(self):
+    self._draining = True
+    self._go.set()
     self._queue.put(None)
     self._thread.join()
     self._check()
@@ -143,14 +162,31 @@ class _Observer:
 
 
 def _observe(stats_by_table, results):
-  """Adds one fetched step ({table: [(ids, example, batch_size)]})."""
-  for table, features in results.items():
-    ids, lengths = [], []
-    for feature_ids, example, batch_size in features:
-      ids.append(feature_ids)
-      lengths.append(np.bincount(example, minlength=int(batch_size)))
-    stats_by_table[table].observe(np.concatenate(ids),
-                                  np.concatenate(lengths))
+  """Adds one fetched step ({table: (distinct ids, counts, lengths)})."""
+  for table, (unique, counts, lengths) in results.items():
+    # Lets the training thread take the GIL between tables, rather than
+    # after Python's switch interval (5 ms).
+    time.sleep(0)
+    stats_by_table[table].observe_counts(unique, counts, lengths)
+
+
+def _summaries(inputs):
+  """{table: (distinct ids, their counts, ids per example of each
+  feature)} of a step, as ops: built in the hook's `begin`, after every op
+  of the step, and run only with a sampled step."""
+  summaries = {}
+  with tf.name_scope("lookup_statistics"):
+    for table, features in inputs.items():
+      ids = tf.concat([f[0] for f in features], axis=0)
+      unique, _, counts = tf.unique_with_counts(ids, out_idx=tf.int64)
+      lengths = tf.concat([
+          tf.math.bincount(tf.cast(example, tf.int32),
+                           minlength=tf.cast(batch, tf.int32),
+                           maxlength=tf.cast(batch, tf.int32),
+                           dtype=tf.int64)
+          for _, example, batch in features], axis=0)
+      summaries[table] = (unique, counts, lengths)
+  return summaries
 
 
 class StatisticsHook(tf.compat.v1.train.SessionRunHook):
@@ -168,19 +204,25 @@ class StatisticsHook(tf.compat.v1.train.SessionRunHook):
     self._since_save = 0
     self._saved_at = time.monotonic()
     self._observer = None
+    self._fetches = None
 
   def begin(self):
     self._runs = 0
     self._first_save = True
     self._new_delta()
+    self._fetches = _summaries(self._inputs)
 
   def after_create_session(self, session, coord):
     del session, coord
-    self._observer = _Observer()
+    if self._observer is None:  # (a recovered session keeps it)
+      self._observer = _Observer()
 
-  def _new_delta(self):
-    self._delta = {}
-    for table in self._inputs:
+  def _new_delta(self, tables=None):
+    """Fresh counts for `tables` (default: every table)."""
+    if tables is None:
+      self._delta = {}
+      tables = list(self._inputs)
+    for table in tables:
       stats = statistics.TableStatistics(self._profiler.settings(table),
                                          self._profiler.sampling_rate)
       stats.runs = 1 if self._first_save else 0
@@ -188,11 +230,13 @@ class StatisticsHook(tf.compat.v1.train.SessionRunHook):
 
   def before_run(self, run_context):
     del run_context
+    if self._observer is not None:
+      self._observer.go()
     self._sampled = self._runs % self._profiler.period == 0
     self._runs += 1
     if not self._sampled:
       return None
-    return tf.compat.v1.train.SessionRunArgs(self._inputs)
+    return tf.compat.v1.train.SessionRunArgs(self._fetches)
 
   def after_run(self, run_context, run_values):
     del run_context
@@ -210,16 +254,28 @@ class StatisticsHook(tf.compat.v1.train.SessionRunHook):
       self.save()
     finally:
       self._observer.stop()
+      self._observer = None
 
   def save(self):
     """Adds what was sampled since the last save to the directory's files
     (a run's first save writes every table's file, so that the run is
-    counted even when it sampled nothing)."""
+    counted even when it sampled nothing). A file that cannot be written
+    now (a full disk, a removed directory) gets a warning and its counts
+    are kept for the next save: statistics never stop training."""
     self._observer.wait()
-    for stats in self._delta.values():
-      if stats.runs or stats.examples:
+    saved = []
+    for table, stats in self._delta.items():
+      if not (stats.runs or stats.examples):
+        continue
+      try:
         statistics.add_to_file(self._profiler.directory, stats)
+        saved.append(table)
+      except OSError as error:
+        tf.compat.v1.logging.warning(
+            "Lookup statistics of table %r not saved to %s (%s); they are "
+            "kept for the next save.", table, self._profiler.directory,
+            error)
     self._first_save = False
-    self._new_delta()
+    self._new_delta(saved)
     self._since_save = 0
     self._saved_at = time.monotonic()
