@@ -7,7 +7,7 @@ batch 1024, pre-batched input). Configurations of ours:
 
 * `ours`: estimator_spec.TPUEstimator without a profile directory;
 * `ours+stats`: the same with `profile_data_directory` at the default
-  sampling rate (0.03: one step in 33 is sampled);
+  sampling rate (0.02: one step in 50 is sampled);
 * `ours+stats@1`: every step sampled (rate 1): the most the sampling can
   cost.
 
@@ -95,15 +95,15 @@ def main():
                       help="train() calls per configuration and round; "
                       "default 3, --quick 1")
   parser.add_argument("--steps", type=int, default=None,
-                      help="timed steps per train() call; default 198 (six "
-                      "sampled at the default rate), --quick 33")
+                      help="timed steps per train() call; default 200 (four "
+                      "sampled at the default rate), --quick 50")
   parser.add_argument("--warmup", type=int, default=None,
                       help="discarded steps per train() call; default 10, "
                       "--quick 2")
   parser.add_argument("--scale", type=float, default=0.05)
   parser.add_argument("--batch", type=int, default=1024)
   args = parser.parse_args()
-  steps = args.steps or (33 if args.quick else 198)
+  steps = args.steps or (50 if args.quick else 200)
   warmup = args.warmup if args.warmup is not None else (2 if args.quick
                                                          else 10)
   segments = args.segments or (1 if args.quick else 3)

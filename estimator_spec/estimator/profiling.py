@@ -6,12 +6,14 @@ saving them, and reading them back at start-up.
   run's TPU cores, or its parameter-server tasks on a cluster: the shards a
   table's rows are spread over). `load()` reads the statistics that match
   this model's tables; `startup_report` says what they show.
-* `StatisticsHook`: a training hook that fetches the ids of one step in
-  every `round(1 / rate)` (the first step of each `train()` call included)
-  and adds them to per-table `statistics.TableStatistics`, in Python, on a
-  thread of its own while the next steps run: the steps in between run
-  exactly as without a profile directory, and the graph is the same with
-  and without one. The counts
+* `StatisticsHook`: a training hook that samples one step in every
+  `round(1 / rate)` (the first step of each `train()` call included). A
+  sampled step also runs a few ops the hook adds after the whole step is
+  built (each table's distinct ids, their counts, the ids per example);
+  their results are added to per-table `statistics.TableStatistics` on a
+  thread of the hook while the next step runs. The other steps run exactly
+  as without a profile directory, and the step's own ops (and so the
+  numbers) are the same with and without one. The counts
   gathered since the last save are added to the directory's files
   (`statistics.add_to_file`) at each checkpoint interval of the RunConfig
   (`save_checkpoints_steps` / `save_checkpoints_secs`) and when training
