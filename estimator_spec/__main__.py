@@ -166,11 +166,8 @@ def main(argv=None):
     saved = None
     if args.profile_dir is not None:
       from estimator_spec.engine import statistics  # pylint: disable=import-outside-toplevel
-      saved = {
-          table: statistics.load(args.profile_dir, statistics.table_settings(
-              config.model, table, config.num_cores))
-          for table in config.model.tables
-      }
+      saved = statistics.load_for_model(args.profile_dir, config.model,
+                                        config.num_cores)
     print(report.describe(config, num_shards=args.num_shards,
                           include_proto=args.proto, statistics=saved))
     return 0

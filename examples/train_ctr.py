@@ -159,8 +159,7 @@ def _lookup_statistics_report(spec, profile_dir):
   """Prints the three tables whose busiest shard (of 16) the choice of
   layout changes most; writes the report of the whole profile directory
   and returns its path."""
-  saved = [statistics.load(profile_dir, statistics.table_settings(
-      spec.model, table, 16)) for table in spec.model.tables]
+  saved = statistics.load_for_model(profile_dir, spec.model, 16).values()
   saved = [s for s in saved if s is not None and s.lookups]
   strategy = spec.model.partition_strategy
   other = "div" if strategy == "mod" else "mod"

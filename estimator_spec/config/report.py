@@ -31,20 +31,17 @@ def _learning_rate_label(config, table):
 
 def shard_bytes(config, num_shards=None):
   """{table: [bytes of partition i (table + optimizer slots)]}."""
-  result = {}
-  for name, layout in config.shard_layouts(num_shards).items():
-    table = config.model.tables[name]
-    copies = _copies(config, name)
-    result[name] = [
-        rows * table.dimension * _FLOAT_BYTES * copies for rows in layout.sizes
-    ]
-  return result
+  return {name: _partition_bytes(config, name, layout)
+          for name, layout in config.shard_layouts(num_shards).items()}
 
 
-def _copies(config, table_name):
-  """Row copies a table keeps: the table and its optimizer's slots."""
+def _partition_bytes(config, table_name, layout):
+  """[bytes of partition i of `layout`]: its rows of the table and of its
+  optimizer's slots, float32."""
   optimizer = config.optimizer_for(table_name)
-  return 1 + (len(optimizer.slot_specs()) if optimizer is not None else 0)
+  copies = 1 + (len(optimizer.slot_specs()) if optimizer is not None else 0)
+  dimension = config.model.tables[table_name].dimension
+  return [rows * dimension * _FLOAT_BYTES * copies for rows in layout.sizes]
 
 
 def statistics_section(config, stats_by_table, num_shards):
@@ -83,10 +80,9 @@ def statistics_section(config, stats_by_table, num_shards):
     for strategy in sharding.STRATEGIES:
       counts = stats.shard_load[strategy]
       load[strategy][:counts.size] += counts
-      rows = sharding.ShardLayout(table.vocabulary_size, num_shards,
-                                  strategy).sizes
-      memory[strategy][:len(rows)] += (np.asarray(rows) * table.dimension *
-                                       _FLOAT_BYTES * _copies(config, name))
+      sizes = _partition_bytes(config, name, sharding.ShardLayout(
+          table.vocabulary_size, num_shards, strategy))
+      memory[strategy][:len(sizes)] += sizes
   out.write("  Per shard, the tables above together (share of their "
             "sampled lookups; memory of tables and slots):\n")
   out.write(f"  {'shard':>5} {'div load':>9} {'div memory':>12} "

@@ -357,6 +357,16 @@ def add_to_file(directory, stats):
     return save(directory, total)
 
 
+# What reading a file that is not statistics of this format raises.
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError)
+
+
+def _read(path):
+  """The statistics in the file `path` (raises one of `_UNREADABLE`)."""
+  with open(path) as f:
+    return TableStatistics.from_json(json.load(f))
+
+
 def load(directory, settings):
   """The statistics saved in `directory` for `settings`, or None (no file;
   or a corrupt, foreign or mismatched one, with a warning)."""
@@ -364,17 +374,23 @@ def load(directory, settings):
   if not os.path.exists(path):
     return None
   try:
-    with open(path) as f:
-      stats = TableStatistics.from_json(json.load(f))
+    stats = _read(path)
     if settings_key(stats.settings) != settings_key(settings):
       raise ValueError("it holds statistics of other settings")
-  except (OSError, ValueError, KeyError, TypeError) as error:
+  except _UNREADABLE as error:
     warnings.warn(
         f"Lookup statistics file {path} is ignored: {error}. Training goes "
         "on; the file is replaced when statistics are next saved.",
         RuntimeWarning, stacklevel=2)
     return None
   return stats
+
+
+def load_for_model(directory, model, num_shards):
+  """{table: the statistics `directory` holds for each table of `model`
+  (an `EmbeddingModel`) kept for `num_shards` shards, or None}."""
+  return {table: load(directory, table_settings(model, table, num_shards))
+          for table in model.tables}
 
 
 def load_all(directory):
@@ -387,11 +403,10 @@ def load_all(directory):
       continue
     path = os.path.join(directory, name)
     try:
-      with open(path) as f:
-        stats = TableStatistics.from_json(json.load(f))
+      stats = _read(path)
       if file_name(stats.settings) != name:
         raise ValueError("its name does not match its settings")
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except _UNREADABLE as error:
       warnings.warn(f"Lookup statistics file {path} is skipped: {error}.",
                     RuntimeWarning, stacklevel=2)
       continue

@@ -59,15 +59,13 @@ class Profiler:
   def load(self):
     """{table: TableStatistics or None}: what the directory holds for
     these tables with these settings."""
-    if not tf.io.gfile.isdir(self.directory):
-      return {table: None for table in self.model.tables}
-    return {table: statistics.load(self.directory, self.settings(table))
-            for table in self.model.tables}
+    return statistics.load_for_model(self.directory, self.model,
+                                     self.num_shards)
 
-  def startup_report(self, config):
-    """Logs the div/mod shard load and memory the saved statistics show
-    (nothing when there are none yet)."""
-    text = report.statistics_section(config, self.load(), self.num_shards)
+  def startup_report(self, config, saved):
+    """Logs the div/mod shard load and memory the saved statistics
+    (`saved`, from `load`) show."""
+    text = report.statistics_section(config, saved, self.num_shards)
     if text:
       tf.compat.v1.logging.info("Lookup statistics in %s:\n%s",
                                 self.directory, text)
@@ -76,11 +74,10 @@ class Profiler:
           "No lookup statistics in %s for these tables yet; this run samples "
           "one step in %d.", self.directory, self.period)
 
-  def ps_assignment(self, cluster, model_dir, wait_secs):
+  def ps_assignment(self, cluster, model_dir, wait_secs, stats):
     """Which ps task holds each table partition on `cluster`: recorded in
-    `model_dir`, or balanced by the saved statistics
-    (`placement.resolve_ps_assignment`); logged."""
-    stats = self.load()
+    `model_dir`, or balanced by the saved statistics (`stats`, from `load`;
+    `placement.resolve_ps_assignment`); logged."""
     assignment = placement.resolve_ps_assignment(
         self.model, cluster, model_dir, stats, wait_secs)
     tf.compat.v1.logging.info(

@@ -328,13 +328,14 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
          self.config.save_checkpoints_secs)):
       listeners.append(hooks_lib.FlushListener())
     if self._profiler is not None:
+      saved = self._profiler.load()
       self._profiler.startup_report(placement.embedding_config(
           self._embedding_spec, ModeKeys.TRAIN, self.config,
-          self._batch_sizes))
+          self._batch_sizes), saved)
       if self._cluster is not None and self._cluster.trains:
         self._ps_assignment = self._profiler.ps_assignment(
             self._cluster, self.model_dir,
-            self._cluster_options.step_timeout_secs)
+            self._cluster_options.step_timeout_secs, saved)
     if self._cluster is not None and self._cluster.trains:
       cluster_lib.log_cluster(self._cluster, self._cluster_options,
                               self._batch_sizes[ModeKeys.TRAIN])
