@@ -207,7 +207,10 @@ def test_ncf_program(tmp_path, api, use_tpu):
       learning_rate=0.1, adam_sum_inside_sqrt=True,
       # The flag's default (False) in two runs, True in ours on the CPU.
       lazy_adam=(api == "ours" and not use_tpu), iterations_per_loop=5,
-      num_tpu_shards=NCF_SHARDS, train_epochs=NCF_CYCLES)
+      num_tpu_shards=NCF_SHARDS, train_epochs=NCF_CYCLES,
+      # Seeded: the loss-decrease check below must not depend on the draw
+      # of the unseeded Keras initializers.
+      seed=1)
   result = _run_program(tmp_path, {"program": "ncf", "api": api,
                                    "settings": settings})
 

@@ -251,6 +251,7 @@ def ncf_create_tpu_estimator(api, model_fn, feature_columns, params):
   """The TPUEstimator of the NCF model (tables trained by Adam)."""
   config = tf.estimator.tpu.RunConfig(
       model_dir=params["model_dir"],
+      tf_random_seed=params["seed"],
       tpu_config=tf.estimator.tpu.TPUConfig(
           iterations_per_loop=params["iterations_per_loop"],
           num_shards=params["num_tpu_shards"],
@@ -436,6 +437,7 @@ def ncf_create_params(settings):
       "model_layers": layers,
       "num_neg": NCF_NUM_EVAL_NEGATIVES,
       "num_tpu_shards": shards,
+      "seed": settings.get("seed"),  # the program's --seed flag
       "train_epochs": settings["train_epochs"],
       "global_batch_size": settings["batch_size"],
       "use_gradient_accumulation": True,
