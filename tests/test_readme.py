@@ -10,7 +10,8 @@ the path. A block preceded by the line
 the same file: the two run together, as one program. No block is skipped: a
 block that raises fails its test, named by file and line.
 
-Documentation links stay inside the repository.
+The README's `describe` shell commands run too (with this interpreter for
+`.venv/bin/python`). Documentation links stay inside the repository.
 """
 import os
 import pathlib
@@ -109,3 +110,34 @@ def test_links_stay_inside_the_repository(path):
     relative = str(resolved.relative_to(REPO))
     assert resolved.exists() or relative in PENDING, (
         f"{path.name}: {target} does not exist")
+
+
+def describe_commands():
+  """The `describe` commands of README.md's shell blocks (cheap to run)."""
+  commands, block, inside = [], [], None
+  for line in (REPO / "README.md").read_text().splitlines():
+    if line.startswith("```"):
+      if inside is None:
+        inside, block = line[3:].strip(), []
+        continue
+      command = " ".join(l.rstrip("\\") for l in block)
+      if inside == "" and command.startswith(
+          ".venv/bin/python -m estimator_spec describe"):
+        commands.append(command.split()[1:])
+      inside = None
+    elif inside is not None:
+      block.append(line)
+  return commands
+
+
+@pytest.mark.parametrize("arguments", describe_commands())
+def test_readme_describe_command_runs(arguments):
+  env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
+  result = subprocess.run([sys.executable, *arguments], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr[-4000:]
+  assert "tbl_" in result.stdout
+
+
+def test_readme_has_a_describe_command():
+  assert describe_commands()
