@@ -1,25 +1,27 @@
-# One-word entry points. Each target creates the virtual environment at .venv/
-# from this repository's own files when it is missing or out of date.
-PYTHON ?= python3
+# One-word entry points, `make demo` and `make test`. Each first makes the
+# virtual environment at .venv/ ready (tools/ensure_venv.sh, run on every
+# make and cheap): created when missing, rebuilt when broken (bin/python
+# missing or not running, another Python than 3.11, packages missing), the
+# package installed again when setup.py changed. Building it needs Python
+# 3.11: python3.11 when it is on the PATH, else python3; another one is
+# named with `make PYTHON=/path/to/python3.11 demo`.
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(shell command -v python3.11 2>/dev/null || echo python3)
+endif
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+EXTRAS := test,demo
 export TF_CPP_MIN_LOG_LEVEL := 2
 
 .PHONY: demo test venv clean browser
 
-venv: $(STAMP)
+venv:
+	@sh tools/ensure_venv.sh '$(PYTHON)' '$(VENV)' '$(EXTRAS)'
 
-$(STAMP): setup.py
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
-	touch $(STAMP)
-
-demo: $(STAMP)
+demo: venv
 	$(PY) -m examples.train_ctr
 
-test: $(STAMP) browser
+test: venv browser
 	$(PY) -m pytest -q
 
 # Headless Chromium and its driver for the browser test of the profile

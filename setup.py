@@ -20,5 +20,7 @@ setup(
         # selenium and Pillow: the browser test of the profile report.
         "test": ["pytest>=7", "hypothesis>=6.80", "selenium>=4.11",
                  "Pillow>=9"],
+        # matplotlib: the demo's plots.
+        "demo": ["matplotlib>=3.7,<4"],
     },
 )

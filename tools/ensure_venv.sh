@@ -1,0 +1,157 @@
+#!/bin/sh
+# Makes the virtual environment that `make demo` and `make test` use ready,
+# or says in one message why it cannot. Run by the Makefile on every make,
+# so the check is cheap: two short Python starts when the environment is
+# usable, nothing installed, nothing printed.
+#
+#   tools/ensure_venv.sh PYTHON VENV [EXTRAS]
+#
+# PYTHON builds VENV when it has to be built; it must be Python 3.11.
+# VENV is usable when its bin/python runs, is Python 3.11, the install stamp
+# VENV/.installed matches this checkout (Python version, extras, checksum of
+# setup.py), and tensorflow, tensorflow_estimator, estimator_spec and
+# tpu_embedding_columns are found (the last two in this checkout).
+# Otherwise:
+#   * bin/python missing, not running or another Python, or packages
+#     missing: VENV is emptied and built again with PYTHON;
+#   * no stamp, or a stamp of another setup.py: the package is installed
+#     again into VENV.
+#
+# Environment: VENV_CHECK_ONLY=1 prints the verdict and exits (0 usable,
+# 1 not) without building anything; VENV_DRY_RUN=1 prints the commands a
+# build would run instead of running them. Exit status 2: no Python 3.11 to
+# build with.
+set -u
+
+python=$1
+venv=$2
+extras=${3:-test}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+venv_python=$venv/bin/python
+stamp=$venv/.installed
+wanted=3.11
+
+# The Python version of an interpreter ("3.11.7"); fails when it does not run.
+version_of() {
+  env -u PYTHONPATH -u PYTHONHOME "$1" -c \
+    'import sys; print(".".join(str(n) for n in sys.version_info[:3]))' \
+    2>/dev/null
+}
+
+# The packages the venv lacks, space-separated, found without importing them
+# (the current directory is not searched). A checkout's own packages count
+# only when they come from this checkout.
+missing_packages() {
+  env -u PYTHONPATH -u PYTHONHOME "$venv_python" - "$repo" <<'PY' 2>/dev/null
+import importlib.util, os, sys
+repo = os.path.realpath(sys.argv[1])
+if sys.path and sys.path[0] == "":  # the current directory, for stdin
+  del sys.path[0]
+missing = []
+for name in ("tensorflow", "tensorflow_estimator", "estimator_spec",
+             "tpu_embedding_columns"):
+  spec = importlib.util.find_spec(name)
+  if spec is None:
+    missing.append(name)
+  elif name in ("estimator_spec", "tpu_embedding_columns"):
+    origin = os.path.realpath(spec.origin or "")
+    if not origin.startswith(repo + os.sep):
+      missing.append(name + " (from " + os.path.dirname(origin) + ")")
+print(" ".join(missing))
+PY
+}
+
+stamp_line() {
+  echo "python=$1 extras=$extras setup.py=$(cksum < "$repo/setup.py" | cut -d' ' -f1)"
+}
+
+run() {
+  if [ -n "${VENV_DRY_RUN:-}" ]; then
+    echo "+ $*"
+  else
+    "$@" || exit 1
+  fi
+}
+
+# --- Is VENV usable? ---------------------------------------------------------
+action=none      # none | install (into the venv as it is) | rebuild
+reason=
+if [ ! -e "$venv" ]; then
+  action=rebuild
+  reason="$venv does not exist"
+elif [ ! -x "$venv_python" ]; then
+  action=rebuild
+  reason="$venv_python is missing"
+elif ! venv_version=$(version_of "$venv_python") || [ -z "$venv_version" ]; then
+  action=rebuild
+  reason="$venv_python does not run"
+elif [ "${venv_version%.*}" != "$wanted" ]; then
+  action=rebuild
+  reason="$venv holds Python $venv_version, not $wanted"
+elif [ ! -f "$stamp" ]; then
+  action=install
+  reason="its install never finished (no $stamp)"
+elif [ "$(cat "$stamp")" != "$(stamp_line "$venv_version")" ]; then
+  action=install
+  reason="setup.py or the extras changed since it was installed"
+else
+  missing=$(missing_packages)
+  if [ $? -ne 0 ]; then
+    action=rebuild
+    reason="$venv_python cannot look up its packages"
+  elif [ -n "$missing" ]; then
+    action=rebuild
+    reason="packages missing: $missing"
+  fi
+fi
+
+if [ -n "${VENV_CHECK_ONLY:-}" ]; then
+  if [ "$action" = none ]; then
+    echo "$venv: usable (Python $venv_version)"
+    exit 0
+  fi
+  echo "$venv: $action needed: $reason"
+  exit 1
+fi
+[ "$action" = none ] && exit 0
+
+# --- Install into the venv as it is (its Python is fine) --------------------
+if [ "$action" = install ]; then
+  echo "make: installing this checkout into $venv ($reason)"
+  run rm -f "$stamp"
+  run "$venv_python" -m pip install --quiet -e "$repo[$extras]"
+  [ -n "${VENV_DRY_RUN:-}" ] || stamp_line "$venv_version" > "$stamp"
+  exit 0
+fi
+
+# --- Rebuild: needs a Python 3.11 ------------------------------------------
+hint="Install Python $wanted, or point make at one: make PYTHON=python$wanted demo (or: make PYTHON=/path/to/python$wanted test)."
+why="Python $wanted is needed: the pinned TensorFlow 2.15 and tensorflow-estimator 2.15 are installed into $venv, and the project is tested on $wanted only."
+if [ "$reason" = "$venv does not exist" ]; then
+  context="to create $venv"
+else
+  context="to rebuild $venv ($reason)"
+fi
+if ! command -v "$python" >/dev/null 2>&1; then
+  echo "make: cannot use PYTHON=$python $context: it was not found. $why $hint" >&2
+  exit 2
+fi
+if ! python_version=$(version_of "$python") || [ -z "$python_version" ]; then
+  echo "make: cannot use PYTHON=$python $context: it does not run. $why $hint" >&2
+  exit 2
+fi
+if [ "${python_version%.*}" != "$wanted" ]; then
+  echo "make: cannot use PYTHON=$python $context: it is Python $python_version. $why $hint" >&2
+  exit 2
+fi
+
+if [ "$reason" = "$venv does not exist" ]; then
+  echo "make: creating $venv with $python (Python $python_version)"
+else
+  echo "make: rebuilding $venv with $python (Python $python_version): $reason"
+fi
+run "$python" -m venv --clear "$venv"
+run "$venv_python" -m pip install --quiet --upgrade pip
+run "$venv_python" -m pip install --quiet -e "$repo[$extras]"
+[ -n "${VENV_DRY_RUN:-}" ] || stamp_line "$python_version" > "$stamp"
+exit 0
