@@ -1,0 +1,313 @@
+"""The recipes of docs/recipes.md, each run as written there (tiny models).
+
+1. A TPU job's checkpoint (tables in `mod` partitions over the job's hosts,
+   no recorded strategy, TF's TPU slot names) evaluated and trained on by
+   `estimator_spec.TPUEstimator` on CPU: NumPy predictions from the job's
+   row-order tables; one more step moves only the rows looked up and adds
+   to the restored Adagrad accumulators.
+2. Our checkpoint back to a TPU job: `convert --to-strategy mod
+   --to-shards HOSTS` stores every table and slot as the TPU job's
+   partitions (`mod` order, checked against NumPy).
+3. Our checkpoint into TF's own `TPUEstimator(use_tpu=False)` whose dense
+   optimizer (Adam) is not the spec's (Adagrad): TF's restore fails on the
+   missing table slots; `convert_for_tf_cpu` writes what TF restores, and
+   TF trains on from our tables.
+4. Serving the SavedModel of `export_saved_model` with a parsing receiver:
+   `saved_model_cli run --input_examples`, the TF Serving REST body
+   (`instances` of `{"b64": ...}` and columnar `inputs`) decoded as TF
+   Serving does and run through the signature, and a batch of N examples
+   equal to N single calls, all equal to `estimator.predict`.
+"""
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # pylint: disable=g-import-not-at-top
+import pytest
+import tensorflow as tf
+
+import estimator_spec as es
+from estimator_spec import interop
+from estimator_spec.checkpoints import restore as checkpoints
+from estimator_spec.checkpoints import tf_cpu
+import tpu_embedding_columns as tec
+
+fc = tf.feature_column
+v1 = tf.compat.v1
+TF_TPU = v1.tpu.experimental
+TF_EST_TPU = v1.estimator.tpu
+PREDICT = tf.estimator.ModeKeys.PREDICT
+TRAIN = tf.estimator.ModeKeys.TRAIN
+
+V = 12  # vocabulary of every table
+D = 2  # dimension
+B = 4  # training batch
+N = 16  # examples
+
+A_TABLE = "input_layer/a_embedding/embedding_weights"
+BC_TABLE = "b_c_shared_embedding"
+TABLES = (A_TABLE, BC_TABLE)
+
+
+# ---------------------------------------------------------------------------
+# A small TPUEstimator model: a plain column through input_layer, a shared
+# pair through DenseFeatures (TF's shared columns refuse input_layer), a
+# linear head trained by the model's own optimizer.
+
+
+def columns(api):
+  ident = fc.categorical_column_with_identity
+  if api == "ours":
+    embedding, shared = tec.embedding_column, tec.shared_embedding_columns
+  else:
+    embedding, shared = TF_TPU.embedding_column, TF_TPU.shared_embedding_columns
+  a = embedding(ident("a", V), D, combiner="mean")
+  b, c = shared([ident("b", V), ident("c", V)], D, combiner="sum")
+  return a, b, c
+
+
+def model_fn_for(cols, spec_class, optimizer):
+
+  def model_fn(features, labels, mode, params):
+    del params
+    a, b, c = cols
+    x = tf.concat([v1.feature_column.input_layer(features, [a]),
+                   v1.keras.layers.DenseFeatures([b, c])(features)], axis=1)
+    logits = v1.layers.dense(x, 1, name="out")
+    if mode == PREDICT:
+      return spec_class(mode, predictions={"logits": logits, "x": x})
+    loss = v1.losses.mean_squared_error(labels, logits)
+    train_op = None
+    if mode == TRAIN:
+      train_op = optimizer().minimize(loss,
+                                      global_step=v1.train.get_global_step())
+    return spec_class(mode, loss=loss, train_op=train_op)
+
+  return model_fn
+
+
+def data(n=N, seed=0):
+  rng = np.random.RandomState(seed)
+  features = {k: rng.randint(0, V, (n, 2)).astype(np.int64)
+              for k in ("a", "b", "c")}
+  return features, rng.randn(n, 1).astype(np.float32)
+
+
+def sparse(features):
+  return {k: _ids(v) for k, v in features.items()}
+
+
+def _ids(dense):
+  """[batch, width] ids (all present) as a SparseTensor."""
+  where = tf.where(tf.ones_like(dense, tf.bool))
+  return tf.SparseTensor(where, tf.gather_nd(dense, where),
+                         tf.shape(dense, out_type=tf.int64))
+
+
+def input_fn_for(features, labels=None, repeat=True):
+
+  def input_fn(params):
+    pieces = features if labels is None else (features, labels)
+    dataset = tf.data.Dataset.from_tensor_slices(pieces)
+    if repeat:
+      dataset = dataset.repeat()
+    dataset = dataset.batch(params["batch_size"], drop_remainder=repeat)
+    if labels is None:
+      return dataset.map(sparse)
+    return dataset.map(lambda f, y: (sparse(f), y))
+
+  return input_fn
+
+
+def our_spec(cols, optimizer=None, strategy="div"):
+  return es.EmbeddingConfigSpec(
+      feature_columns=list(cols),
+      optimization_parameters=optimizer or es.AdagradParameters(0.1),
+      partition_strategy=strategy)
+
+
+def our_estimator(model_dir, dense_optimizer, num_shards=None,
+                  strategy="div", spec_optimizer=None, use_tpu=False,
+                  batch=B):
+  cols = columns("ours")
+  return es.TPUEstimator(
+      model_fn=model_fn_for(cols, es.TPUEstimatorSpec, dense_optimizer),
+      config=TF_EST_TPU.RunConfig(
+          model_dir=str(model_dir),
+          tpu_config=TF_EST_TPU.TPUConfig(num_shards=num_shards)),
+      use_tpu=use_tpu, train_batch_size=batch, eval_batch_size=B,
+      predict_batch_size=B,
+      embedding_config_spec=our_spec(cols, spec_optimizer, strategy))
+
+
+def tf_estimator(model_dir, dense_optimizer):
+  """TF 2.15's own TPUEstimator on its CPU path, TF's columns."""
+  cols = columns("tf")
+  spec = TF_EST_TPU.experimental.EmbeddingConfigSpec(
+      feature_columns=list(cols),
+      optimization_parameters=TF_TPU.AdagradParameters(0.1))
+  return TF_EST_TPU.TPUEstimator(
+      model_fn=model_fn_for(cols, TF_EST_TPU.TPUEstimatorSpec,
+                            dense_optimizer),
+      config=TF_EST_TPU.RunConfig(model_dir=str(model_dir)),
+      use_tpu=False, train_batch_size=B, eval_batch_size=B,
+      predict_batch_size=B, embedding_config_spec=spec)
+
+
+def adam():
+  return v1.train.AdamOptimizer(0.01)
+
+
+def values(model_dir):
+  reader = tf.train.load_checkpoint(str(model_dir))
+  return {name: reader.get_tensor(name)
+          for name in reader.get_variable_to_shape_map()}
+
+
+def predict_all(estimator, features):
+  batches = list(estimator.predict(input_fn_for(features, repeat=False),
+                                   yield_single_examples=False))
+  return {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
+
+
+# ---------------------------------------------------------------------------
+# 3. Keep training in TF's TPUEstimator(use_tpu=False).
+
+
+def test_tf_cpu_path_cannot_restore_our_checkpoint_as_is(tmp_path):
+  features, labels = data()
+  ours = our_estimator(tmp_path, adam)
+  ours.train(input_fn_for(features, labels), max_steps=2)
+  names = set(values(tmp_path))
+  assert f"{A_TABLE}/Adagrad" in names  # the spec's slot
+  assert f"{A_TABLE}/Adam" not in names  # what TF's Adam wants
+  with pytest.raises(tf.errors.NotFoundError,
+                     match=r"embedding_weights/Adam.* not found|"
+                     r"shared_embedding/Adam.* not found"):
+    tf_estimator(tmp_path, adam).train(input_fn_for(features, labels),
+                                       max_steps=4)
+
+
+def test_converted_checkpoint_trains_on_in_tf_cpu_path(tmp_path):
+  features, labels = data()
+  ours_dir, tf_dir = tmp_path / "ours", tmp_path / "tf"
+  ours = our_estimator(ours_dir, adam)
+  ours.train(input_fn_for(features, labels), max_steps=3)
+  expected = predict_all(ours, features)
+
+  # The recipe.
+  estimator = tf_estimator(tf_dir, adam)
+  written = tf_cpu.convert_for_tf_cpu(
+      estimator, input_fn_for(features, labels), str(ours_dir), batch_size=B)
+
+  theirs, mine = values(tf_dir), values(ours_dir)
+  assert written.prefix == str(tf_dir / "model.ckpt-3")
+  for table in TABLES:
+    np.testing.assert_array_equal(theirs[table], mine[table])
+    for slot in ("Adam", "Adam_1"):  # the dense optimizer's table slots
+      np.testing.assert_array_equal(theirs[f"{table}/{slot}"], 0)
+      assert f"{table}/{slot}" in written.initialized
+    assert f"{table}/Adagrad" in written.left_out
+    assert f"{table}/Adagrad" not in theirs
+  for name in ("out/kernel", "out/bias", "out/kernel/Adam", "beta1_power",
+               "beta2_power", "global_step"):
+    np.testing.assert_array_equal(theirs[name], mine[name], err_msg=name)
+    assert name in written.copied
+  assert checkpoints.LAYOUT_TENSOR in written.left_out
+
+  # TF's CPU path restores it: same predictions as ours, then trains on.
+  np.testing.assert_allclose(predict_all(estimator, features)["logits"],
+                             expected["logits"], rtol=1e-6, atol=1e-6)
+  losses = []
+
+  class Loss(tf.compat.v1.train.SessionRunHook):
+
+    def before_run(self, run_context):
+      return tf.compat.v1.train.SessionRunArgs(
+          tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.LOSSES)[0])
+
+    def after_run(self, run_context, run_values):
+      losses.append(run_values.results)
+
+  estimator.train(input_fn_for(features, labels), max_steps=5, hooks=[Loss()])
+  after = values(tf_dir)
+  assert int(after["global_step"]) == 5
+  assert len(losses) == 2 and np.isfinite(losses).all()
+  for table in TABLES:  # TF's Adam moved the tables and filled its slots
+    assert not np.array_equal(after[table], mine[table]), table
+    assert np.any(after[f"{table}/Adam"] != 0), table
+
+
+def test_mod_tables_need_the_spec_and_come_in_row_order(tmp_path):
+  features, labels = data(n=16)
+  ours_dir = tmp_path / "ours"
+  # 16 cores = 2 hosts: tables stored in 2 `mod` partitions.
+  ours = our_estimator(ours_dir, adam, num_shards=16, strategy="mod",
+                       batch=16)
+  ours.train(input_fn_for(features, labels), max_steps=1)
+  assert checkpoints.stored_partitions(str(ours_dir))[A_TABLE] == 2
+  expected = predict_all(ours, features)
+
+  estimator = tf_estimator(tmp_path / "tf", adam)
+  with pytest.raises(ValueError, match="pass `spec=`"):
+    tf_cpu.convert_for_tf_cpu(estimator, input_fn_for(features, labels),
+                              str(ours_dir), batch_size=B)
+  assert not (tmp_path / "tf").exists()  # nothing written
+  tf_cpu.convert_for_tf_cpu(estimator, input_fn_for(features, labels),
+                            str(ours_dir), batch_size=B,
+                            spec=our_spec(columns("ours"), strategy="mod"))
+  stored = values(ours_dir)[A_TABLE]
+  layout = es.ShardLayout(V, 2, "mod")
+  rows = layout.join(np.split(stored, layout.offsets[1:]))
+  np.testing.assert_array_equal(values(tmp_path / "tf")[A_TABLE], rows)
+  np.testing.assert_allclose(predict_all(estimator, features)["logits"],
+                             expected["logits"], rtol=1e-6, atol=1e-6)
+
+
+def test_conversion_refusals(tmp_path):
+  features, labels = data()
+  ours_dir = tmp_path / "ours"
+  our_estimator(ours_dir, adam).train(input_fn_for(features, labels),
+                                      max_steps=1)
+  with pytest.raises(TypeError, match="pass the TF estimator"):
+    tf_cpu.convert_for_tf_cpu(our_estimator(tmp_path / "x", adam),
+                              input_fn_for(features, labels), str(ours_dir))
+  # Another model: a table of another vocabulary size.
+  with pytest.raises(ValueError, match=re.escape(A_TABLE) + ".*same model"):
+    wrong = V + 1
+
+    def other_columns(api):
+      del api
+      ident = fc.categorical_column_with_identity
+      a = TF_TPU.embedding_column(ident("a", wrong), D, combiner="mean")
+      b, c = TF_TPU.shared_embedding_columns([ident("b", V), ident("c", V)],
+                                             D, combiner="sum")
+      return a, b, c
+
+    cols = other_columns("tf")
+    estimator = TF_EST_TPU.TPUEstimator(
+        model_fn=model_fn_for(cols, TF_EST_TPU.TPUEstimatorSpec, adam),
+        config=TF_EST_TPU.RunConfig(model_dir=str(tmp_path / "tf")),
+        use_tpu=False, train_batch_size=B,
+        embedding_config_spec=TF_EST_TPU.experimental.EmbeddingConfigSpec(
+            feature_columns=list(cols),
+            optimization_parameters=TF_TPU.AdagradParameters(0.1)))
+    tf_cpu.convert_for_tf_cpu(estimator, input_fn_for(features, labels),
+                              str(ours_dir), batch_size=B)
+  assert not (tmp_path / "tf").exists()
+  # An existing checkpoint in model_dir is kept unless overwrite=True.
+  with pytest.raises(ValueError, match="holds the checkpoint to convert"):
+    tf_cpu.convert_for_tf_cpu(tf_estimator(ours_dir, adam),
+                              input_fn_for(features, labels), str(ours_dir),
+                              batch_size=B)
+  estimator = tf_estimator(tmp_path / "tf", adam)
+  tf_cpu.convert_for_tf_cpu(estimator, input_fn_for(features, labels),
+                            str(ours_dir), batch_size=B)
+  with pytest.raises(FileExistsError, match="overwrite=True"):
+    tf_cpu.convert_for_tf_cpu(estimator, input_fn_for(features, labels),
+                              str(ours_dir), batch_size=B)
