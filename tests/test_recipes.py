@@ -311,3 +311,134 @@ def test_conversion_refusals(tmp_path):
   with pytest.raises(FileExistsError, match="overwrite=True"):
     tf_cpu.convert_for_tf_cpu(estimator, input_fn_for(features, labels),
                               str(ours_dir), batch_size=B)
+
+
+# ---------------------------------------------------------------------------
+# 4. Serving the export.
+
+SAVED_MODEL_CLI = os.path.join(os.path.dirname(sys.executable),
+                               "saved_model_cli")
+
+
+def example_bytes(features, i):
+  """Example i of `features` as a serialized tf.Example (recipe 4)."""
+  return tf.train.Example(features=tf.train.Features(feature={
+      key: tf.train.Feature(int64_list=tf.train.Int64List(
+          value=[int(v) for v in values[i]]))
+      for key, values in features.items()
+  })).SerializeToString()
+
+
+def rest_body(serialized, columnar=False):
+  """The JSON a TF Serving REST client posts to /v1/models/NAME:predict
+  (recipe 4): binary strings go as {"b64": ...}."""
+  encoded = [{"b64": base64.b64encode(s).decode("ascii")} for s in serialized]
+  if columnar:
+    return json.dumps({"signature_name": "serving_default",
+                       "inputs": {"examples": encoded}})
+  return json.dumps({"signature_name": "serving_default",
+                     "instances": encoded})
+
+
+def serve_rest(export_dir, body):
+  """What TF Serving does with `body`: decode the b64 strings, run the
+  signature, answer row-wise ("predictions") or columnar ("outputs")."""
+  request = json.loads(body)
+  signature_name = request.get("signature_name", "serving_default")
+  if "instances" in request:
+    examples = request["instances"]
+  else:
+    inputs = request["inputs"]
+    examples = inputs["examples"] if isinstance(inputs, dict) else inputs
+  serialized = [base64.b64decode(e["b64"]) for e in examples]
+  loaded = tf.saved_model.load(export_dir, tags=["serve"])
+  outputs = loaded.signatures[signature_name](
+      examples=tf.constant(serialized))
+  outputs = {k: v.numpy().tolist() for k, v in outputs.items()}
+  if "instances" in request:
+    return json.dumps({"predictions": [
+        {k: outputs[k][i] for k in outputs} for i in range(len(serialized))
+    ]})
+  return json.dumps({"outputs": outputs})
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp("export")
+  features, labels = data(seed=5)
+  estimator = our_estimator(tmp / "model", adam)
+  estimator.train(input_fn_for(features, labels), max_steps=3)
+  # The recipe: a parsing receiver over the columns' parse spec.
+  parse_spec = v1.feature_column.make_parse_example_spec(list(
+      columns("ours")))
+  serving_input_fn = tf.estimator.export.build_parsing_serving_input_receiver_fn(
+      parse_spec)
+  export_dir = estimator.export_saved_model(str(tmp / "export"),
+                                            serving_input_fn).decode()
+  serve_features, _ = data(n=6, seed=6)
+  batches = list(estimator.predict(input_fn_for(serve_features, repeat=False),
+                                   yield_single_examples=False))
+  predicted = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
+  return export_dir, serve_features, predicted, tmp
+
+
+def test_saved_model_cli_run_with_input_examples(exported):
+  export_dir, features, predicted, tmp = exported
+  examples = json.dumps([{k: [int(v) for v in features[k][i]]
+                          for k in ("a", "b", "c")} for i in range(2)])
+  outdir = tmp / "cli_out"
+  result = subprocess.run(
+      [SAVED_MODEL_CLI, "run", "--dir", export_dir, "--tag_set", "serve",
+       "--signature_def", "serving_default",
+       "--input_examples", f"examples={examples}", "--outdir", str(outdir)],
+      capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  for key in ("logits", "x"):
+    np.testing.assert_allclose(np.load(outdir / f"{key}.npy"),
+                               predicted[key][:2], rtol=1e-6, atol=1e-6,
+                               err_msg=key)
+  # Without --outdir the values are printed after "Result for output key".
+  result = subprocess.run(
+      [SAVED_MODEL_CLI, "run", "--dir", export_dir, "--tag_set", "serve",
+       "--signature_def", "serving_default",
+       "--input_examples", f"examples={examples}"],
+      capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  printed = re.search(r"Result for output key logits:\s*(\[\[.*?\]\])",
+                      result.stdout, re.S).group(1)
+  logits = np.array([float(v) for v in re.findall(r"[-+0-9.e]+", printed)])
+  np.testing.assert_allclose(logits, predicted["logits"][:2, 0], rtol=1e-5,
+                             atol=1e-6)
+
+
+@pytest.mark.parametrize("columnar", [False, True])
+def test_tf_serving_rest_body(exported, columnar):
+  export_dir, features, predicted, _ = exported
+  serialized = [example_bytes(features, i) for i in range(len(features["a"]))]
+  answer = json.loads(serve_rest(export_dir, rest_body(serialized, columnar)))
+  if columnar:
+    logits = np.array(answer["outputs"]["logits"])
+  else:
+    assert len(answer["predictions"]) == len(serialized)
+    logits = np.array([p["logits"] for p in answer["predictions"]])
+  np.testing.assert_allclose(logits, predicted["logits"], rtol=1e-6,
+                             atol=1e-6)
+
+
+def test_a_batch_gives_what_single_examples_give(exported):
+  export_dir, features, predicted, _ = exported
+  serialized = [example_bytes(features, i) for i in range(len(features["a"]))]
+  serving = tf.saved_model.load(export_dir).signatures["serving_default"]
+  batch = serving(examples=tf.constant(serialized))
+  assert batch["logits"].shape == (len(serialized), 1)
+  singles = [serving(examples=tf.constant([s])) for s in serialized]
+  # The lookups agree exactly; the head's matmul may round the last bit
+  # differently for another batch shape.
+  np.testing.assert_array_equal(
+      np.concatenate([s["x"].numpy() for s in singles]), batch["x"].numpy())
+  for key in ("logits", "x"):
+    np.testing.assert_allclose(
+        np.concatenate([s[key].numpy() for s in singles]),
+        batch[key].numpy(), rtol=1e-6, atol=1e-7, err_msg=key)
+    np.testing.assert_allclose(batch[key].numpy(), predicted[key], rtol=1e-6,
+                               atol=1e-6, err_msg=key)
