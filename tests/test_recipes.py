@@ -32,10 +32,11 @@ import pytest
 import tensorflow as tf
 
 import estimator_spec as es
-from estimator_spec import interop
+from estimator_spec import __main__ as cli
 from estimator_spec.checkpoints import restore as checkpoints
 from estimator_spec.checkpoints import tf_cpu
 import tpu_embedding_columns as tec
+from tests import test_mid_level as ml
 
 fc = tf.feature_column
 v1 = tf.compat.v1
@@ -173,6 +174,129 @@ def predict_all(estimator, features):
   batches = list(estimator.predict(input_fn_for(features, repeat=False),
                                    yield_single_examples=False))
   return {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
+
+
+# ---------------------------------------------------------------------------
+# 1. A TPU job's checkpoint on CPU.
+
+HOSTS = 2  # the TPU job: 16 cores, 2 hosts, partition_strategy='mod'
+
+
+def mod_partitions(rows, hosts=HOSTS):
+  """A table as a TPU job with `hosts` hosts stores it: partition p holds
+  rows p, p + hosts, ... (NumPy, independent of ShardLayout)."""
+  return [rows[p::hosts] for p in range(hosts)]
+
+
+def tpu_job_checkpoint(model_dir, seed=0):
+  """The checkpoint TF's TPUEstimator writes on a 2-host TPU for this
+  model (tables and their Adagrad slots in `mod` partitions, no recorded
+  strategy; the head and its Adam state as any TF job saves them)."""
+  rng = np.random.RandomState(seed)
+  state = {
+      A_TABLE: rng.randn(V, D).astype(np.float32),
+      BC_TABLE: rng.randn(V, D).astype(np.float32),
+      A_TABLE + "/Adagrad": rng.uniform(0.1, 1, (V, D)).astype(np.float32),
+      BC_TABLE + "/Adagrad": rng.uniform(0.1, 1, (V, D)).astype(np.float32),
+      "out/kernel": rng.randn(3 * D, 1).astype(np.float32),
+      "out/bias": rng.randn(1).astype(np.float32),
+      "global_step": np.int64(100),
+  }
+  for name in ("out/kernel", "out/bias"):
+    state[name + "/Adam"] = rng.randn(*state[name].shape).astype(np.float32)
+    state[name + "/Adam_1"] = rng.uniform(
+        0, 1, state[name].shape).astype(np.float32)
+  state["beta1_power"] = np.float32(0.9**100)
+  state["beta2_power"] = np.float32(0.999**100)
+  stored = {name: mod_partitions(value) if value.shape == (V, D) else value
+            for name, value in state.items()}
+  os.makedirs(model_dir, exist_ok=True)
+  ml.write_checkpoint(os.path.join(model_dir, "model.ckpt-100"), stored)
+  return state
+
+
+def numpy_logits(state, features):
+  x = np.concatenate([
+      state[A_TABLE][features["a"]].mean(axis=1),
+      state[BC_TABLE][features["b"]].sum(axis=1),
+      state[BC_TABLE][features["c"]].sum(axis=1)], axis=1)
+  return x @ state["out/kernel"] + state["out/bias"], x
+
+
+@pytest.mark.parametrize("num_shards", [16, None])
+def test_tpu_job_checkpoint_evaluates_and_trains_on_cpu(tmp_path, num_shards):
+  model_dir = tmp_path / "tpu_job"
+  job = tpu_job_checkpoint(model_dir)
+  features, labels = data(n=16)
+  # The recipe: the job's spec (partition_strategy='mod'), its topology
+  # (num_shards=16) or none, use_tpu=False, the job's model_dir.
+  estimator = our_estimator(model_dir, adam, num_shards=num_shards,
+                            strategy="mod", batch=16)
+  logits, x = numpy_logits(job, features)
+  predicted = predict_all(estimator, features)
+  np.testing.assert_allclose(predicted["x"], x, rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(predicted["logits"], logits, rtol=1e-5,
+                             atol=1e-6)
+  loss = estimator.evaluate(input_fn_for(features, labels, repeat=False))
+  np.testing.assert_allclose(loss["loss"], np.mean((logits - labels)**2),
+                             rtol=1e-5)
+
+  estimator.train(input_fn_for(features, labels), max_steps=101)
+  after = values(model_dir)
+  assert int(after["global_step"]) == 101
+  layout_after = num_shards // 8 if num_shards else 1
+  for table, ids in ((A_TABLE, features["a"]),
+                     (BC_TABLE, np.concatenate([features["b"],
+                                                features["c"]]))):
+    accumulator = after[table + "/Adagrad"]
+    rows = es.ShardLayout(V, layout_after, "mod")
+    accumulator = rows.join(np.split(accumulator, rows.offsets[1:]))
+    looked_up = np.zeros(V, bool)
+    looked_up[np.unique(ids)] = True
+    # Adagrad adds g^2 to the job's accumulators of the rows looked up.
+    grew = np.any(accumulator > job[table + "/Adagrad"], axis=1)
+    np.testing.assert_array_equal(grew[~looked_up], False, err_msg=table)
+    assert grew[looked_up].any(), table
+    np.testing.assert_array_equal(accumulator[~looked_up],
+                                  job[table + "/Adagrad"][~looked_up])
+
+
+# ---------------------------------------------------------------------------
+# 2. Back to the TPU job.
+
+
+def tpu_job_spec():
+  """`python -m estimator_spec convert tests.test_recipes:tpu_job_spec`."""
+  return our_spec(columns("ours"), strategy="mod")
+
+
+def test_our_checkpoint_converts_to_the_tpu_jobs_layout(tmp_path):
+  features, labels = data()
+  ours_dir = tmp_path / "ours"
+  ours = our_estimator(ours_dir, adam, strategy="mod")  # one partition
+  ours.train(input_fn_for(features, labels), max_steps=2)
+  mine = values(ours_dir)
+  output = tmp_path / "for_tpu" / "model.ckpt-2"
+  assert cli.main(["convert", "tests.test_recipes:tpu_job_spec",
+                   "--checkpoint", str(ours_dir), "--output", str(output),
+                   "--to-strategy", "mod", "--to-shards", str(HOSTS)]) == 0
+  converted = values(output.parent)
+  stored = checkpoints.stored_partitions(str(output))
+  for table in TABLES:
+    for name in (table, table + "/Adagrad"):
+      assert stored[name] == HOSTS, name
+      np.testing.assert_array_equal(
+          converted[name], np.concatenate(mod_partitions(mine[name])),
+          err_msg=name)
+  for name in mine:
+    if not name.startswith(TABLES) and name != checkpoints.LAYOUT_TENSOR:
+      np.testing.assert_array_equal(converted[name], mine[name], err_msg=name)
+  # A run laid out as the TPU job (2 hosts) predicts what ours did.
+  job = our_estimator(output.parent, adam, num_shards=16, strategy="mod",
+                      batch=16)
+  np.testing.assert_allclose(predict_all(job, features)["logits"],
+                             predict_all(ours, features)["logits"],
+                             rtol=1e-6, atol=1e-6)
 
 
 # ---------------------------------------------------------------------------
