@@ -10,5 +10,8 @@
 * `convert`: `convert_checkpoint`, re-laying out a checkpoint offline.
 * `mid_level`: `export_mid_level_checkpoint`, the tables and slots for
   TF2's `tf.tpu.experimental.embedding`.
+* `tf_cpu`: `convert_for_tf_cpu`, our checkpoint as TF's
+  `TPUEstimator(use_tpu=False)` restores it (its model optimizer's slots
+  for the tables added at their initial values).
 * `progress`: the command line's progress bar.
 """
