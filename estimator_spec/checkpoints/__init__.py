@@ -10,5 +10,16 @@
 * `convert`: `convert_checkpoint`, re-laying out a checkpoint offline.
 * `mid_level`: `export_mid_level_checkpoint`, the tables and slots for
   TF2's `tf.tpu.experimental.embedding`.
+* `rows`: `read_rows`, a table's (or slot's) rows by id in any layout.
 * `progress`: the command line's progress bar.
+
+`read_rows` is also available here (loaded on first use).
 """
+
+
+def __getattr__(name):
+  if name == "read_rows":
+    from estimator_spec.checkpoints import rows  # pylint: disable=import-outside-toplevel
+    return rows.read_rows
+  raise AttributeError(
+      f"module 'estimator_spec.checkpoints' has no attribute {name!r}")
