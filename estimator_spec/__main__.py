@@ -480,7 +480,7 @@ def _run_checkpoint_command(args, spec):
 def _run_rows(args, spec):
   import numpy as np  # pylint: disable=import-outside-toplevel
   from estimator_spec.checkpoints import rows  # pylint: disable=import-outside-toplevel
-  owner = "rows"
+  owner = "read_rows"
   table = rows.table_of(owner, spec.model, args.table)
   # Range ends first: a mistyped range must not build a huge id list.
   rows.check_ids(owner, [i for r in args.ids for i in r], table)

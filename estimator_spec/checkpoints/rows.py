@@ -106,6 +106,7 @@ def check_ids(owner, ids, table):
 
 
 def _some(values, limit=5):
+  values = list(dict.fromkeys(int(v) for v in values))  # once each
   shown = ", ".join(str(int(v)) for v in values[:limit])
   return f"[{shown}{', ...' if len(values) > limit else ''}]"
 

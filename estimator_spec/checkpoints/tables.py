@@ -540,12 +540,23 @@ class StagedCheckpoint:
     existing = tf.io.gfile.glob(self.output_prefix + ".index") + (
         tf.io.gfile.glob(self.output_prefix + ".data-*"))
     if existing and not overwrite:
+      names = [os.path.basename(p) for p in sorted(existing)]
+      if len(names) > 3:
+        names = names[:2] + [f"... {len(names) - 3} more ..."] + names[-1:]
       raise FileExistsError(
           f"{owner}: a checkpoint already exists at {output_prefix!r} "
-          f"({', '.join(os.path.basename(p) for p in sorted(existing))}); "
+          f"({', '.join(names)}); "
           "choose another output prefix, or pass overwrite=True (command "
           "line: --force) to replace it.")
     self._overwrite = overwrite
+    ancestor = directory
+    while not os.path.exists(ancestor):
+      ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+      raise ValueError(
+          f"{owner}: `output_prefix` {output_prefix!r} is inside "
+          f"{ancestor!r}, which is a file, not a directory; choose another "
+          "output prefix.")
     self._created_dir = None
     if not os.path.isdir(directory):
       missing = directory
