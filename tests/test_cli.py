@@ -391,8 +391,10 @@ def test_convert_and_export_refuse_an_existing_output_unless_forced(
 
 def test_profile_output_that_exists_needs_force(tmp_path, capsys):
   from estimator_spec.engine import statistics as st  # pylint: disable=import-outside-toplevel
-  from tests import test_profile_report as pr  # pylint: disable=import-outside-toplevel
-  st.save(str(tmp_path), pr._three_tables()[0])  # pylint: disable=protected-access
+  model = ml.small_spec().model
+  stats = st.TableStatistics(st.table_settings(model, "tbl_a", 2), 1.0)
+  stats.observe(np.arange(40) % 7, np.ones(40, np.int64))
+  st.save(str(tmp_path), stats)
   page = tmp_path / "page.html"
   page.write_text("mine")
   assert_user_error(capsys, ["profile", tmp_path, "--output", page],

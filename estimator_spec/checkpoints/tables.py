@@ -565,8 +565,13 @@ class StagedCheckpoint:
       os.makedirs(directory)
       self._created_dir = missing
     self.directory = directory
-    self._staging = tempfile.mkdtemp(prefix=".staging-",
-                                     dir=self.directory)
+    try:
+      self._staging = tempfile.mkdtemp(prefix=".staging-",
+                                       dir=self.directory)
+    except OSError:
+      if self._created_dir is not None:
+        shutil.rmtree(self._created_dir, ignore_errors=True)
+      raise
     self._prefixes = []
     self.committed = False
 
