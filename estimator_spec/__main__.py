@@ -1,66 +1,96 @@
 """Command line: `python -m estimator_spec COMMAND [SPEC] [...]`.
 
-`SPEC` is `MODULE:FUNCTION`; the function (a callable taking no arguments)
-returns the model's EmbeddingConfigSpec.
+`SPEC` names a callable taking no arguments that returns the model's
+EmbeddingConfigSpec (or the spec itself): `MODULE:FUNCTION` (imported with
+the current directory on the path, e.g. `examples.dlrm:build_spec`) or
+`FILE.py:FUNCTION` (a path, loaded from that file with its directory on the
+path, e.g. `path/to/model.py:build_spec`). docs/cli.md documents every
+command and flag.
 
 * `describe SPEC`: tables, features, per-shard memory and, with `--proto`,
   the TPU embedding configuration proto for the given topology;
   `--profile-dir DIR` adds what the lookup statistics in DIR show.
-* `convert SPEC --checkpoint PATH_OR_MODEL_DIR --output PREFIX
-  --to-strategy {div,mod} --to-shards N`: the checkpoint with its embedding
-  tables and slots laid out for a run with that partition strategy and
-  number of shards, everything else copied unchanged
+* `convert SPEC --model-dir PATH --output PREFIX --to-strategy {div,mod}
+  --to-shards N`: the checkpoint with its embedding tables and slots laid
+  out for a run with that partition strategy and number of shards,
+  everything else copied unchanged
   (`estimator_spec.checkpoints.convert.convert_checkpoint`).
-* `export-mid-level SPEC --model-dir DIR --output PREFIX`: the tables and
-  slots of a model_dir's latest checkpoint as a TF2 object-based checkpoint
-  for `tf.tpu.experimental.embedding.TPUEmbeddingForServing`
-  (`estimator_spec.interop.export_mid_level_checkpoint`).
+* `export-mid-level SPEC --model-dir PATH --output PREFIX`: the tables and
+  slots of a checkpoint as a TF2 object-based checkpoint for
+  `tf.tpu.experimental.embedding.TPUEmbeddingForServing`
+  (`estimator_spec.checkpoints.mid_level.export_mid_level_checkpoint`).
+* `rows SPEC --model-dir PATH --table T --ids 1,2,5-9`: rows of a table (or
+  with `--slot`, of one of its optimizer slots) by id, whatever layout wrote
+  the checkpoint (`estimator_spec.checkpoints.rows.read_rows`).
 * `profile DIR [--output PATH]` (no SPEC): the lookup statistics files in
   DIR (`profile_data_directory`) as a text summary on stdout and one
-  self-contained HTML page (default `DIR/report.html`), whose path is the
-  last line printed (`estimator_spec.engine.statistics_report`). Files that
-  are not readable statistics are skipped with a warning on stderr.
+  self-contained HTML page (default `DIR/report.html`, rewritten each
+  time), whose path is the last line printed. Files that are not readable
+  statistics are skipped with a warning on stderr.
 
+`--model-dir` (aliases `--model_dir`, `--checkpoint`) is a model directory
+(its latest checkpoint) or a checkpoint prefix. An `--output` that already
+holds files is refused unless `--force` (except profile's default page).
 `convert` and `export-mid-level` show a progress bar per table on stderr.
-Exit codes: 0 done, 1 refused (the message says why; nothing was written:
-for `profile`, DIR missing, not a directory or without statistics files, or
-the page cannot be written), 2 bad command line.
+
+Exit codes: 0 done; 2 a usage error, or input the command refuses (one
+line on stderr, `python -m estimator_spec COMMAND: error: ...`, saying what
+is wrong and what to do; nothing was written); 1 an unexpected internal
+error (with a traceback).
 """
 import argparse
 import importlib
+import importlib.util
 import os
 import sys
+import tempfile
+import traceback
 import warnings
 
+PROG = "python -m estimator_spec"
 
-def _load_spec(target, command="describe"):
-  module_name, _, attr = target.partition(":")
-  if not module_name or not attr:
-    raise SystemExit(
-        f"{command}: expected MODULE:FUNCTION (e.g. examples.dlrm:build_spec); "
-        f"got {target!r}.")
-  sys.path.insert(0, os.getcwd())
-  try:
-    module = importlib.import_module(module_name)
-  except ImportError as error:
-    raise SystemExit(
-        f"{command}: cannot import {module_name!r}: {error}.") from error
-  factory = getattr(module, attr, None)
-  if factory is None:
-    raise SystemExit(f"{command}: {module_name!r} has no attribute {attr!r}.")
-  return factory() if callable(factory) else factory
+# Bounds of the topology flags (see docs/cli.md). The largest TPU slices
+# have a few thousand hosts (a v5p pod: 8,960 chips on 2,240 hosts of 4
+# chips) and no TPU host has more than 8 TensorCores; tables are sharded
+# over hosts (or parameter servers), so 4,096 shards leaves headroom over
+# any slice while catching a mistyped count. The batch size is an int32 in
+# the configuration proto.
+MAX_SHARDS = 4096
+MAX_HOSTS = 4096
+MAX_CORES_PER_HOST = 8
+MAX_BATCH_SIZE = 2**31 - 1
+MAX_IDS = 1 << 20  # ids one `rows` call prints
 
 
-def _positive_int(text):
-  try:
-    value = int(text)
-  except ValueError:
-    raise argparse.ArgumentTypeError(
-        f"expected a positive integer; got {text!r}") from None
-  if value < 1:
-    raise argparse.ArgumentTypeError(
-        f"expected a positive integer; got {text!r}")
-  return value
+class UsageError(Exception):
+  """A problem with what the user asked for: reported in one line, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+  """argparse's parser, reporting a bad command line in one line."""
+
+  def error(self, message):
+    self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help).\n")
+
+
+# --- argument types --------------------------------------------------------
+
+
+def _bounded_int(maximum, why):
+  def parse(text):
+    try:
+      value = int(text)
+    except ValueError:
+      value = None
+    if value is None or not 1 <= value <= maximum:
+      raise argparse.ArgumentTypeError(
+          f"expected an integer from 1 to {maximum:,} ({why}); got {text!r}")
+    return value
+  return parse
+
+
+_SHARDS = _bounded_int(MAX_SHARDS, "shards per table: TPU hosts or "
+                       "parameter servers")
 
 
 def _table_tensor(text):
@@ -71,66 +101,133 @@ def _table_tensor(text):
   return table, tensor
 
 
+def _id_ranges(text):
+  """'1,2,5-9' -> [(1, 1), (2, 2), (5, 9)] (inclusive ranges)."""
+  ranges = []
+  for part in text.split(","):
+    part = part.strip()
+    first, dash, last = part.partition("-")
+    try:
+      lo = int(first)
+      hi = int(last) if dash else lo
+    except ValueError:
+      lo = hi = None
+    if lo is None or lo < 0 or hi < lo:
+      raise argparse.ArgumentTypeError(
+          f"expected ids such as 1,2,3 or 0-9 (non-negative integers and "
+          f"increasing ranges, comma-separated); {part!r} in {text!r} is not")
+    ranges.append((lo, hi))
+  return ranges
+
+
+# --- the parser ------------------------------------------------------------
+
+
+def _add(parser, name, *aliases, **kwargs):
+  """Adds `--name` with the alias `--name_with_underscores` and `aliases`."""
+  flags = [name]
+  underscored = "--" + name[2:].replace("-", "_")
+  if underscored != name:
+    flags.append(underscored)
+  return parser.add_argument(*flags, *aliases, **kwargs)
+
+
+def _spec_argument(parser):
+  parser.add_argument(
+      "spec", metavar="SPEC",
+      help="MODULE:FUNCTION or FILE.py:FUNCTION returning the spec")
+
+
+def _model_dir_argument(parser):
+  _add(parser, "--model-dir", "--checkpoint", required=True,
+       dest="model_dir", metavar="PATH",
+       help="model directory (its latest checkpoint) or checkpoint prefix")
+
+
+def _variable_name_argument(parser):
+  _add(parser, "--variable-name", metavar="TABLE=TENSOR", type=_table_tensor,
+       action="append", default=[], dest="variable_names",
+       help="checkpoint tensor of a table whose tensor cannot be found "
+       "unambiguously (repeatable)")
+
+
+def _from_strategy_argument(parser):
+  _add(parser, "--from-strategy", choices=("div", "mod"), default=None,
+       help="strategy the checkpoint was written with (default: what the "
+       "checkpoint records, else the spec's partition_strategy)")
+
+
+def _force_argument(parser, what):
+  parser.add_argument("--force", action="store_true",
+                      help=f"replace {what} if it exists")
+
+
 def _parser():
-  parser = argparse.ArgumentParser(prog="python -m estimator_spec")
-  sub = parser.add_subparsers(dest="command", required=True)
+  parser = _Parser(prog=PROG, description="Embedding specs and checkpoints "
+                   "of estimator_spec models (see docs/cli.md).")
+  sub = parser.add_subparsers(dest="command", required=True,
+                              metavar="COMMAND")
   describe = sub.add_parser(
       "describe", help="print tables, features, shard memory and the proto")
-  describe.add_argument("spec", help="MODULE:FUNCTION returning a spec")
-  describe.add_argument("--batch-size", type=int, default=1024)
-  describe.add_argument("--num-hosts", type=int, default=1)
-  describe.add_argument("--cores-per-host", type=int, default=1)
-  describe.add_argument("--num-shards", type=int, default=None,
-                        help="shards per table (default: num hosts)")
+  _spec_argument(describe)
+  _add(describe, "--batch-size", default=1024,
+       type=_bounded_int(MAX_BATCH_SIZE, "the global batch size"))
+  _add(describe, "--num-hosts", default=1,
+       type=_bounded_int(MAX_HOSTS, "TPU hosts"))
+  _add(describe, "--cores-per-host", default=1,
+       type=_bounded_int(MAX_CORES_PER_HOST,
+                         "no TPU host has more TensorCores"))
+  _add(describe, "--num-shards", default=None, type=_SHARDS,
+       help="shards per table (default: num hosts)")
   describe.add_argument("--mode", choices=("train", "eval", "infer"),
                         default="train")
   describe.add_argument("--proto", action="store_true",
                         help="also print the configuration proto")
-  describe.add_argument(
-      "--profile-dir", default=None, metavar="DIR",
-      help="a profile_data_directory whose lookup statistics to include")
+  _add(describe, "--profile-dir", default=None, metavar="DIR",
+       help="a profile_data_directory whose lookup statistics to include")
 
-  table_names = dict(
-      metavar="TABLE=TENSOR", type=_table_tensor, action="append",
-      default=[], dest="variable_names",
-      help="checkpoint tensor of a table whose tensor cannot be found "
-      "unambiguously (repeatable)")
   convert = sub.add_parser(
       "convert",
       help="re-lay out a checkpoint's embedding tables for another "
       "partition strategy / number of shards")
-  convert.add_argument("spec", help="MODULE:FUNCTION returning the spec")
-  convert.add_argument("--checkpoint", required=True,
-                       help="model directory (latest checkpoint) or prefix")
-  convert.add_argument("--output", required=True,
-                       help="prefix of the converted checkpoint")
-  convert.add_argument("--to-strategy", required=True, choices=("div", "mod"),
-                       help="partition_strategy of the run that will restore")
-  convert.add_argument(
-      "--to-shards", required=True, type=_positive_int,
-      help="shards per table of that run (TPU hosts or parameter servers)")
-  convert.add_argument(
-      "--from-strategy", choices=("div", "mod"), default=None,
-      help="strategy the checkpoint was written with (default: what the "
-      "checkpoint records, else the spec's partition_strategy)")
-  convert.add_argument("--variable-name", **table_names)
+  _convert_arguments(convert)
 
   export = sub.add_parser(
       "export-mid-level",
-      help="write a model_dir's tables and slots as a TF2 checkpoint for "
+      help="write a checkpoint's tables and slots as a TF2 checkpoint for "
       "tf.tpu.experimental.embedding")
-  export.add_argument("spec", help="MODULE:FUNCTION returning the spec")
-  export.add_argument("--model-dir", required=True,
-                      help="model directory (latest checkpoint) or prefix")
-  export.add_argument("--output", required=True,
+  _spec_argument(export)
+  _model_dir_argument(export)
+  export.add_argument("--output", required=True, metavar="PREFIX",
                       help="prefix of the TF2 checkpoint")
-  export.add_argument(
-      "--allow-missing-slots", action="store_true",
-      help="export slots the checkpoint lacks at their initial values")
+  _add(export, "--allow-missing-slots", action="store_true",
+       help="export slots the checkpoint lacks at their initial values")
   export.add_argument(
       "--attribute", default="embedding",
       help="name of the embedding in the restoring tf.train.Checkpoint")
-  export.add_argument("--variable-name", **table_names)
+  _from_strategy_argument(export)
+  _variable_name_argument(export)
+  _force_argument(export, "a checkpoint at --output")
+
+  rows = sub.add_parser(
+      "rows", help="print rows of a table (or of an optimizer slot) by id")
+  _spec_argument(rows)
+  _model_dir_argument(rows)
+  rows.add_argument("--table", required=True,
+                    help="the table's name (as describe lists them)")
+  rows.add_argument("--ids", required=True, type=_id_ranges,
+                    help="row ids: 1,2,3 and ranges 0-9 (inclusive)")
+  rows.add_argument("--slot", default=None, metavar="NAME",
+                    help="read this optimizer slot of the table instead "
+                    "(e.g. Adagrad, or accumulators)")
+  rows.add_argument("--format", choices=("text", "npy"), default="text",
+                    help="text: one line 'ID<TAB>v1 v2 ...' per id; npy: "
+                    "a [len(ids), dimension] float32 array (needs --output)")
+  rows.add_argument("--output", default=None, metavar="FILE",
+                    help="write there instead of stdout")
+  _from_strategy_argument(rows)
+  _variable_name_argument(rows)
+  _force_argument(rows, "--output")
 
   profile = sub.add_parser(
       "profile",
@@ -140,100 +237,297 @@ def _parser():
                        help="the profile_data_directory")
   profile.add_argument("--output", default=None, metavar="PATH",
                        help="the HTML page to write (default: "
-                       "DIR/report.html)")
+                       "DIR/report.html, rewritten each time)")
+  _force_argument(profile, "an --output page")
   return parser
 
 
-def main(argv=None):
-  args = _parser().parse_args(argv)
+def _convert_arguments(convert):
+  """The convert command's arguments (extend here for new options)."""
+  _spec_argument(convert)
+  _model_dir_argument(convert)
+  convert.add_argument("--output", required=True, metavar="PREFIX",
+                       help="prefix of the converted checkpoint")
+  _add(convert, "--to-strategy", required=True, choices=("div", "mod"),
+       help="partition_strategy of the run that will restore")
+  _add(convert, "--to-shards", required=True, type=_SHARDS,
+       help="shards per table of that run (TPU hosts or parameter servers)")
+  _from_strategy_argument(convert)
+  _variable_name_argument(convert)
+  _force_argument(convert, "a checkpoint at --output")
 
+
+# --- loading the spec ------------------------------------------------------
+
+
+def _where(error):
+  """' (at FILE:LINE)' of the innermost frame of `error`, or ''."""
+  frames = traceback.extract_tb(error.__traceback__)
+  if not frames:
+    return ""
+  frame = frames[-1]
+  return f" (at {frame.filename}:{frame.lineno})"
+
+
+def _describe_error(error):
+  return f"{type(error).__name__}: {error}{_where(error)}"
+
+
+def _is_file_target(location):
+  return location.endswith(".py") or "/" in location or os.sep in location
+
+
+def load_spec(target):
+  """The spec that `target` (MODULE:FUNCTION or FILE.py:FUNCTION) names.
+  Raises UsageError saying what is wrong."""
+  location, sep, attr = target.rpartition(":")
+  if not sep or not location or not attr:
+    raise UsageError(
+        "SPEC must be MODULE:FUNCTION (e.g. examples.dlrm:build_spec) or "
+        f"FILE.py:FUNCTION (e.g. path/to/model.py:build_spec); got "
+        f"{target!r}.")
+  if _is_file_target(location):
+    module = _load_file(location)
+  else:
+    if os.getcwd() not in sys.path:
+      sys.path.insert(0, os.getcwd())
+    try:
+      module = importlib.import_module(location)
+    except ModuleNotFoundError as error:
+      if error.name and location.startswith(error.name) and (
+          location == error.name or location[len(error.name)] == "."):
+        raise UsageError(
+            f"cannot import module {location!r} ({error}); run from the "
+            "directory that holds it, add that directory to PYTHONPATH, or "
+            f"give the file: path/to/{location.split('.')[-1]}.py:{attr}."
+        ) from None
+      raise UsageError(
+          f"importing {location!r} failed: {_describe_error(error)}."
+      ) from None
+    except Exception as error:  # pylint: disable=broad-except
+      raise UsageError(
+          f"importing {location!r} failed: {_describe_error(error)}."
+      ) from None
+  if not hasattr(module, attr):
+    raise UsageError(f"{location!r} has no attribute {attr!r}; SPEC is "
+                     f"{location}:<name of the function returning the spec>.")
+  factory = getattr(module, attr)
+  if callable(factory):
+    try:
+      spec = factory()
+    except Exception as error:  # pylint: disable=broad-except
+      raise UsageError(
+          f"{target} raised {_describe_error(error)}.") from None
+  else:
+    spec = factory
+  from estimator_spec.config import spec as spec_lib  # pylint: disable=import-outside-toplevel
+  if not isinstance(spec, spec_lib.EmbeddingConfigSpec):
+    raise UsageError(
+        f"{target} returned a {type(spec).__name__}, not an "
+        "estimator_spec.EmbeddingConfigSpec.")
+  return spec
+
+
+def _load_file(path):
+  if not os.path.isfile(path):
+    what = "is a directory" if os.path.isdir(path) else "does not exist"
+    raise UsageError(f"spec file {path} {what}; SPEC is FILE.py:FUNCTION "
+                     "or MODULE:FUNCTION.")
+  path = os.path.abspath(path)
+  name = "_estimator_spec_cli_" + "".join(
+      c if c.isalnum() else "_" for c in os.path.splitext(path)[0])
+  if name in sys.modules:
+    return sys.modules[name]
+  loader_spec = importlib.util.spec_from_file_location(name, path)
+  if loader_spec is None:
+    raise UsageError(f"spec file {path} cannot be loaded as Python "
+                     "(it should end in .py).")
+  module = importlib.util.module_from_spec(loader_spec)
+  directory = os.path.dirname(path)
+  if directory not in sys.path:  # its sibling modules import
+    sys.path.insert(0, directory)
+  sys.modules[name] = module
+  try:
+    loader_spec.loader.exec_module(module)
+  except Exception as error:  # pylint: disable=broad-except
+    del sys.modules[name]
+    raise UsageError(
+        f"loading {path} failed: {_describe_error(error)}.") from None
+  return module
+
+
+# --- running ---------------------------------------------------------------
+
+
+def _one_line(text):
+  return " ".join(str(text).split())
+
+
+def main(argv=None):
+  """Runs a command; returns its exit code (argparse exits itself on a bad
+  command line, with 2)."""
+  args = _parser().parse_args(argv)
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   from estimator_spec import quiet  # pylint: disable=import-outside-toplevel
   quiet.silence_deprecation_notices()
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  user_errors = (UsageError, ValueError, TypeError, OSError,
+                 tf.errors.OpError)
+  try:
+    if args.command == "profile":
+      return _run_profile(args)
+    spec = load_spec(args.spec)
+    if args.command == "describe":
+      return _run_describe(args, spec)
+    if args.command == "rows":
+      return _run_rows(args, spec)
+    return _run_checkpoint_command(args, spec)
+  except user_errors as error:
+    if isinstance(error, tf.errors.OpError):
+      message = error.message
+    elif isinstance(error, OSError) and error.strerror:
+      message = (f"cannot access {error.filename}: {error.strerror}; check "
+                 "the path and its permissions." if error.filename else
+                 error.strerror)
+    else:
+      message = str(error)
+    print(f"{PROG} {args.command}: error: {_one_line(message)}",
+          file=sys.stderr)
+    return 2
+
+
+def _run_describe(args, spec):
   import estimator_spec  # pylint: disable=import-outside-toplevel
   from estimator_spec.config import report  # pylint: disable=import-outside-toplevel
-
-  if args.command == "profile":
-    return _run_profile(args)
-  spec = _load_spec(args.spec, args.command)
-  if args.command == "describe":
-    config = estimator_spec.EmbeddingConfig(
-        spec,
-        batch_size=args.batch_size,
-        num_hosts=args.num_hosts,
-        num_cores=args.num_hosts * args.cores_per_host,
-        mode=args.mode)
-    saved = None
-    if args.profile_dir is not None:
-      from estimator_spec.engine import statistics  # pylint: disable=import-outside-toplevel
-      saved = statistics.load_for_model(args.profile_dir, config.model,
-                                        config.num_cores)
-    print(report.describe(config, num_shards=args.num_shards,
-                          include_proto=args.proto, statistics=saved))
-    return 0
-  return _run_checkpoint_command(args, spec)
+  config = estimator_spec.EmbeddingConfig(
+      spec,
+      batch_size=args.batch_size,
+      num_hosts=args.num_hosts,
+      num_cores=args.num_hosts * args.cores_per_host,
+      mode=args.mode)
+  saved = None
+  if args.profile_dir is not None:
+    if not os.path.isdir(args.profile_dir):
+      raise UsageError(
+          f"--profile-dir {args.profile_dir} is not a directory; give the "
+          "profile_data_directory of a training run.")
+    from estimator_spec.engine import statistics  # pylint: disable=import-outside-toplevel
+    saved = statistics.load_for_model(args.profile_dir, config.model,
+                                      config.num_cores)
+  print(report.describe(config, num_shards=args.num_shards,
+                        include_proto=args.proto, statistics=saved))
+  return 0
 
 
 def _run_profile(args):
-  """profile: summary on stdout, the page written, its path last; a
-  directory without statistics exits with 1 and a message."""
+  """profile: summary on stdout, the page written, its path last."""
   from estimator_spec.engine import statistics  # pylint: disable=import-outside-toplevel
   from estimator_spec.engine import statistics_report  # pylint: disable=import-outside-toplevel
-  command = "python -m estimator_spec profile"
   directory = args.directory
   if not os.path.isdir(directory):
     reason = "does not exist" if not os.path.exists(directory) else (
         "is not a directory")
-    print(f"{command}: error: {directory} {reason}.", file=sys.stderr)
-    return 1
+    raise UsageError(f"{directory} {reason}; give the "
+                     "profile_data_directory of a training run.")
+  if args.output is not None and os.path.exists(args.output) and (
+      not args.force):
+    raise UsageError(f"--output {args.output} exists; pass --force to "
+                     "replace it or choose another path.")
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     try:
       found = statistics.load_all(directory)
     except OSError as error:
-      print(f"{command}: error: cannot read {directory}: "
-            f"{error.strerror or error}.", file=sys.stderr)
-      return 1
+      raise UsageError(f"cannot read {directory}: "
+                       f"{error.strerror or error}.") from None
   for warning in caught:
-    print(f"{command}: warning: {warning.message}", file=sys.stderr)
-  if not found:
-    print(f"{command}: error: no lookup statistics files in {directory} "
-          "(a training run with profile_data_directory writes them).",
+    print(f"{PROG} profile: warning: {_one_line(warning.message)}",
           file=sys.stderr)
-    return 1
+  if not found:
+    raise UsageError(f"no lookup statistics files in {directory} (a "
+                     "training run with profile_data_directory writes them).")
   output = args.output or os.path.join(directory, "report.html")
   try:
     statistics_report.write_html(found, output, source=directory)
   except OSError as error:
-    print(f"{command}: error: cannot write {output}: "
-          f"{error.strerror or error}.", file=sys.stderr)
-    return 1
+    raise UsageError(f"cannot write {output}: "
+                     f"{error.strerror or error}.") from None
   print(statistics_report.summary(found))
   print(output)
   return 0
 
 
 def _run_checkpoint_command(args, spec):
-  """convert / export-mid-level; refusals exit with 1 and a message."""
-  from estimator_spec.checkpoints import convert  # pylint: disable=import-outside-toplevel
+  """convert / export-mid-level."""
   names = dict(args.variable_names) or None
-  try:
-    if args.command == "convert":
-      path = convert.convert_checkpoint(
-          spec, args.checkpoint, args.output, to_strategy=args.to_strategy,
-          to_shards=args.to_shards, from_strategy=args.from_strategy,
-          variable_names=names, progress=True)
-    else:
-      from estimator_spec.checkpoints import mid_level  # pylint: disable=import-outside-toplevel
-      path = mid_level.export_mid_level_checkpoint(
-          args.model_dir, spec, args.output, variable_names=names,
-          allow_missing_slots=args.allow_missing_slots,
-          attribute=args.attribute, progress=True)
-  except (ValueError, TypeError, FileNotFoundError, FileExistsError) as error:
-    print(f"python -m estimator_spec {args.command}: error: {error}",
-          file=sys.stderr)
-    return 1
+  if args.command == "convert":
+    from estimator_spec.checkpoints import convert  # pylint: disable=import-outside-toplevel
+    path = convert.convert_checkpoint(
+        spec, args.model_dir, args.output, to_strategy=args.to_strategy,
+        to_shards=args.to_shards, from_strategy=args.from_strategy,
+        variable_names=names, progress=True, overwrite=args.force)
+  else:
+    from estimator_spec.checkpoints import mid_level  # pylint: disable=import-outside-toplevel
+    path = mid_level.export_mid_level_checkpoint(
+        args.model_dir, spec, args.output, variable_names=names,
+        allow_missing_slots=args.allow_missing_slots,
+        attribute=args.attribute, progress=True,
+        from_strategy=args.from_strategy, overwrite=args.force)
   print(path)
+  return 0
+
+
+def _run_rows(args, spec):
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from estimator_spec.checkpoints import rows  # pylint: disable=import-outside-toplevel
+  owner = "read_rows"
+  table = rows.table_of(owner, spec.model, args.table)
+  # Range ends first: a mistyped range must not build a huge id list.
+  rows.check_ids(owner, [i for r in args.ids for i in r], table)
+  count = sum(hi - lo + 1 for lo, hi in args.ids)
+  if count > MAX_IDS:
+    raise UsageError(f"--ids asks for {count:,} rows, more than {MAX_IDS:,};"
+                     " ask for fewer, or read the table in Python "
+                     "(estimator_spec.checkpoints.rows.read_rows).")
+  if args.format == "npy" and args.output is None:
+    raise UsageError("--format npy writes a binary file: give --output FILE.")
+  if args.output is not None:
+    if os.path.isdir(args.output):
+      raise UsageError(f"--output {args.output} is a directory; give a file "
+                       "path.")
+    if os.path.exists(args.output) and not args.force:
+      raise UsageError(f"--output {args.output} exists; pass --force to "
+                       "replace it or choose another path.")
+  ids = np.concatenate([np.arange(lo, hi + 1, dtype=np.int64)
+                        for lo, hi in args.ids])
+  values = rows.read_rows(args.model_dir, spec, args.table, ids,
+                          slot=args.slot, from_strategy=args.from_strategy,
+                          variable_names=dict(args.variable_names) or None)
+  if args.output is None:
+    out = sys.stdout
+    for row_id, row in zip(ids, values):
+      out.write(f"{row_id}\t{' '.join(str(v) for v in row)}\n")
+    return 0
+  directory = os.path.dirname(os.path.abspath(args.output))
+  if not os.path.isdir(directory):
+    raise UsageError(f"--output {args.output}: directory {directory} does "
+                     "not exist; create it first.")
+  handle, staging = tempfile.mkstemp(prefix=".rows-", dir=directory)
+  try:
+    with os.fdopen(handle, "wb") as out:
+      if args.format == "npy":
+        np.save(out, values)
+      else:
+        for row_id, row in zip(ids, values):
+          out.write(f"{row_id}\t{' '.join(str(v) for v in row)}\n".encode())
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(staging, 0o666 & ~umask)
+    os.replace(staging, args.output)
+  finally:
+    if os.path.exists(staging):
+      os.remove(staging)
+  print(args.output)
   return 0
 
 

@@ -391,7 +391,7 @@ def test_profile_refuses_a_directory_without_statistics(tmp_path, capsys,
     if case == "only_junk":
       (target / "junk.json").write_text("{not json")
   code, out, err = _run(capsys, "profile", str(target))
-  assert code == 1 and out == ""
+  assert code == 2 and out == ""
   errors = [l for l in err.splitlines() if ": error: " in l]
   assert len(errors) == 1
   expected = {"missing": "does not exist", "file": "is not a directory",
@@ -436,7 +436,7 @@ def test_profile_output_option_and_unwritable_output(tmp_path, capsys):
   assert target.exists() and not (tmp_path / "report.html").exists()
   code, out, err = _run(capsys, "profile", str(tmp_path), "--output",
                         str(tmp_path / "missing" / "r.html"))
-  assert code == 1 and out == ""
+  assert code == 2 and out == ""
   assert "cannot write" in err and len(err.splitlines()) == 1
 
 

@@ -13,5 +13,16 @@
 * `tf_cpu`: `convert_for_tf_cpu`, our checkpoint as TF's
   `TPUEstimator(use_tpu=False)` restores it (its model optimizer's slots
   for the tables added at their initial values).
+* `rows`: `read_rows`, a table's (or slot's) rows by id in any layout.
 * `progress`: the command line's progress bar.
+
+`read_rows` is also available here (loaded on first use).
 """
+
+
+def __getattr__(name):
+  if name == "read_rows":
+    from estimator_spec.checkpoints import rows  # pylint: disable=import-outside-toplevel
+    return rows.read_rows
+  raise AttributeError(
+      f"module 'estimator_spec.checkpoints' has no attribute {name!r}")

@@ -37,7 +37,7 @@ _MIN_GROUP_BYTES = 64 << 20  # other tensors saved together up to this size
 
 def convert_checkpoint(spec, checkpoint, output_prefix, *, to_strategy,
                        to_shards, from_strategy=None, variable_names=None,
-                       progress=False):
+                       progress=False, overwrite=False):
   """Writes `checkpoint` with the spec's tables laid out for another run.
 
   Args:
@@ -59,13 +59,19 @@ def convert_checkpoint(spec, checkpoint, output_prefix, *, to_strategy,
       `locate_tables` cannot find unambiguously.
     progress: True for a progress bar per table on stderr, a text stream
       for one there, False/None for none.
+    overwrite: replace a checkpoint already at `output_prefix` (once the
+      new one is complete) instead of refusing.
+
+  A table with fewer rows than `to_shards` is written in one partition per
+  row, as a run with that many shards lays it out (`ShardLayout`).
 
   Returns:
     The written checkpoint prefix (absolute).
 
   Raises:
     FileNotFoundError: no checkpoint at `checkpoint`.
-    FileExistsError: `output_prefix` already holds a checkpoint.
+    FileExistsError: `output_prefix` already holds a checkpoint and
+      `overwrite` is False.
     ValueError, TypeError: bad arguments, or tables the checkpoint does not
       hold (nothing is written then).
   """
@@ -74,25 +80,20 @@ def convert_checkpoint(spec, checkpoint, output_prefix, *, to_strategy,
   if to_strategy not in sharding.STRATEGIES:
     _checks.fail(owner, "to_strategy", "must be 'div' or 'mod'", to_strategy)
   to_shards = _checks.check_int(owner, "to_shards", to_shards, minimum=1)
+  overwrite = _checks.check_bool(owner, "overwrite", overwrite)
   if from_strategy is not None and from_strategy not in sharding.STRATEGIES:
     _checks.fail(owner, "from_strategy", "must be 'div', 'mod' or None",
                  from_strategy)
   bar = _progress.factory(progress)
   with tables.open_checkpoint(checkpoint, owner) as opened:
     return _convert(model, opened, output_prefix, to_strategy, to_shards,
-                    from_strategy, variable_names, bar, owner)
+                    from_strategy, variable_names, bar, owner, overwrite)
 
 
 def _convert(model, checkpoint, output_prefix, to_strategy, to_shards,
-             from_strategy, variable_names, bar, owner):
-  recorded = checkpoint.strategy
-  if from_strategy is None:
-    from_strategy = recorded or model.partition_strategy
-  elif recorded is not None and recorded != from_strategy:
-    raise ValueError(
-        f"{owner}: `from_strategy` is {from_strategy!r}, but the checkpoint "
-        f"records that its tables were written with {recorded!r}; drop "
-        "from_strategy (it is read from the checkpoint).")
+             from_strategy, variable_names, bar, owner, overwrite):
+  from_strategy = tables.written_strategy(checkpoint, model, from_strategy,
+                                         owner)
   table_tensors = tables.locate_tables(checkpoint, model, variable_names,
                                        owner)
   row_tensors = tables.table_row_tensors(checkpoint, model, table_tensors)
@@ -110,7 +111,7 @@ def _convert(model, checkpoint, output_prefix, to_strategy, to_shards,
   largest = max((4 * t.vocabulary_size * t.dimension
                  for t in model.tables.values()), default=0)
 
-  with tables.StagedCheckpoint(output_prefix, owner) as staged:
+  with tables.StagedCheckpoint(output_prefix, owner, overwrite) as staged:
     tables.copy_tensors(checkpoint, others, staged,
                         max(largest, _MIN_GROUP_BYTES))
     staged.save([tables.LAYOUT_TENSOR], [""], [tf.constant(to_strategy)])

@@ -23,14 +23,15 @@ from tpu_embedding_columns import _checks
 def export_mid_level_checkpoint(model_dir, spec, output_prefix, *,
                                 variable_names=None,
                                 allow_missing_slots=False,
-                                attribute="embedding", progress=False):
+                                attribute="embedding", progress=False,
+                                from_strategy=None, overwrite=False):
   """Writes a TPUEstimator checkpoint's tables and slots for TF2.
 
   Reads the latest checkpoint of `model_dir` (or the checkpoint prefix
   given), puts each table's and slot's rows back into row order (`mod`
   tables are stored in partition order; the partition count comes from the
-  checkpoint, the strategy from what the checkpoint records, else from the
-  spec) and writes an object-based
+  checkpoint, the strategy from what the checkpoint records, else from
+  `from_strategy`, else from the spec) and writes an object-based
   checkpoint that
 
       config = to_mid_level(spec, for_serving=True)
@@ -62,13 +63,20 @@ def export_mid_level_checkpoint(model_dir, spec, output_prefix, *,
       `tf.train.Checkpoint(...)` (default 'embedding').
     progress: True for a progress bar per table on stderr, a text stream
       for one there, False/None for none.
+    from_strategy: 'div' or 'mod', the strategy the checkpoint was written
+      with, for a checkpoint that does not record it (TF's own); default
+      the spec's `partition_strategy`. Refused when the checkpoint records
+      another.
+    overwrite: replace a checkpoint already at `output_prefix` (once the
+      new one is complete) instead of refusing.
 
   Returns:
     The written checkpoint prefix (absolute).
 
   Raises:
     FileNotFoundError: no checkpoint in `model_dir`.
-    FileExistsError: `output_prefix` already holds a checkpoint.
+    FileExistsError: `output_prefix` already holds a checkpoint and
+      `overwrite` is False.
     ValueError, TypeError: the spec does not convert (see `to_mid_level`),
       a table or slot is not in the checkpoint, or bad arguments. Nothing
       is written then.
@@ -82,15 +90,23 @@ def export_mid_level_checkpoint(model_dir, spec, output_prefix, *,
   if not attribute.isidentifier():
     _checks.fail(owner, "attribute", "must be a Python identifier",
                  attribute)
+  if from_strategy is not None and from_strategy not in sharding.STRATEGIES:
+    _checks.fail(owner, "from_strategy", "must be 'div', 'mod' or None",
+                 from_strategy)
+  overwrite = _checks.check_bool(owner, "overwrite", overwrite)
   bar = _progress.factory(progress)
   _mid_level._build(spec, global_step=None, for_serving=True, owner=owner)
   with tables.open_checkpoint(model_dir, owner) as checkpoint:
+    written_strategy = tables.written_strategy(checkpoint, model,
+                                               from_strategy, owner)
     return _export(spec, model, checkpoint, output_prefix, variable_names,
-                   allow_missing_slots, attribute, bar, owner)
+                   allow_missing_slots, attribute, bar, owner,
+                   written_strategy, overwrite)
 
 
 def _export(spec, model, checkpoint, output_prefix, variable_names,
-            allow_missing_slots, attribute, bar, owner):
+            allow_missing_slots, attribute, bar, owner, written_strategy,
+            overwrite):
   table_tensors = tables.locate_tables(checkpoint, model, variable_names,
                                        owner)
   plans = []
@@ -112,8 +128,8 @@ def _export(spec, model, checkpoint, output_prefix, variable_names,
     raise ValueError(
         f"{owner}: the checkpoint {checkpoint.prefix} has no slot tensors "
         f"{missing} (written by a run whose optimizer had no such slots?); "
-        "pass allow_missing_slots=True to export them at their initial "
-        "values.")
+        "pass allow_missing_slots=True (command line: --allow-missing-slots) "
+        "to export them at their initial values.")
 
   keys, extra = _object_graph_keys(spec, attribute, owner)
   expected = {name for name, *_ in plans} | {
@@ -124,8 +140,7 @@ def _export(spec, model, checkpoint, output_prefix, variable_names,
         f"Internal error: TPUEmbeddingForServing checkpoints variables "
         f"{sorted(keys)}, expected {sorted(expected)}.")
 
-  written_strategy = checkpoint.strategy or model.partition_strategy
-  with tables.StagedCheckpoint(output_prefix, owner) as staged:
+  with tables.StagedCheckpoint(output_prefix, owner, overwrite) as staged:
     staged.save(*extra)
     for name, table, tensor, slots in plans:
       row_order = sharding.ShardLayout(table.vocabulary_size, 1, "div")

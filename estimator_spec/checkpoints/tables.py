@@ -98,6 +98,22 @@ def recorded_strategy(reader):
   return value
 
 
+def written_strategy(checkpoint, model, from_strategy, owner):
+  """The partition strategy a `Checkpoint`'s tables were written with: the
+  one it records, else `from_strategy` (the caller's word), else the
+  model's. Raises ValueError when `from_strategy` contradicts the record."""
+  recorded = checkpoint.strategy
+  if from_strategy is None:
+    return recorded or model.partition_strategy
+  if recorded is not None and recorded != from_strategy:
+    raise ValueError(
+        f"{owner}: `from_strategy` is {from_strategy!r}, but the checkpoint "
+        f"records that its tables were written with {recorded!r}; drop "
+        "from_strategy (command line: --from-strategy): it is read from the "
+        "checkpoint.")
+  return from_strategy
+
+
 def stored_partitions(checkpoint):
   """{tensor name: number of slices it was saved in} (1 when saved whole)
   of a `Checkpoint`, a checkpoint prefix or a model directory."""
@@ -187,19 +203,20 @@ class Checkpoint:
     layout = sharding.ShardLayout(table.vocabulary_size, count, strategy)
     if layout.num_partitions != count:
       raise ValueError(
-          f"{owner}: checkpoint tensor {name!r} (table {table.name!r}) is "
-          f"stored in {count} partitions, more than its "
-          f"{table.vocabulary_size} rows; it was not written by a "
-          f"{strategy!r} layout.")
+          f"{owner}: table {table.name!r}: checkpoint tensor {name!r} is "
+          f"stored in {count} partitions, more than the spec's "
+          f"vocabulary_size {table.vocabulary_size}; is this the spec the "
+          "model was trained with?")
     if strategy == "mod" and count > 1:
       slices = self.row_slices(name)
       sizes = None if slices is None else [rows for _, rows in slices]
       if sizes is not None and tuple(sizes) != layout.sizes:
         raise ValueError(
-            f"{owner}: checkpoint tensor {name!r} (table {table.name!r}) is "
-            f"stored in partitions of {sizes} rows, not the 'mod' layout's "
-            f"{list(layout.sizes)}; was it written with another "
-            "partition_strategy? Pass the strategy of the run that wrote it.")
+            f"{owner}: table {table.name!r}: checkpoint tensor {name!r} is "
+            f"stored in {count} partitions of {sizes} rows, not the 'mod' "
+            f"layout's {list(layout.sizes)}; it was written with another "
+            "partition_strategy: pass from_strategy='div' (command line: "
+            "--from-strategy div).")
     return layout
 
   def read_rows(self, name, start, stop):
@@ -259,7 +276,14 @@ class Checkpoint:
     """Partition `index` of `target` of tensor `name`, stored in `source`'s
     partition order. Reads, from each stored slice holding some of its
     rows, only the range that covers them."""
-    ids = target.row_ids(index)
+    return self.rows_by_id(name, source, target.row_ids(index))
+
+  def rows_by_id(self, name, source, ids):
+    """The rows with global ids `ids` (any order, repeats allowed) of tensor
+    `name`, stored in `source`'s partition order, as an array [len(ids),
+    ...]. Reads, from each stored slice holding some of them, only the
+    range that covers them."""
+    ids = np.asarray(ids, np.int64).reshape([-1])
     where, local = source.locate(ids)
     positions = np.asarray(source.offsets, np.int64)[where] + local
     order = np.argsort(positions, kind="stable")
@@ -350,7 +374,7 @@ def _same_shape(shapes, shape):
 
 
 def locate_tables(checkpoint, model, variable_names=None,
-                  owner="locate_tables"):
+                  owner="locate_tables", only=None):
   """{table name: checkpoint tensor name} for every table of `model`, in a
   `Checkpoint`.
 
@@ -361,25 +385,31 @@ def locate_tables(checkpoint, model, variable_names=None,
   `[<scope>/]<shared collection name>` for shared columns, the table name
   for the dict form. `variable_names` ({table: tensor name}) settles a table
   whose tensor is missing or ambiguous. Raises ValueError listing the
-  candidates otherwise.
+  candidates otherwise. `only`: the names of the tables to locate (default
+  all).
   """
   explicit = _check_variable_names(owner, model, variable_names)
   shapes, dtypes = checkpoint.shapes, checkpoint.dtypes
   found = {}
   for table_name, table in model.tables.items():
+    if only is not None and table_name not in only:
+      continue
     shape = [table.vocabulary_size, table.dimension]
     if table_name in explicit:
       name = explicit[table_name]
       if name not in shapes:
         raise ValueError(
-            f"{owner}: `variable_names[{table_name!r}]` is {name!r}, which is "
-            "not a tensor of the checkpoint; tensors of shape "
-            f"{shape}: {_same_shape(shapes, shape)}.")
+            f"{owner}: table {table_name!r}: `variable_names[{table_name!r}]`"
+            f" (command line: --variable-name {table_name}=TENSOR) is "
+            f"{name!r}, which is not a tensor of the checkpoint; tensors of "
+            f"shape {shape}: {_same_shape(shapes, shape)}.")
       if shapes[name] != shape or dtypes[name] != tf.float32:
         raise ValueError(
-            f"{owner}: `variable_names[{table_name!r}]` is {name!r}, a "
-            f"{dtypes[name].name} tensor of shape {shapes[name]}; table "
-            f"{table_name!r} needs float32 {shape}.")
+            f"{owner}: table {table_name!r}: `variable_names[{table_name!r}]`"
+            f" (command line: --variable-name {table_name}=TENSOR) is "
+            f"{name!r}, a {dtypes[name].name} tensor of shape {shapes[name]}"
+            f"; the table needs float32 {shape} "
+            f"({_differences(shape, shapes[name])}).")
       found[table_name] = name
       continue
     candidates = sorted(
@@ -387,15 +417,7 @@ def locate_tables(checkpoint, model, variable_names=None,
         if s == shape and dtypes[name] == tf.float32 and
         _name_matches(name, table))
     if len(candidates) != 1:
-      what = "no tensor" if not candidates else "several tensors"
-      raise ValueError(
-          f"{owner}: {what} of the checkpoint {'is' if not candidates else 'are'}"
-          f" table {table_name!r} ({shape[0]} x {shape[1]}, variable name "
-          f"ending in {table.embedding_var_name!r} or "
-          f"'{table.embedding_var_name}_embedding/embedding_weights')"
-          + (f": {candidates}" if candidates else "") +
-          f". Tensors of shape {shape}: {_same_shape(shapes, shape)}. Pass "
-          f"variable_names={{{table_name!r}: '<tensor name>'}} to choose.")
+      raise ValueError(_not_located(owner, table, candidates, shapes, dtypes))
     found[table_name] = candidates[0]
   tensors = list(found.values())
   twice = sorted({n for n in tensors if tensors.count(n) > 1})
@@ -403,8 +425,44 @@ def locate_tables(checkpoint, model, variable_names=None,
     raise ValueError(
         f"{owner}: tables {sorted(t for t, n in found.items() if n in twice)} "
         f"all resolve to checkpoint tensor(s) {twice}; pass variable_names "
-        "to tell them apart.")
+        "(command line: --variable-name TABLE=TENSOR) to tell them apart.")
   return found
+
+
+def _differences(expected, found):
+  """'vocabulary_size: spec 20, checkpoint 21; ...' of a table's
+  [vocabulary_size, dimension] against a tensor's shape."""
+  if len(found) != 2:
+    return f"the tensor has {len(found)} dimensions, not 2"
+  parts = [f"{what}: spec {e}, checkpoint {f}" for what, e, f in zip(
+      ("vocabulary_size", "dimension"), expected, found) if e != f]
+  return "; ".join(parts) or "dtype differs"
+
+
+def _not_located(owner, table, candidates, shapes, dtypes):
+  """The message when table `table`'s tensor is missing or ambiguous."""
+  shape = [table.vocabulary_size, table.dimension]
+  flag = (f"variable_names={{{table.name!r}: '<tensor name>'}} (command "
+          f"line: --variable-name {table.name}=TENSOR)")
+  if candidates:
+    return (f"{owner}: table {table.name!r} ({shape[0]} x {shape[1]}): "
+            f"several tensors of the checkpoint could be it: {candidates}; "
+            f"pass {flag} to choose.")
+  named = sorted(n for n in shapes if _name_matches(n, table))
+  if named:
+    found = ", ".join(
+        f"{n!r} is {dtypes[n].name} {shapes[n]} "
+        f"({_differences(shape, shapes[n])})" for n in named)
+    return (f"{owner}: table {table.name!r} does not match the checkpoint: "
+            f"the spec's table is float32 {shape} but {found}; is this the "
+            "spec the model was trained with? If another tensor holds the "
+            f"table, pass {flag}.")
+  return (f"{owner}: no tensor of the checkpoint is table {table.name!r} "
+          f"({shape[0]} x {shape[1]}): none is named like it (ending in "
+          f"{table.embedding_var_name!r} or "
+          f"'{table.embedding_var_name}_embedding/embedding_weights'); "
+          f"tensors of shape {shape}: {_same_shape(shapes, shape)}. Pass "
+          f"{flag} to choose one.")
 
 
 def table_row_tensors(checkpoint, model, table_tensors):
@@ -460,11 +518,15 @@ class StagedCheckpoint:
   `output_prefix` and moved into place by `commit()`.
 
   Refuses (FileExistsError) an `output_prefix` that already has checkpoint
-  files. As a context manager, an error removes everything it wrote
-  (including the output directory if it created it).
+  files (`<prefix>.index`, `<prefix>.data-*`) unless `overwrite`; then
+  `commit()` replaces them (the old index first, so that no mix of old and
+  new files is ever a checkpoint). As a context manager, an error removes
+  everything it wrote (including the output directory if it created it)
+  and leaves existing files alone.
   """
 
-  def __init__(self, output_prefix, owner):
+  def __init__(self, output_prefix, owner, overwrite=False):
+    overwrite = _checks.check_bool(owner, "overwrite", overwrite)
     output_prefix = os.fspath(_check_path(owner, "output_prefix",
                                           output_prefix))
     self.owner = owner
@@ -477,10 +539,24 @@ class StagedCheckpoint:
           f"{os.path.join(output_prefix, 'model.ckpt')!r}.")
     existing = tf.io.gfile.glob(self.output_prefix + ".index") + (
         tf.io.gfile.glob(self.output_prefix + ".data-*"))
-    if existing:
+    if existing and not overwrite:
+      names = [os.path.basename(p) for p in sorted(existing)]
+      if len(names) > 3:
+        names = names[:2] + [f"... {len(names) - 3} more ..."] + names[-1:]
       raise FileExistsError(
           f"{owner}: a checkpoint already exists at {output_prefix!r} "
-          f"({sorted(existing)}); choose another output prefix or remove it.")
+          f"({', '.join(names)}); "
+          "choose another output prefix, or pass overwrite=True (command "
+          "line: --force) to replace it.")
+    self._overwrite = overwrite
+    ancestor = directory
+    while not os.path.exists(ancestor):
+      ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+      raise ValueError(
+          f"{owner}: `output_prefix` {output_prefix!r} is inside "
+          f"{ancestor!r}, which is a file, not a directory; choose another "
+          "output prefix.")
     self._created_dir = None
     if not os.path.isdir(directory):
       missing = directory
@@ -489,8 +565,13 @@ class StagedCheckpoint:
       os.makedirs(directory)
       self._created_dir = missing
     self.directory = directory
-    self._staging = tempfile.mkdtemp(prefix=".staging-",
-                                     dir=self.directory)
+    try:
+      self._staging = tempfile.mkdtemp(prefix=".staging-",
+                                       dir=self.directory)
+    except OSError:
+      if self._created_dir is not None:
+        shutil.rmtree(self._created_dir, ignore_errors=True)
+      raise
     self._prefixes = []
     self.committed = False
 
@@ -523,6 +604,10 @@ class StagedCheckpoint:
                                   destination_prefix=merged,
                                   delete_old_dirs=False)
     data = sorted(tf.io.gfile.glob(merged + ".data-*"))
+    if self._overwrite:  # the old index first: then no checkpoint is there
+      for path in tf.io.gfile.glob(self.output_prefix + ".index") + (
+          tf.io.gfile.glob(self.output_prefix + ".data-*")):
+        os.remove(path)
     for path in data:  # data files first: the index makes it a checkpoint
       os.replace(path, self.output_prefix + path[len(merged):])
     os.replace(merged + ".index", self.output_prefix + ".index")
