@@ -4,6 +4,15 @@ prediction through the export. Training samples lookup statistics into a
 profile directory (shared by every demo run: counts add up), and the demo
 ends with their report.
 
+The examples come from a generator (no data in the graph: a run writes
+~46 MB). It prints the loss averaged over the last --loss-window steps,
+evaluates each of --evaluations checkpoints next to two yardsticks (the
+hidden click model's own AUC, the ceiling, and a logistic regression on the
+numeric features, the baseline), writes TensorBoard summaries
+(examples/training_monitor.py: steps and examples per second, per table learning rate,
+rows touched and norms) and <model_dir>/training_curve.png. Rerun with the
+same --model-dir to resume from its latest checkpoint.
+
 The model is a TPUEstimator model (examples/dlrm.py): the only changes from
 a TPU user's code are the imports (`tpu_embedding_columns` for
 `tf.compat.v1.tpu.experimental`, `estimator_spec` for
