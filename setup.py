@@ -17,10 +17,11 @@ setup(
         "numpy<2",
     ],
     extras_require={
-        # selenium and Pillow: the browser test of the profile report.
+        # selenium and Pillow: the browser test of the profile report;
+        # matplotlib: the test that runs the demo (it draws a PNG).
         "test": ["pytest>=7", "hypothesis>=6.80", "selenium>=4.11",
-                 "Pillow>=9"],
-        # matplotlib: the demo's plots.
+                 "Pillow>=9", "matplotlib>=3.7,<4"],
+        # `make demo` draws its training curve with matplotlib.
         "demo": ["matplotlib>=3.7,<4"],
     },
 )

@@ -44,6 +44,14 @@ def vocabularies(scale):
 
 def generate(num_examples, scale, seed=0):
   """(features dict of numpy arrays, labels [N, 1] float32)."""
+  features, labels, _ = generate_with_probabilities(num_examples, scale, seed)
+  return features, labels
+
+
+def generate_with_probabilities(num_examples, scale, seed=0):
+  """`generate`'s (features, labels) and the hidden click model's
+  probability of each example ([N] float64): labels are Bernoulli draws of
+  these, so their AUC is the best any model can reach on these examples."""
   rng = np.random.RandomState(seed)
   sizes = vocabularies(scale)
   features = {}
@@ -84,5 +92,6 @@ def generate(num_examples, scale, seed=0):
     features[f"num_{i}"] = numeric[:, i:i + 1]
   # Centre the logits so clicks are about 30% of examples.
   logit = 1.5 * (logit - logit.mean()) / logit.std() - 0.9
-  labels = (rng.uniform(size=num_examples) < 1 / (1 + np.exp(-logit)))
-  return features, labels.astype(np.float32).reshape(-1, 1)
+  probabilities = 1 / (1 + np.exp(-logit))
+  labels = rng.uniform(size=num_examples) < probabilities
+  return features, labels.astype(np.float32).reshape(-1, 1), probabilities

@@ -6,6 +6,7 @@ The only TPU-specific lines are the imports of `tpu_embedding_columns` and
 `estimator_spec` (formerly `tf.compat.v1.tpu.experimental` and
 `tf.compat.v1.estimator.tpu.experimental`).
 """
+import numpy as np
 import tensorflow as tf
 
 import estimator_spec
@@ -172,6 +173,65 @@ def input_fn_for(features, labels, shuffle=True, repeat=True):
     if repeat:
       dataset = dataset.repeat()
     dataset = dataset.batch(params["batch_size"], drop_remainder=True)
+    return dataset.map(lambda x, y: (as_sparse(x), y)).prefetch(2)
+
+  return input_fn
+
+
+def generator_input_fn_for(features, labels, shuffle=True, repeat=True,
+                           seed=1):
+  """`input_fn_for`'s input_fn, but the examples stay in Python: a
+  generator slices whole batches out of the numpy arrays and
+  `tf.data.Dataset.from_generator` feeds them. `input_fn_for` builds its
+  dataset with `from_tensor_slices`, which puts the arrays into the graph as
+  constants: every graph.pbtxt, .meta file and events file then holds the
+  data set (hundreds of MB for the demo's 200,000 examples).
+
+  Batches are params['batch_size'] examples; a last partial batch is
+  dropped. `shuffle` draws a new permutation of the examples for every pass
+  (from `seed`, so runs repeat); `repeat` makes the passes endless. With a
+  `params['context']`, the input_fn reads only its shard of the examples,
+  as `input_fn_for` does.
+  """
+  arrays = dict(features)
+  num_examples = len(labels)
+  for name, value in arrays.items():
+    if len(value) != num_examples:
+      raise ValueError(
+          f"generator_input_fn_for: feature {name!r} has {len(value)} rows, "
+          f"labels have {num_examples}.")
+
+  def input_fn(params):
+    batch_size = params["batch_size"]
+    rows = np.arange(num_examples)
+    context = params.get("context")
+    if context is not None:
+      _, index, count, _ = context.current_input_fn_deployment()
+      rows = rows[index::count]
+    if len(rows) < batch_size:
+      raise ValueError(
+          f"generator_input_fn_for: {len(rows)} examples make no batch of "
+          f"{batch_size}.")
+
+    def batches():
+      rng = np.random.RandomState(seed)
+      while True:
+        order = rng.permutation(rows) if shuffle else rows
+        for start in range(0, len(order) - batch_size + 1, batch_size):
+          take = order[start:start + batch_size]
+          yield {k: v[take] for k, v in arrays.items()}, labels[take]
+        if not repeat:
+          return
+
+    def spec(value):
+      value = np.asarray(value)
+      dtype = tf.string if value.dtype == object else tf.as_dtype(
+          value.dtype)
+      return tf.TensorSpec((batch_size,) + value.shape[1:], dtype)
+
+    dataset = tf.data.Dataset.from_generator(
+        batches, output_signature=(
+            {k: spec(v) for k, v in arrays.items()}, spec(labels)))
     return dataset.map(lambda x, y: (as_sparse(x), y)).prefetch(2)
 
   return input_fn

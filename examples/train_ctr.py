@@ -4,6 +4,15 @@ prediction through the export. Training samples lookup statistics into a
 profile directory (shared by every demo run: counts add up), and the demo
 ends with their report.
 
+The examples come from a generator (no data in the graph: a run writes
+~46 MB). It prints the loss averaged over the last --loss-window steps,
+evaluates each of --evaluations checkpoints next to two yardsticks (the
+hidden click model's own AUC, the ceiling, and a logistic regression on the
+numeric features, the baseline), writes TensorBoard summaries
+(examples/training_monitor.py: steps and examples per second, per table learning rate,
+rows touched and norms) and <model_dir>/training_curve.png. Rerun with the
+same --model-dir to resume from its latest checkpoint.
+
 The model is a TPUEstimator model (examples/dlrm.py): the only changes from
 a TPU user's code are the imports (`tpu_embedding_columns` for
 `tf.compat.v1.tpu.experimental`, `estimator_spec` for
@@ -27,36 +36,7 @@ from estimator_spec.engine import statistics  # pylint: disable=g-import-not-at-
 from estimator_spec.engine import statistics_report  # pylint: disable=g-import-not-at-top
 from examples import ctr_data  # pylint: disable=g-import-not-at-top
 from examples import dlrm  # pylint: disable=g-import-not-at-top
-
-
-class ProgressHook(tf.compat.v1.train.SessionRunHook):
-  """Prints step, loss and examples/s every `every` steps."""
-
-  def __init__(self, batch_size, every):
-    self._batch_size = batch_size
-    self._every = every
-    self._start = None
-    self._last = None
-
-  def begin(self):
-    self._loss = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.LOSSES)[0]
-    self._step = tf.compat.v1.train.get_global_step()
-
-  def before_run(self, run_context):
-    return tf.compat.v1.train.SessionRunArgs((self._step, self._loss))
-
-  def after_run(self, run_context, run_values):
-    step, loss = run_values.results
-    now = time.time()
-    if self._start is None:
-      self._start = self._last = (step, now)
-      return
-    if (step + 1) % self._every == 0:
-      done = step - self._last[0]
-      rate = done * self._batch_size / max(now - self._last[1], 1e-9)
-      print(f"  step {step + 1:5d}  loss {loss:.4f}  {rate:8.0f} examples/s",
-            flush=True)
-      self._last = (step, now)
+from examples import training_monitor  # pylint: disable=g-import-not-at-top
 
 
 def demo_spec():
@@ -68,10 +48,17 @@ def demo_spec():
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--model-dir", default=None,
-                      help="default: runs/ctr_demo/<time>")
+                      help="default: runs/ctr_demo/<time>; an existing "
+                      "model dir resumes from its latest checkpoint")
   parser.add_argument("--scale", type=float, default=0.05,
                       help="vocabulary scale of the example (1.0 = full)")
-  parser.add_argument("--steps", type=int, default=1500)
+  parser.add_argument("--steps", type=int, default=1500,
+                      help="max_steps: the global step training ends at")
+  parser.add_argument("--evaluations", type=int, default=4,
+                      help="train in this many chunks, evaluating after "
+                      "each")
+  parser.add_argument("--loss-window", type=int, default=100,
+                      help="steps the printed loss is averaged over")
   parser.add_argument("--batch-size", type=int, default=256)
   parser.add_argument("--train-examples", type=int, default=200_000)
   parser.add_argument("--eval-examples", type=int, default=40_960)
@@ -83,6 +70,14 @@ def main():
                       help="profile_data_directory: lookup statistics of "
                       "every demo run (default: runs/profile)")
   args = parser.parse_args()
+  for name in ("steps", "evaluations", "loss_window", "batch_size"):
+    if getattr(args, name) < 1:
+      parser.error(f"--{name.replace('_', '-')} must be >= 1")
+  eval_batch_size = 1024
+  if args.eval_examples < eval_batch_size:
+    parser.error(f"--eval-examples must be >= {eval_batch_size} (one "
+                 "evaluation batch)")
+  _require_matplotlib()
 
   model_dir = args.model_dir or os.path.join(
       "runs", "ctr_demo", time.strftime("%Y%m%d-%H%M%S"))
@@ -90,44 +85,96 @@ def main():
         f"{args.eval_examples:,} evaluation examples (Zipf ids, hidden "
         "click model) ...", flush=True)
   train_x, train_y = ctr_data.generate(args.train_examples, args.scale, seed=0)
-  eval_x, eval_y = ctr_data.generate(args.eval_examples, args.scale, seed=1)
+  eval_x, eval_y, hidden_p = ctr_data.generate_with_probabilities(
+      args.eval_examples, args.scale, seed=1)
+  # Evaluation reads whole batches: the yardsticks score the same examples.
+  evaluated = args.eval_examples // eval_batch_size * eval_batch_size
+  eval_labels = eval_y[:evaluated]
+  ceiling_auc = training_monitor.auc(eval_labels, hidden_p[:evaluated])
+  ceiling_loss = training_monitor.log_loss(eval_labels, hidden_p[:evaluated])
+  baseline_p = training_monitor.NumericBaseline(train_x, train_y).predict(
+      {k: v[:evaluated] for k, v in eval_x.items()})
+  baseline_auc = training_monitor.auc(eval_labels, baseline_p)
+  baseline_loss = training_monitor.log_loss(eval_labels, baseline_p)
 
   columns, numeric = dlrm.build_columns(args.scale)
   spec = dlrm.build_spec(args.scale, partition_strategy=args.partition_strategy,
                          pipelining=args.pipelining,
                          profile_data_directory=args.profile_dir)
+  every = -(-args.steps // args.evaluations)  # steps between evaluations
   config = tf.compat.v1.estimator.tpu.RunConfig(
-      model_dir=model_dir, save_checkpoints_steps=args.steps,
+      model_dir=model_dir,
+      # A checkpoint every `every` steps, each evaluated as it is saved
+      # (EvaluationListener); only the latest is kept (the tables and their
+      # optimizer slots: ~19 MB at the default scale).
+      save_checkpoints_steps=every, keep_checkpoint_max=1,
+      save_summary_steps=100,
       tpu_config=tf.compat.v1.estimator.tpu.TPUConfig(
           iterations_per_loop=100, num_shards=16),
+      # ProgressHook writes global_step/sec and examples/sec.
       log_step_count_steps=None)
   estimator = estimator_spec.TPUEstimator(
-      model_fn=dlrm.model_fn_for(columns, numeric),
+      model_fn=training_monitor.with_table_summaries(
+          dlrm.model_fn_for(columns, numeric), spec.model),
       config=config,
       use_tpu=False,
       train_batch_size=args.batch_size,
-      eval_batch_size=1024,
+      eval_batch_size=eval_batch_size,
       predict_batch_size=1,
       embedding_config_spec=spec)
-  print(f"Training {len(columns)} embedding features in "
-        f"{len(spec.model.tables)} tables ({args.partition_strategy} layout "
-        f"as on 2 TPU hosts of 8 cores, pipelining "
-        f"{'on' if args.pipelining else 'off'}) for {args.steps} steps of "
-        f"{args.batch_size} examples, sampling the lookups of one step in "
-        f"{statistics.sampling_period(statistics.DEFAULT_SAMPLING_RATE)}:",
-        flush=True)
-  start = time.time()
-  estimator.train(
-      dlrm.input_fn_for(train_x, train_y),
-      max_steps=args.steps,
-      hooks=[ProgressHook(args.batch_size, every=max(1, args.steps // 10))])
-  print(f"  trained in {time.time() - start:.0f} s", flush=True)
+  progress = training_monitor.ProgressHook(
+      args.batch_size, every=max(1, args.steps // 10), model_dir=model_dir,
+      window=args.loss_window)
+  eval_input = dlrm.generator_input_fn_for(
+      eval_x, eval_y, shuffle=False, repeat=False)
+  evaluations = []
 
-  metrics = estimator.evaluate(
-      dlrm.input_fn_for(eval_x, eval_y, shuffle=False, repeat=False))
-  print(f"Evaluation on {args.eval_examples:,} held-out examples: "
-        f"AUC {metrics['auc']:.4f}, log loss {metrics['loss']:.4f}, click "
-        f"rate {metrics['click_rate']:.3f}", flush=True)
+  def evaluate():
+    metrics = estimator.evaluate(eval_input)
+    step = int(metrics["global_step"])
+    evaluations.append((step, float(metrics["auc"])))
+    print(f"  evaluation at step {step:5d}: AUC {metrics['auc']:.4f} "
+          f"(ceiling {ceiling_auc:.4f}, baseline {baseline_auc:.4f})  "
+          f"log loss {metrics['loss']:.4f} (ceiling {ceiling_loss:.4f}, "
+          f"baseline {baseline_loss:.4f})  click rate "
+          f"{metrics['click_rate']:.3f}", flush=True)
+
+  start_step = _checkpoint_step(model_dir)
+  if start_step >= args.steps:
+    print(f"{model_dir} is at step {start_step}: max_steps {args.steps} "
+          "already reached, nothing to train (pass a larger --steps to "
+          "train on).", flush=True)
+    evaluate()
+  else:
+    if start_step:
+      print(f"Resuming from step {start_step} (latest checkpoint in "
+            f"{model_dir}); training on to max_steps {args.steps}.")
+    print(f"Training {len(columns)} embedding features in "
+          f"{len(spec.model.tables)} tables ({args.partition_strategy} "
+          f"layout as on 2 TPU hosts of 8 cores, pipelining "
+          f"{'on' if args.pipelining else 'off'}) to step {args.steps} in "
+          f"batches of {args.batch_size}, evaluating on {evaluated:,} "
+          f"held-out examples every {every} steps, sampling the lookups of "
+          "one step in "
+          f"{statistics.sampling_period(statistics.DEFAULT_SAMPLING_RATE)}."
+          "\nYardsticks on the evaluation examples: AUC "
+          f"{ceiling_auc:.4f} (log loss {ceiling_loss:.4f}) for the hidden "
+          f"click model itself (the ceiling); AUC {baseline_auc:.4f} (log "
+          f"loss {baseline_loss:.4f}) for the baseline, a logistic "
+          "regression on the 13 numeric features alone.", flush=True)
+    started = time.time()
+    estimator.train(
+        dlrm.generator_input_fn_for(train_x, train_y), max_steps=args.steps,
+        hooks=[progress], saving_listeners=[
+            training_monitor.EvaluationListener(evaluate, start_step,
+                                                progress)])
+    print(f"  trained from step {start_step} to {args.steps} in "
+          f"{time.time() - started:.0f} s (evaluations included)",
+          flush=True)
+
+  curve_path = training_monitor.plot_training_curve(
+      os.path.join(model_dir, "training_curve.png"), progress.curve,
+      evaluations, ceiling_auc, baseline_auc, args.loss_window)
 
   parse_spec = tf.compat.v1.feature_column.make_parse_example_spec(
       columns + numeric)
@@ -140,19 +187,53 @@ def main():
   example = {k: v[:1] for k, v in eval_x.items()}
   served = _predict_with_saved_model(export_dir, _to_tf_example(example))
   predicted = next(estimator.predict(
-      dlrm.input_fn_for(example, eval_y[:1], shuffle=False, repeat=False),
+      dlrm.generator_input_fn_for(example, eval_y[:1], shuffle=False,
+                                  repeat=False),
       yield_single_examples=True))["probability"][0]
   print(f"One example through the SavedModel: click probability "
-        f"{served:.6f} (estimator.predict: {predicted:.6f}, label "
-        f"{eval_y[0, 0]:.0f})")
+        f"{served:.6f} (estimator.predict: {predicted:.6f}, hidden model "
+        f"{hidden_p[0]:.6f}, label {eval_y[0, 0]:.0f})")
   report = _lookup_statistics_report(spec, args.profile_dir)
   print("\nWritten:")
-  print(f"  checkpoints and events  {os.path.abspath(model_dir)}")
+  print(f"  checkpoint and events   {os.path.abspath(model_dir)} "
+        f"({_megabytes(model_dir):.1f} MB in all)")
+  print(f"  training curve (PNG)    {os.path.abspath(curve_path)}")
   print(f"  SavedModel              {os.path.abspath(export_dir)}")
   print(f"  lookup statistics       {os.path.abspath(args.profile_dir)}")
   print(f"  their report            {os.path.abspath(report)}")
   print(f"    (python -m estimator_spec profile {args.profile_dir} prints "
         "the summary of every table)")
+  print("TensorBoard (loss and its moving average, steps and examples per "
+        "second, and per table: learning rate, share of rows touched, mean "
+        "norm of the touched rows; evaluation AUC under eval/):")
+  print(f"  tensorboard --logdir {model_dir}")
+
+
+def _require_matplotlib():
+  try:
+    import matplotlib  # pylint: disable=g-import-not-at-top,unused-import
+  except ImportError:
+    raise SystemExit(
+        "The demo draws its training curve with matplotlib, which is not "
+        "installed: pip install -e '.[demo]' (or pip install "
+        "matplotlib).") from None
+
+
+def _checkpoint_step(model_dir):
+  """The global step of `model_dir`'s latest checkpoint (0: none)."""
+  latest = tf.train.latest_checkpoint(model_dir) if os.path.isdir(
+      model_dir) else None
+  if latest is None:
+    return 0
+  return int(tf.train.load_checkpoint(latest).get_tensor(
+      tf.compat.v1.GraphKeys.GLOBAL_STEP))
+
+
+def _megabytes(directory):
+  total = 0
+  for root, _, files in os.walk(directory):
+    total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+  return total / 1e6
 
 
 def _lookup_statistics_report(spec, profile_dir):

@@ -6,10 +6,12 @@ work (checks from `batch_checks`, lookups, gradients, update); `spec` holds
 `TPUEstimatorSpec`; `hooks` the session hooks; `placement` where the tables
 live; `tpu_context` the emulated TPU topology.
 """
+from estimator_spec.estimator.host_step import StepTable
+from estimator_spec.estimator.host_step import step_tables
 from estimator_spec.estimator.spec import ExportSavedModelApiVersion
 from estimator_spec.estimator.spec import TPUEstimatorSpec
 from estimator_spec.estimator.tpu_estimator import TPUEstimator
 from estimator_spec.estimator.tpu_estimator import host_only_settings
 
 __all__ = ["TPUEstimator", "TPUEstimatorSpec", "ExportSavedModelApiVersion",
-           "host_only_settings"]
+           "host_only_settings", "StepTable", "step_tables"]

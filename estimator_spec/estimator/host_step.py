@@ -281,6 +281,49 @@ class _EngineSource(context.ActivationSource):
     return (self._tap(feature.name, self._lookup.activation(feature.name)),
             self._lookup.sequence_length(feature.name))
 
+  def step_tables(self):
+    """{table name: StepTable} of every table of the step (see
+    `step_tables`)."""
+    missing = [name for name in self._engine.model.tables
+               if name not in self._lookup.tables]
+    if missing:
+      # Looking them up here would create their variables under names the
+      # columns have not registered yet (checkpoints would not match).
+      raise RuntimeError(
+          f"step_tables: tables {missing} were not looked up yet; call it "
+          "after model_fn's embedding columns have produced their "
+          "activations.")
+    result = collections.OrderedDict()
+    for name, table in self._engine.model.tables.items():
+      lookup = self._lookup.tables[name]
+      result[name] = StepTable(
+          name, table.vocabulary_size, lookup.unique_ids,
+          self._engine.tables[name].read_all)
+    return result
+
+
+# One table as model_fn sees it during a host step: `ids` (int64 [n]) are
+# the distinct rows the step looks up, which a training step's update
+# writes; `read_rows()` returns the whole table [vocabulary_size, dimension]
+# in row order (whatever the partition layout).
+StepTable = collections.namedtuple(
+    "StepTable", ["name", "vocabulary_size", "ids", "read_rows"])
+
+
+def step_tables():
+  """Inside a model_fn that the host TPUEstimator runs with an
+  embedding_config_spec: {table name: `StepTable`} of the current step, for
+  monitoring (rows touched, embedding norms); call it after the columns
+  produced their activations. A TPU keeps its tables on the
+  TPU, out of model_fn's reach; this exists on the host only."""
+  source = context.current_source()
+  if not isinstance(source, _EngineSource):
+    raise RuntimeError(
+        "step_tables: call it inside a model_fn run by the host "
+        "TPUEstimator with an embedding_config_spec whose tables the "
+        "engine looks up (not on a TPU, nor outside model_fn).")
+  return source.step_tables()
+
 
 def _with_layout_aware_saver(spec, engine, config, training=False,
                              ps_assignment=None):
