@@ -104,6 +104,25 @@ def test_the_documentation_has_python_blocks_and_every_one_is_collected():
   assert readme, "README.md has a python block"
 
 
+def test_setup_markers_name_the_setup_of_a_block_and_its_continuations(
+    tmp_path):
+  page = tmp_path / "page.md"
+  page.write_text("\n".join([
+      "Plain:", "```python", "a = 1", "```",
+      "<!-- setup: tests/doc_setups/x.py -->", "", "```python", "b = 2",
+      "```", "<!-- continues -->", "```python", "c = 3", "```",
+  ]) + "\n")
+  assert python_programs(page) == [
+      (2, [2], None, "a = 1\n"),
+      (7, [7, 11], "tests/doc_setups/x.py", "b = 2\nc = 3\n"),
+  ]
+  setup = tmp_path / "setup.py"
+  setup.write_text("reader_name = 41\n")
+  namespace = {}
+  exec(with_setup(setup, "result = reader_name + 1\n"), namespace)
+  assert namespace["result"] == 42
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path,lines,setup,source", PROGRAMS)
 def test_block_runs(path, lines, setup, source, tmp_path):
