@@ -7,8 +7,18 @@ the path. A block preceded by the line
     <!-- continues -->
 
 (blank lines between are allowed) continues the previous ```python block of
-the same file: the two run together, as one program. No block is skipped: a
-block that raises fails its test, named by file and line.
+the same file: the two run together, as one program. A block preceded by
+
+    <!-- setup: tests/doc_setups/NAME.py -->
+
+is a fragment of the reader's program: it uses names the page says the
+reader has (their `model_fn`, `spec`, a trained `estimator`, ...) or reads
+directories they have (a checkpoint in "runs/cpu_model"). It runs after
+that setup file, in the same process, directory and globals: the setup
+defines those names with a small model and writes those directories. A
+block that continues one with a setup runs after the same setup (one
+program); it cannot name another. No block is skipped: a block (or its
+setup) that raises fails its test, named by file and line.
 
 The README's `describe` shell commands run too (with this interpreter for
 `.venv/bin/python`). Documentation links stay inside the repository.
@@ -23,6 +33,7 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 CONTINUES = "<!-- continues -->"
+SETUP = re.compile(r"<!-- setup: (\S+) -->$")
 
 
 def documents():
@@ -30,7 +41,8 @@ def documents():
 
 
 def python_programs(path):
-  """[(first line, [block lines], source)] of a Markdown file's programs."""
+  """[(first line, [block lines], setup or None, source)] of a Markdown
+  file's programs; `setup` is a path relative to the repository."""
   programs = []
   lines = path.read_text().splitlines()
   i = 0
@@ -42,23 +54,34 @@ def python_programs(path):
         end += 1
       source = "\n".join(lines[start:end]) + "\n"
       before = [l.strip() for l in lines[:i] if l.strip()]
-      if before and before[-1] == CONTINUES:
+      marker = before[-1] if before else ""
+      setup = SETUP.match(marker)
+      if marker == CONTINUES:
         assert programs, f"{path.name}:{i + 1}: {CONTINUES} with no block before"
-        first, numbers, previous = programs[-1]
-        programs[-1] = (first, numbers + [start], previous + source)
+        first, numbers, setup, previous = programs[-1]
+        programs[-1] = (first, numbers + [start], setup, previous + source)
       else:
-        programs.append((start, [start], source))
+        programs.append((start, [start], setup and setup.group(1), source))
       i = end
     i += 1
   return programs
 
 
+def with_setup(setup, source):
+  """The program that runs `setup` (a repository path), then `source`."""
+  if setup is None:
+    return source
+  path = str(REPO / setup)
+  return (f"exec(compile(open({path!r}).read(), {path!r}, 'exec'))\n" +
+          source)
+
+
 def all_programs():
   found = []
   for path in documents():
-    for first, numbers, source in python_programs(path):
+    for first, numbers, setup, source in python_programs(path):
       name = f"{path.relative_to(REPO)}:{first}"
-      found.append(pytest.param(path, numbers, source, id=name))
+      found.append(pytest.param(path, numbers, setup, source, id=name))
   return found
 
 
@@ -70,29 +93,57 @@ def test_the_documentation_has_python_blocks_and_every_one_is_collected():
   in_files = sum(path.read_text().count("```python") for path in documents())
   collected = sum(len(p.values[1]) for p in PROGRAMS)
   assert collected == in_files
+  for path in documents():  # every setup marker is read as one
+    markers = path.read_text().count("<!-- setup:")
+    assert markers == len([p for p in PROGRAMS if p.values[0] == path
+                           and p.values[2] is not None]), path.name
+  for p in PROGRAMS:
+    if p.values[2] is not None:
+      assert (REPO / p.values[2]).is_file(), f"{p.id}: no {p.values[2]}"
   readme = [p for p in PROGRAMS if p.values[0].name == "README.md"]
   assert readme, "README.md has a python block"
 
 
+def test_setup_markers_name_the_setup_of_a_block_and_its_continuations(
+    tmp_path):
+  page = tmp_path / "page.md"
+  page.write_text("\n".join([
+      "Plain:", "```python", "a = 1", "```",
+      "<!-- setup: tests/doc_setups/x.py -->", "", "```python", "b = 2",
+      "```", "<!-- continues -->", "```python", "c = 3", "```",
+  ]) + "\n")
+  assert python_programs(page) == [
+      (2, [2], None, "a = 1\n"),
+      (7, [7, 11], "tests/doc_setups/x.py", "b = 2\nc = 3\n"),
+  ]
+  setup = tmp_path / "setup.py"
+  setup.write_text("reader_name = 41\n")
+  namespace = {}
+  exec(with_setup(setup, "result = reader_name + 1\n"), namespace)
+  assert namespace["result"] == 42
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("path,lines,source", PROGRAMS)
-def test_block_runs(path, lines, source, tmp_path):
+@pytest.mark.parametrize("path,lines,setup,source", PROGRAMS)
+def test_block_runs(path, lines, setup, source, tmp_path):
   env = dict(os.environ)
   env["PYTHONPATH"] = os.pathsep.join(
       [str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                      if p])
   env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-  result = subprocess.run([sys.executable, "-c", source], cwd=tmp_path,
-                          env=env, capture_output=True, text=True,
-                          timeout=900)
+  result = subprocess.run([sys.executable, "-c", with_setup(setup, source)],
+                          cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=900)
   where = ", ".join(f"{path.relative_to(REPO)}:{n}" for n in lines)
+  if setup is not None:
+    where += f" (after {setup})"
   assert result.returncode == 0, (
       f"the block at {where} failed:\n{result.stderr[-4000:]}")
 
 
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 # Pages another branch adds; the index links them already.
-PENDING = {"docs/cli.md", "docs/recipes.md"}
+PENDING = {"docs/cli.md"}
 
 
 @pytest.mark.parametrize("path", documents(), ids=lambda p: p.name)
