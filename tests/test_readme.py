@@ -142,8 +142,6 @@ def test_block_runs(path, lines, setup, source, tmp_path):
 
 
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-# Pages another branch adds; the index links them already.
-PENDING = {"docs/cli.md"}
 
 
 @pytest.mark.parametrize("path", documents(), ids=lambda p: p.name)
@@ -158,8 +156,7 @@ def test_links_stay_inside_the_repository(path):
     resolved = (path.parent / file_part).resolve()
     assert REPO in resolved.parents or resolved == REPO, (
         f"{path.name}: {target} leaves the repository")
-    relative = str(resolved.relative_to(REPO))
-    assert resolved.exists() or relative in PENDING, (
+    assert resolved.exists(), (
         f"{path.name}: {target} does not exist")
 
 

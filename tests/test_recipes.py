@@ -151,7 +151,7 @@ def test_our_checkpoint_converts_to_the_tpu_jobs_layout(tmp_path):
   mine = values(ours_dir)
   output = tmp_path / "for_tpu" / "model.ckpt-2"
   assert cli.main(["convert", "tests.test_recipes:tpu_job_spec",
-                   "--checkpoint", str(ours_dir), "--output", str(output),
+                   "--model-dir", str(ours_dir), "--output", str(output),
                    "--to-strategy", "mod", "--to-shards", str(HOSTS)]) == 0
   converted = values(output.parent)
   stored = checkpoints.stored_partitions(str(output))
