@@ -584,3 +584,75 @@ def test_prediction_as_on_a_tpu_pads_steps_and_needs_a_dataset(tmp_path):
 
   with pytest.raises(TypeError, match="must return `Dataset`"):
     next(estimator.predict(tensors_input_fn))
+
+
+# --- what training writes for TensorBoard --------------------------------------
+
+
+def _training_scalars(model_dir):
+  """{tag: [(step, value)]} of the scalars in model_dir's training events
+  (not eval/)."""
+  found = {}
+  for path in tf.io.gfile.glob(os.path.join(model_dir, "events.out.*")):
+    for event in v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        if value.HasField("simple_value"):
+          found.setdefault(value.tag, []).append(
+              (event.step, value.simple_value))
+  return found
+
+
+def _rate_run(model_dir, api, log_step_count_steps, save_summary_steps=100):
+  if api == "tf":
+    columns = [TF_TPU_COLUMN(fc.categorical_column_with_identity(k, 10), 2,
+                             combiner="sum") for k in ("a", "b")]
+    spec = tf.compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec(
+        feature_columns=columns,
+        optimization_parameters=(
+            tf.compat.v1.tpu.experimental.StochasticGradientDescentParameters(
+                0.5)))
+    estimator_class = tf.compat.v1.estimator.tpu.TPUEstimator
+    spec_class = tf.compat.v1.estimator.tpu.TPUEstimatorSpec
+  else:
+    columns = _columns()
+    spec = _spec(columns)
+    estimator_class, spec_class = TPUEstimator, TPUEstimatorSpec
+
+  def model_fn(features, labels, mode, params):
+    del params
+    x = v1.feature_column.input_layer(features, columns)
+    logits = v1.layers.dense(x, 1, name="out")
+    loss = v1.losses.mean_squared_error(labels, logits)
+    train_op = v1.train.GradientDescentOptimizer(0.1).minimize(
+        loss, v1.train.get_global_step())
+    return spec_class(mode, loss=loss, train_op=train_op)
+
+  config = tf.compat.v1.estimator.tpu.RunConfig(
+      model_dir=model_dir, log_step_count_steps=log_step_count_steps,
+      save_summary_steps=save_summary_steps)
+  estimator = estimator_class(model_fn=model_fn, config=config, use_tpu=False,
+                              train_batch_size=4, embedding_config_spec=spec)
+  estimator.train(_ids_input_fn(), max_steps=9)
+  return _training_scalars(model_dir)
+
+
+def test_training_events_hold_the_rates_tensorflow_writes(tmp_path):
+  theirs = _rate_run(str(tmp_path / "tf"), "tf", log_step_count_steps=2)
+  ours = _rate_run(str(tmp_path / "ours"), "ours", log_step_count_steps=2)
+  assert {"global_step/sec", "examples/sec"} <= set(theirs), sorted(theirs)
+  assert set(theirs) <= set(ours), (sorted(theirs), sorted(ours))
+  # A report every 2 steps after the first (which starts the clock):
+  # steps 3, 5, 7, 9 (or one later, when the increment was not yet seen).
+  steps = [step for step, _ in ours["examples/sec"]]
+  assert len(steps) >= 3 and all(s in (3, 4, 5, 6, 7, 8, 9) for s in steps)
+  assert all(np.isfinite(v) and v > 0 for _, v in ours["examples/sec"])
+
+
+def test_rates_follow_log_step_count_steps_and_save_summary_steps(tmp_path):
+  # No step counting asked for: neither rate is written.
+  quiet = _rate_run(str(tmp_path / "none"), "ours", log_step_count_steps=None)
+  assert not {"global_step/sec", "examples/sec"} & set(quiet), sorted(quiet)
+  # No summaries: the rates are logged, not written (as Estimator does).
+  unsaved = _rate_run(str(tmp_path / "unsaved"), "ours",
+                      log_step_count_steps=2, save_summary_steps=0)
+  assert "examples/sec" not in unsaved, sorted(unsaved)

@@ -245,6 +245,9 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     self._sync_reports = []
     self._user_model_fn = model_fn
     self._embedding_spec = embedding_config_spec
+    # Examples per global step, for `examples/sec` (a synchronous cluster
+    # step takes the global batch, an asynchronous task step a whole one).
+    self._examples_per_step = train_batch_size
     self._batch_sizes = {
         ModeKeys.TRAIN: train_batch_size,
         ModeKeys.EVAL: eval_batch_size,
@@ -538,7 +541,18 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
   def _estimator_spec(self, spec):
     every_n = getattr(getattr(self.config, "tpu_config", None),
                       "experimental_host_call_every_n_steps", 1)
-    return to_estimator_spec(spec, every_n)
+    spec = to_estimator_spec(spec, every_n)
+    every_n_steps = self.config.log_step_count_steps
+    if (spec.mode == ModeKeys.TRAIN and every_n_steps and
+        self._examples_per_step):
+      # TF's TPUEstimator reports examples/sec beside Estimator's
+      # global_step/sec; the events are written by the chief, as those.
+      output_dir = (self.model_dir if self.config.is_chief and
+                    self.config.save_summary_steps else None)
+      spec = spec._replace(training_hooks=list(spec.training_hooks) + [
+          hooks_lib.ExamplesPerSecondHook(self._examples_per_step,
+                                          every_n_steps, output_dir)])
+    return spec
 
   def _warn_plain_lookups(self):
     """Warns once when model_fn looks up our embedding columns while the
