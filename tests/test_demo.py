@@ -328,3 +328,26 @@ def test_demo_run_is_small_and_tells_what_it_did(tmp_path):
   more = _run_demo(model_dir, profile_dir, steps=60)
   assert "Resuming from step 40" in more and "to max_steps 60" in more
   assert "trained from step 40 to 60" in more
+
+
+def _disk_use(directory):
+  return sum(os.path.getsize(os.path.join(root, name))
+             for root, _, files in os.walk(directory) for name in files)
+
+
+@pytest.mark.slow
+def test_make_demo_at_its_defaults_stays_under_50_mb(tmp_path):
+  """What `make demo` runs (`python -m examples.train_ctr`, every setting at
+  its default), into a temporary model and profile directory."""
+  model_dir = tmp_path / "model"
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+  result = subprocess.run(
+      [sys.executable, "-m", "examples.train_ctr", "--model-dir",
+       str(model_dir), "--profile-dir", str(tmp_path / "profile")],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+  assert result.returncode == 0, result.stdout + result.stderr
+  used = _disk_use(model_dir)
+  assert used < 50e6, used
+  # The run says how much it wrote, and that is what is there.
+  assert f"({used / 1e6:.1f} MB in all)" in result.stdout, result.stdout
+  assert "trained from step 0 to 1500" in result.stdout
