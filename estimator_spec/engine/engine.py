@@ -315,6 +315,10 @@ class HostEmbeddingEngine:
   def apply_gradients(self, result, gradients, global_step):
     """Returns the op that trains every table from activation gradients.
 
+    In a graph (or a `tf.function`) the op runs the update; eagerly the
+    update has run when this returns (None), every check first: a failed
+    check raises before any table or slot is written.
+
     Args:
       result: the `LookupResult` of this step's `lookup`.
       gradients: {feature: d loss / d activation}, shaped like activations.
@@ -395,10 +399,12 @@ class HostEmbeddingEngine:
       # gradient of any feature that reaches the table shows up here.
       names = ", ".join(repr(i.name) for i in lookup.features)
       with tf.control_dependencies(scalar_checks):
+        # The checked tensor itself joins the checks (a control dependency
+        # on it waits for its op in a graph; eagerly it has already run).
         checks.append(
             tf.debugging.check_numerics(
                 summed, f"Gradient of features {names} (table {name!r}) is "
-                "not finite; no table was updated.").op)
+                "not finite; no table was updated."))
       accumulated[name] = summed
     ids = collections.OrderedDict(
         (name, lookup.unique_ids) for name, lookup in result.tables.items())
