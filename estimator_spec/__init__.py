@@ -3,6 +3,12 @@
 `EmbeddingConfigSpec`, the optimization-parameter classes, `TableConfig` and
 `FeatureConfig` take the arguments of TF 2.15's classes of the same names;
 `EmbeddingConfig` derives the TPU embedding configuration proto.
+
+The TPUEstimator surface (`TPUEstimator`, `TPUEstimatorSpec`,
+`ExportSavedModelApiVersion`, `ClusterTraining`) loads on first use and
+needs TF 2.15 and tensorflow-estimator 2.15; on current TensorFlow, using it
+raises an ImportError saying so (`estimator_spec.tf215`), and `__all__`
+leaves it out so that `from estimator_spec import *` still works there.
 """
 from estimator_spec.config.modes import EVAL
 from estimator_spec.config.modes import PREDICT
@@ -25,8 +31,11 @@ from estimator_spec.config.spec import EmbeddingConfigSpec
 from estimator_spec.config.spec import FeatureConfig
 from estimator_spec.config.spec import TableConfig
 
+from estimator_spec import tf215 as _tf215
+
 # The TPUEstimator surface loads TF's Estimator; it is imported on first use,
-# so that the config model, the engine and the columns load without it.
+# so that the config model, the engine and the columns load without it (and
+# on current TensorFlow, where tensorflow-estimator no longer exists).
 _LAZY = {
     "TPUEstimator": "estimator_spec.estimator",
     "TPUEstimatorSpec": "estimator_spec.estimator",
@@ -39,10 +48,17 @@ def __getattr__(name):
   import importlib  # pylint: disable=import-outside-toplevel
   if name in _LAZY:
     return getattr(importlib.import_module(_LAZY[name]), name)
-  if name in ("estimator", "interop", "checkpoints", "engine", "tpu",
-              "config"):
+  if name in _SUBPACKAGES:
     return importlib.import_module(f"estimator_spec.{name}")
   raise AttributeError(f"module 'estimator_spec' has no attribute {name!r}")
+
+
+_SUBPACKAGES = ("estimator", "interop", "checkpoints", "engine", "tpu",
+                "config")
+
+
+def __dir__():
+  return sorted(set(globals()) | set(_LAZY) | set(_SUBPACKAGES))
 
 
 __all__ = [
@@ -52,6 +68,7 @@ __all__ = [
     "FtrlParameters", "MomentumParameters", "ProximalAdagradParameters",
     "ProximalYogiParameters", "RMSPropParameters",
     "StochasticGradientDescentParameters", "ALL_OPTIMIZERS", "TRAIN", "EVAL",
-    "PREDICT", "TPUEstimator", "TPUEstimatorSpec", "ExportSavedModelApiVersion",
-    "ClusterTraining"
+    "PREDICT"
 ]
+if _tf215.available():
+  __all__ += list(_LAZY)

@@ -17,6 +17,12 @@ model_fn for a column of the other side.
 import collections
 import inspect
 
+from estimator_spec import tf215
+
+tf215.require("estimator_spec.interop.to_tensorflow, from_tensorflow and "
+              "columns_by_name (TF 2.15's own TPU embedding classes)")
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow as tf
 from tensorflow.python.tpu import feature_column_v2 as _tf_columns
 from tensorflow.python.tpu import tpu_embedding as _tf_embedding

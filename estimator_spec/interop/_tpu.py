@@ -31,6 +31,12 @@ import collections
 import socket
 import urllib.parse
 
+from estimator_spec import tf215
+
+tf215.require("estimator_spec.interop.delegate_to_tensorflow and "
+              "DelegatedTPUEstimator (TF's own TPUEstimator on a TPU)")
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow as tf
 from tensorflow.python.tpu import feature_column as _tf_tpu_columns
 from tensorflow.python.tpu import tpu as _tf_tpu
