@@ -5,24 +5,42 @@
 # package installed again when setup.py changed. Building it needs Python
 # 3.11: python3.11 when it is on the PATH, else python3; another one is
 # named with `make PYTHON=/path/to/python3.11 demo`.
+#
+# `make test` also makes .venv-tf2/ ready the same way (`make venv-tf2`):
+# current TensorFlow (requirements-tf2.txt) with this checkout installed
+# without setup.py's TF 2.15 pins, and runs there the test files that
+# tests/tf2_tests.txt lists (tests/conftest.py collects only those on a
+# TensorFlow other than 2.15).
 ifeq ($(origin PYTHON),undefined)
 PYTHON := $(shell command -v python3.11 2>/dev/null || echo python3)
 endif
 VENV := .venv
 PY := $(VENV)/bin/python
 EXTRAS := test,demo
+VENV_TF2 := .venv-tf2
+PY_TF2 := $(VENV_TF2)/bin/python
+TF2_REQUIREMENTS := requirements-tf2.txt
+TF2_PACKAGES := tensorflow keras numpy pytest hypothesis
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: demo test venv clean browser
+.PHONY: demo test test-tf2 venv venv-tf2 clean browser
 
 venv:
 	@sh tools/ensure_venv.sh '$(PYTHON)' '$(VENV)' '$(EXTRAS)'
 
+venv-tf2:
+	@sh tools/ensure_venv.sh '$(PYTHON)' '$(VENV_TF2)' 'requirements=$(TF2_REQUIREMENTS)' '$(TF2_PACKAGES)'
+
 demo: venv
 	$(PY) -m examples.train_ctr
 
-test: venv browser
+test: venv venv-tf2 browser
 	$(PY) -m pytest -q
+	$(PY_TF2) -m pytest -q
+
+# Only the current-TensorFlow part of `make test`.
+test-tf2: venv-tf2
+	$(PY_TF2) -m pytest -q
 
 # Headless Chromium and its driver for the browser test of the profile
 # report (Debian's packages). Never fails: where they cannot be installed,
@@ -41,4 +59,4 @@ browser:
 	fi
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VENV_TF2) build *.egg-info .pytest_cache .hypothesis

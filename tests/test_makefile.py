@@ -188,6 +188,110 @@ def test_a_missing_or_old_stamp_installs_again_into_the_same_venv(
   assert "venv --clear" not in result.stdout
 
 
+# --- A venv installed from a requirements file (.venv-tf2) -----------------
+
+REQUIREMENTS = "requirements-tf2.txt"
+TF2_WHAT = f"requirements={REQUIREMENTS}"
+
+
+def _requirements_stamp(version=None, requirements_checksum=None):
+  version = version or ".".join(str(n) for n in sys.version_info[:3])
+
+  def checksum(name):
+    return subprocess.run(
+        f"cksum < {name}", shell=True, cwd=REPO, capture_output=True,
+        text=True, check=True).stdout.split()[0]
+
+  requirements_checksum = requirements_checksum or checksum(REQUIREMENTS)
+  return (f"python={version} requirements={REQUIREMENTS}:"
+          f"{requirements_checksum} setup.py={checksum('setup.py')}\n")
+
+
+def _run_tf2(python, venv, packages="tensorflow numpy", **env):
+  full_env = dict(os.environ)
+  full_env.update(env)
+  return subprocess.run(
+      ["sh", str(SCRIPT), str(python), str(venv), TF2_WHAT, packages],
+      capture_output=True, text=True, env=full_env, timeout=120)
+
+
+def test_a_requirements_venv_is_built_from_the_file_then_the_checkout_no_deps(
+    tmp_path):
+  python = _fake_python(tmp_path / "bin", "3.11.9")
+  venv = tmp_path / "venv-tf2"
+  result = _run_tf2(python, venv, VENV_DRY_RUN="1")
+  assert result.returncode == 0, result.stderr
+  assert f"creating {venv}" in result.stdout
+  commands = [line for line in result.stdout.splitlines()
+              if line.startswith("+ ")]
+  assert commands == [
+      f"+ {python} -m venv --clear {venv}",
+      f"+ {venv}/bin/python -m pip install --quiet --upgrade pip",
+      f"+ {venv}/bin/python -m pip install --quiet -r {REPO}/{REQUIREMENTS}",
+      f"+ {venv}/bin/python -m pip install --quiet --no-deps -e {REPO}",
+  ]
+
+
+def test_a_usable_requirements_venv_is_reused_and_a_changed_file_reinstalls(
+    tmp_path):
+  venv = tmp_path / "venv-tf2"
+  _wrapper(venv / "bin" / "python", pythonpath=REPO)
+  (venv / ".installed").write_text(_requirements_stamp())
+  result = _run_tf2(tmp_path / "unused", venv)
+  assert result.returncode == 0, result.stderr
+  assert result.stdout == "" and result.stderr == ""
+  # The stamp of an .venv (extras) does not do for a requirements venv.
+  (venv / ".installed").write_text(_stamp())
+  check = _run_tf2(tmp_path / "unused", venv, VENV_CHECK_ONLY="1")
+  assert check.returncode == 1
+  assert f"install needed: setup.py or {REQUIREMENTS} changed" in check.stdout
+  # An older requirements file: installed again into the same venv.
+  (venv / ".installed").write_text(
+      _requirements_stamp(requirements_checksum="1"))
+  result = _run_tf2(tmp_path / "unused", venv, VENV_DRY_RUN="1")
+  assert result.returncode == 0, result.stderr
+  assert f"installing this checkout into {venv}" in result.stdout
+  assert f"-m pip install --quiet -r {REPO}/{REQUIREMENTS}" in result.stdout
+  assert f"-m pip install --quiet --no-deps -e {REPO}" in result.stdout
+  assert "venv --clear" not in result.stdout
+
+
+def test_a_requirements_venv_checks_the_packages_it_is_given(tmp_path):
+  python = _fake_python(tmp_path / "bin", "3.11.9")
+  venv = tmp_path / "venv-tf2"
+  _wrapper(venv / "bin" / "python", "-S", pythonpath=REPO)
+  (venv / ".installed").write_text(_requirements_stamp())
+  check = _run_tf2(python, venv, packages="tensorflow keras",
+                   VENV_CHECK_ONLY="1")
+  assert check.returncode == 1
+  assert "packages missing: tensorflow keras" in check.stdout
+  assert "tensorflow_estimator" not in check.stdout
+  result = _run_tf2(python, venv, VENV_DRY_RUN="1")
+  assert f"+ {python} -m venv --clear {venv}" in result.stdout
+
+
+def test_a_requirements_venv_with_an_unsupported_python_names_the_file(
+    tmp_path):
+  python = _fake_python(tmp_path / "bin", "3.13.0")
+  venv = tmp_path / "venv-tf2"
+  result = _run_tf2(python, venv)
+  assert result.returncode == 2
+  assert "Python 3.13.0" in result.stderr
+  assert (f"Python 3.11 is needed: the packages of {REQUIREMENTS} are "
+          f"installed into {venv}") in result.stderr
+  assert not venv.exists()
+
+
+def test_a_missing_requirements_file_is_named(tmp_path):
+  result = subprocess.run(
+      ["sh", str(SCRIPT), "unused", str(tmp_path / "venv"),
+       "requirements=no-such-file.txt"],
+      capture_output=True, text=True, timeout=120)
+  assert result.returncode == 1
+  assert f"{REPO}/no-such-file.txt does not exist" in result.stderr
+  assert not (tmp_path / "venv").exists()
+
+
 # --- The Makefile -----------------------------------------------------------
 
 def _make(*args, path=None):
@@ -210,7 +314,34 @@ def test_demo_and_test_check_the_venv_first():
   assert demo[-1] == ".venv/bin/python -m examples.train_ctr"
   test = _make("-n", "test").stdout
   assert test.index("tools/ensure_venv.sh") < test.index("chromium")
-  assert test.rstrip().endswith(".venv/bin/python -m pytest -q")
+  lines = test.rstrip().splitlines()
+  # The TF 2.15 suite as before, then the TF2 list in .venv-tf2.
+  assert lines[-2:] == [".venv/bin/python -m pytest -q",
+                        ".venv-tf2/bin/python -m pytest -q"]
+  checks = [line for line in lines if "tools/ensure_venv.sh" in line]
+  assert len(checks) == 2
+  assert "'.venv' " in checks[0] and f"'{EXTRAS}'" in checks[0]
+  assert "'.venv-tf2' 'requirements=requirements-tf2.txt'" in checks[1]
+  assert "'tensorflow keras numpy pytest hypothesis'" in checks[1]
+
+
+@needs_make
+def test_venv_tf2_and_test_tf2_targets():
+  venv = _make("-n", "venv-tf2").stdout.splitlines()
+  assert len(venv) == 1 and "'.venv-tf2' 'requirements=" in venv[0]
+  test = _make("-n", "test-tf2").stdout.rstrip().splitlines()
+  assert test[-1] == ".venv-tf2/bin/python -m pytest -q"
+  assert not any(line.startswith(".venv/bin/python") for line in test)
+
+
+def test_the_tf2_requirements_are_current_tensorflow_without_the_estimator():
+  lines = [line.split("#")[0].strip() for line in
+           (REPO / "requirements-tf2.txt").read_text().splitlines()]
+  lines = [line for line in lines if line]
+  assert "tensorflow-cpu==2.21.*" in lines
+  assert "numpy>=2,<3" in lines
+  assert {"pytest>=7", "hypothesis>=6.80"} <= set(lines)
+  assert not any("estimator" in line for line in lines)
 
 
 @needs_make

@@ -4,12 +4,22 @@
 # so the check is cheap: two short Python starts when the environment is
 # usable, nothing installed, nothing printed.
 #
-#   tools/ensure_venv.sh PYTHON VENV [EXTRAS]
+#   tools/ensure_venv.sh PYTHON VENV [WHAT [PACKAGES]]
 #
 # PYTHON builds VENV when it has to be built; it must be Python 3.11.
+# WHAT says what is installed into VENV:
+#   * EXTRAS (the default, "test"): this checkout with setup.py's
+#     dependencies and those extras, `pip install -e REPO[EXTRAS]` (.venv,
+#     the TensorFlow 2.15 stack);
+#   * requirements=FILE (a path inside this checkout): the packages FILE
+#     lists, then this checkout without setup.py's dependencies,
+#     `pip install -r FILE` and `pip install --no-deps -e REPO` (.venv-tf2,
+#     current TensorFlow, which setup.py's TF 2.15 pins would refuse).
+# PACKAGES: the third-party modules VENV must hold, space-separated
+# (default "tensorflow tensorflow_estimator").
 # VENV is usable when its bin/python runs, is Python 3.11, the install stamp
-# VENV/.installed matches this checkout (Python version, extras, checksum of
-# setup.py), and tensorflow, tensorflow_estimator, estimator_spec and
+# VENV/.installed matches this checkout (Python version, WHAT, checksums of
+# setup.py and of FILE), and PACKAGES, estimator_spec and
 # tpu_embedding_columns are found (the last two in this checkout).
 # Otherwise:
 #   * bin/python missing, not running or another Python, or packages
@@ -25,8 +35,19 @@ set -u
 
 python=$1
 venv=$2
-extras=${3:-test}
+what=${3:-test}
+packages=${4:-tensorflow tensorflow_estimator}
 repo=$(cd "$(dirname "$0")/.." && pwd)
+case $what in
+  requirements=*)
+    requirements=${what#requirements=}
+    extras=
+    ;;
+  *)
+    requirements=
+    extras=$what
+    ;;
+esac
 venv_python=$venv/bin/python
 stamp=$venv/.installed
 wanted=3.11
@@ -42,14 +63,13 @@ version_of() {
 # (the current directory is not searched). A checkout's own packages count
 # only when they come from this checkout.
 missing_packages() {
-  env -u PYTHONPATH -u PYTHONHOME "$venv_python" - "$repo" <<'PY' 2>/dev/null
+  env -u PYTHONPATH -u PYTHONHOME "$venv_python" - "$repo" $packages <<'PY' 2>/dev/null
 import importlib.util, os, sys
 repo = os.path.realpath(sys.argv[1])
 if sys.path and sys.path[0] == "":  # the current directory, for stdin
   del sys.path[0]
 missing = []
-for name in ("tensorflow", "tensorflow_estimator", "estimator_spec",
-             "tpu_embedding_columns"):
+for name in sys.argv[2:] + ["estimator_spec", "tpu_embedding_columns"]:
   spec = importlib.util.find_spec(name)
   if spec is None:
     missing.append(name)
@@ -61,8 +81,26 @@ print(" ".join(missing))
 PY
 }
 
+checksum() {
+  cksum < "$1" | cut -d' ' -f1
+}
+
 stamp_line() {
-  echo "python=$1 extras=$extras setup.py=$(cksum < "$repo/setup.py" | cut -d' ' -f1)"
+  if [ -n "$requirements" ]; then
+    echo "python=$1 requirements=$requirements:$(checksum "$repo/$requirements" 2>/dev/null) setup.py=$(checksum "$repo/setup.py")"
+  else
+    echo "python=$1 extras=$extras setup.py=$(checksum "$repo/setup.py")"
+  fi
+}
+
+# Installs this checkout (and, with a requirements file, what it lists).
+install_checkout() {
+  if [ -n "$requirements" ]; then
+    run "$venv_python" -m pip install --quiet -r "$repo/$requirements"
+    run "$venv_python" -m pip install --quiet --no-deps -e "$repo"
+  else
+    run "$venv_python" -m pip install --quiet -e "$repo[$extras]"
+  fi
 }
 
 run() {
@@ -72,6 +110,11 @@ run() {
     "$@" || exit 1
   fi
 }
+
+if [ -n "$requirements" ] && [ ! -f "$repo/$requirements" ]; then
+  echo "make: cannot make $venv ready: $repo/$requirements does not exist" >&2
+  exit 1
+fi
 
 # --- Is VENV usable? ---------------------------------------------------------
 action=none      # none | install (into the venv as it is) | rebuild
@@ -93,7 +136,11 @@ elif [ ! -f "$stamp" ]; then
   reason="its install never finished (no $stamp)"
 elif [ "$(cat "$stamp")" != "$(stamp_line "$venv_version")" ]; then
   action=install
-  reason="setup.py or the extras changed since it was installed"
+  if [ -n "$requirements" ]; then
+    reason="setup.py or $requirements changed since it was installed"
+  else
+    reason="setup.py or the extras changed since it was installed"
+  fi
 else
   missing=$(missing_packages)
   if [ $? -ne 0 ]; then
@@ -119,14 +166,18 @@ fi
 if [ "$action" = install ]; then
   echo "make: installing this checkout into $venv ($reason)"
   run rm -f "$stamp"
-  run "$venv_python" -m pip install --quiet -e "$repo[$extras]"
+  install_checkout
   [ -n "${VENV_DRY_RUN:-}" ] || stamp_line "$venv_version" > "$stamp"
   exit 0
 fi
 
 # --- Rebuild: needs a Python 3.11 ------------------------------------------
 hint="Install Python $wanted, or point make at one: make PYTHON=python$wanted demo (or: make PYTHON=/path/to/python$wanted test)."
-why="Python $wanted is needed: the pinned TensorFlow 2.15 and tensorflow-estimator 2.15 are installed into $venv, and the project is tested on $wanted only."
+if [ -n "$requirements" ]; then
+  why="Python $wanted is needed: the packages of $requirements are installed into $venv, and the project is tested on $wanted only."
+else
+  why="Python $wanted is needed: the pinned TensorFlow 2.15 and tensorflow-estimator 2.15 are installed into $venv, and the project is tested on $wanted only."
+fi
 if [ "$reason" = "$venv does not exist" ]; then
   context="to create $venv"
 else
@@ -152,6 +203,6 @@ else
 fi
 run "$python" -m venv --clear "$venv"
 run "$venv_python" -m pip install --quiet --upgrade pip
-run "$venv_python" -m pip install --quiet -e "$repo[$extras]"
+install_checkout
 [ -n "${VENV_DRY_RUN:-}" ] || stamp_line "$python_version" > "$stamp"
 exit 0
