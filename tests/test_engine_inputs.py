@@ -331,6 +331,9 @@ def _reference_value(variable_values, embedding_var_name):
   return matches[0]
 
 
+# Oracle: TF 2.15's Keras 2 feature-column layers (DenseFeatures,
+# SequenceFeatures), which Keras 3 no longer has.
+@pytest.mark.tf215
 def test_columns_form_activations_equal_dense_features():
   columns = _columns()
   expected, variable_values = _dense_features_reference(columns)
@@ -372,6 +375,9 @@ def test_columns_form_activations_equal_dense_features():
   close(activations["p"][1], shared[1] + shared[0])
 
 
+# Oracle: TF 2.15's Keras 2 feature-column layers (DenseFeatures,
+# SequenceFeatures), which Keras 3 no longer has.
+@pytest.mark.tf215
 def test_columns_form_sequence_column_equals_sequence_features():
   column = tec.embedding_column(
       fc.sequence_categorical_column_with_identity("q", 10), 2,
@@ -405,6 +411,9 @@ def test_columns_form_sequence_column_equals_sequence_features():
   np.testing.assert_array_equal(length, [3, 0, 1])
 
 
+# Oracle: TF 2.15's Keras 2 feature-column layers (DenseFeatures,
+# SequenceFeatures), which Keras 3 no longer has.
+@pytest.mark.tf215
 @pytest.mark.parametrize("kind", ["crossed", "bucketized"])
 def test_columns_form_crossed_and_bucketized_take_raw_inputs(kind):
   # Regression: the engine once required features['a_X_b'] /
