@@ -1,13 +1,100 @@
-"""Test-session setup: quiet TensorFlow logs and the hypothesis profiles."""
+"""Test-session setup: quiet TensorFlow logs, the hypothesis profiles, and
+which test files run on which TensorFlow.
+
+Two environments run the tests (`make test` runs both): .venv/ with TF 2.15
+and tensorflow-estimator runs every file; .venv-tf2/ with current
+TensorFlow runs only the files that tests/tf2_tests.txt lists (the others
+test the TPUEstimator surface or the interop, or use TF 2.15's own
+implementation as an oracle). Files not listed are not collected there, and
+the session's header says how many were left out, so nothing is counted as
+passed that did not run; a listed file that is missing or fails to import
+fails the run. A test inside a listed file that needs TF 2.15 carries
+`@pytest.mark.tf215`: deselected on current TensorFlow (pytest's summary
+counts it as deselected, never as passed).
+"""
 import os
+import pathlib
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import hypothesis  # pylint: disable=g-import-not-at-top
 
+import pytest  # pylint: disable=g-import-not-at-top
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
 from estimator_spec import quiet  # pylint: disable=g-import-not-at-top
 
 quiet.silence_deprecation_notices()
+
+TESTS = pathlib.Path(__file__).resolve().parent
+TF2_LIST = TESTS / "tf2_tests.txt"
+ON_TF215 = tf.__version__.startswith("2.15.")
+
+
+def tf2_test_files():
+  """The test files (names) that run on current TensorFlow, as listed."""
+  names = []
+  for line in TF2_LIST.read_text().splitlines():
+    line = line.split("#", 1)[0].strip()
+    if line:
+      names.append(line)
+  return names
+
+
+def pytest_configure(config):
+  config.addinivalue_line(
+      "markers", "tf215: needs TF 2.15 (or tensorflow-estimator); "
+      "deselected on current TensorFlow.")
+  if not ON_TF215:
+    missing = [n for n in tf2_test_files() if not (TESTS / n).is_file()]
+    if missing:
+      raise pytest.UsageError(
+          f"{TF2_LIST} lists test files that do not exist: {missing}")
+
+
+def _selection_note():
+  if ON_TF215:
+    return f"TensorFlow {tf.__version__}: every test file runs"
+  listed = set(tf2_test_files())
+  others = sorted(p.name for p in TESTS.glob("test_*.py")
+                  if p.name not in listed)
+  return (f"TensorFlow {tf.__version__}: only the {len(listed)} test files "
+          f"of tests/{TF2_LIST.name} run here; the other {len(others)} need "
+          "TF 2.15 and run in .venv/ (not collected here)")
+
+
+def pytest_report_header(config):
+  del config
+  return _selection_note()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+  # Also under -q, which hides the header; pytest's counts stay the last
+  # line.
+  del exitstatus, config
+  if not ON_TF215:
+    terminalreporter.write_line(_selection_note())
+
+
+def pytest_ignore_collect(collection_path, config):
+  del config
+  if ON_TF215 or collection_path.suffix != ".py":
+    return None
+  if not collection_path.name.startswith("test_"):
+    return None
+  if collection_path.parent != TESTS:
+    return None
+  return collection_path.name not in set(tf2_test_files()) or None
+
+
+def pytest_collection_modifyitems(config, items):
+  if ON_TF215:
+    return
+  deselected = [item for item in items if item.get_closest_marker("tf215")]
+  if deselected:
+    config.hook.pytest_deselected(items=deselected)
+    items[:] = [item for item in items
+                if not item.get_closest_marker("tf215")]
 
 # Local runs draw new examples each time ("project"); CI (CI=true, as
 # .ci/run is started) draws the same examples on every run ("ci"), so that a
