@@ -251,6 +251,16 @@ class HostEmbeddingEngine:
                 spec.initial_value), self.num_shards, strategy, device_fn)
     return self.tables[name]
 
+  def create_pipeline_variables(self):
+    """With pipelining in training, creates the variables that hold one
+    step's update of each table now (they are otherwise created by the
+    first `apply_gradients`): TF2 code calls this outside `tf.function`,
+    which cannot create variables on later traces."""
+    self.create_variables()
+    if self._pending is not None:
+      for name in self.model.tables:
+        self._pending_update(name)
+
   def variables(self):
     """All partition variables (tables then slots), for savers and tests."""
     self.create_variables()

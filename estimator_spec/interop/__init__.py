@@ -31,6 +31,7 @@ _MODULES = {
     "DelegatedTPUEstimator": "estimator_spec.interop._tpu",
     "TPUNotReachableError": "tpu_embedding_columns.errors",
     "to_mid_level": "estimator_spec.interop._mid_level",
+    "from_mid_level": "estimator_spec.interop._mid_level",
     "export_mid_level_checkpoint": "estimator_spec.checkpoints.mid_level",
 }
 

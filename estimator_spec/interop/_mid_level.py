@@ -8,6 +8,9 @@ features and training settings. Checkpoints for them:
 import collections
 
 import tensorflow as tf
+# TF's nest with paths (the public tf.nest lacks them); the same names TF2's
+# TPUEmbedding gives features.
+from tensorflow.python.util import nest as _nest
 
 from estimator_spec.config import spec as spec_lib
 from estimator_spec.config import optimizers as _opt
@@ -259,3 +262,284 @@ def _convert_optimizer(model, parameters, learning_rate, where, owner):
     raise ValueError(
         f"{owner}: {where}: TF2's {type(p).__name__} counterpart refuses "
         f"{p!r}: {error}") from error
+
+
+# --- the other way: TF2's configuration objects -> the config model -------
+
+# TF2's optimizer classes this project trains, by class name -> (our class,
+# {our argument: TF2 attribute} for the optimizer's own hyper-parameters).
+_FROM_TF2 = {
+    "SGD": (_opt.StochasticGradientDescentParameters, {}),
+    "Adagrad": (_opt.AdagradParameters,
+                {"initial_accumulator": "initial_accumulator_value"}),
+    "AdagradMomentum": (_opt.AdagradMomentumParameters,
+                        {"momentum": "momentum", "use_nesterov": "use_nesterov",
+                         "exponent": "exponent", "beta2": "beta2",
+                         "epsilon": "epsilon"}),
+    "Adam": (_opt.AdamParameters,
+             {"beta1": "beta_1", "beta2": "beta_2", "epsilon": "epsilon",
+              "lazy_adam": "lazy_adam", "sum_inside_sqrt": "sum_inside_sqrt"}),
+    "FTRL": (_opt.FtrlParameters,
+             {"learning_rate_power": "learning_rate_power",
+              "initial_accumulator_value": "initial_accumulator_value",
+              "l1_regularization_strength": "l1_regularization_strength",
+              "l2_regularization_strength": "l2_regularization_strength",
+              "multiply_linear_by_learning_rate":
+                  "multiply_linear_by_learning_rate",
+              "beta": "beta",
+              "allow_zero_accumulator": "allow_zero_accumulator"}),
+}
+# The attributes every TF2 optimizer holds that map one to one.
+_COMMON_TF2 = ("use_gradient_accumulation", "clip_weight_min",
+               "clip_weight_max", "weight_decay_factor",
+               "multiply_weight_decay_factor_by_learning_rate",
+               "clip_gradient_min", "clip_gradient_max")
+# Attributes that are read and checked separately: the learning rate, a
+# TPU memory-layout hint with no effect on any value, and the slot creation
+# hook (refused when set).
+_SPECIAL_TF2 = ("learning_rate", "low_dimensional_packing_status",
+                "slot_variable_creation_fn")
+_TABLE_ATTRIBUTES = ("vocabulary_size", "dim", "initializer", "optimizer",
+                     "combiner", "name", "quantization_config", "layout",
+                     "dtype")
+_FEATURE_ATTRIBUTES = ("table", "max_sequence_length",
+                       "validate_weights_and_indices", "output_shape", "name")
+
+
+class StepFreeRate:
+  """A TF2 learning rate (a callable with no argument, called at each
+  update, as TF2 calls it) as a `learning_rate_fn(global_step)` of the
+  config model, which ignores the step. Two of them are equal when they
+  wrap the same callable (one dynamic learning-rate tag per callable)."""
+
+  def __init__(self, fn):
+    self.fn = fn
+
+  def __call__(self, global_step):
+    del global_step  # TF2's learning rates take no argument.
+    return self.fn()
+
+  def __eq__(self, other):
+    return isinstance(other, StepFreeRate) and other.fn is self.fn
+
+  def __hash__(self):
+    return id(self.fn)
+
+  def __repr__(self):
+    return f"StepFreeRate({getattr(self.fn, '__name__', self.fn)!r})"
+
+
+class MidLevelConversion:
+  """What `convert_mid_level` returns.
+
+  Attributes:
+    spec: the `EmbeddingConfigSpec` (dict form) of the same tables,
+      features and training settings.
+    paths: joined string paths of the features, in the order of
+      `tf.nest.flatten(feature_config)`.
+    feature_names: the spec's feature names, aligned with `paths`.
+    feature_configs: TF2's FeatureConfigs, aligned with `paths`.
+    table_configs: {table name: TF2 TableConfig}, in order of first use.
+  """
+
+  def __init__(self, spec, paths, feature_names, feature_configs,
+               table_configs):
+    self.spec = spec
+    self.paths = paths
+    self.feature_names = feature_names
+    self.feature_configs = feature_configs
+    self.table_configs = table_configs
+
+
+def from_mid_level(feature_config, optimizer=None,
+                   pipeline_execution_with_tensor_core=False, *,
+                   weight_keys=None):
+  """The `EmbeddingConfigSpec` of TF2 mid-level API configuration objects.
+
+  The reverse of `to_mid_level`: `feature_config` (one
+  `tf.tpu.experimental.embedding.FeatureConfig` or a nested structure of
+  them) and `optimizer` (the default optimizer of tables without their
+  own) as `TPUEmbedding` takes them. Features are named by their path in
+  the structure (`tf.nest`'s joined string paths: dict keys, list
+  indices, joined with '/'), or for a single FeatureConfig by its `name`
+  (else 'feature'); tables by their `name`, else `table_<i>` in order of
+  first use, as TF2 names them (TF's objects are never modified). Callable
+  learning rates become a `learning_rate_fn` of each table they train,
+  called with no argument at each update (`StepFreeRate`), and the
+  optimizer's own learning rate is then 0.
+
+  Args:
+    feature_config: TF2 FeatureConfig(s).
+    optimizer: a TF2 `SGD`, `Adagrad`, `AdagradMomentum`, `Adam` or `FTRL`,
+      or None (tables without their own optimizer are then only looked up).
+    pipeline_execution_with_tensor_core: as TF2's `TPUEmbedding` takes it.
+    weight_keys: optional {feature name: key of its weights}, e.g.
+      `to_mid_level(spec).weight_keys`.
+
+  Raises:
+    ValueError: naming the argument, for what this project cannot honour:
+      other optimizer classes (`CustomOptimizer`), `slot_variable_creation_fn`,
+      custom combiners, `quantization_config`, SparseCore `layout`, a
+      `dtype` other than float32, an attribute this converter does not know
+      (a newer TensorFlow), duplicate table or feature names.
+    TypeError: an entry of `feature_config` that is not a FeatureConfig.
+  """
+  return convert_mid_level(feature_config, optimizer,
+                           pipeline_execution_with_tensor_core,
+                           weight_keys=weight_keys,
+                           owner="from_mid_level").spec
+
+
+def convert_mid_level(feature_config, optimizer=None,
+                      pipeline_execution_with_tensor_core=False, *,
+                      weight_keys=None, owner="from_mid_level"):
+  """`from_mid_level`, returning a `MidLevelConversion` (the spec and how
+  TF2's objects map to its names)."""
+  pipeline_execution_with_tensor_core = _checks.check_bool(
+      owner, "pipeline_execution_with_tensor_core",
+      pipeline_execution_with_tensor_core)
+  flat = _nest.flatten_with_joined_string_paths(feature_config)
+  if not flat:
+    raise ValueError(f"{owner}: `feature_config` holds no FeatureConfig.")
+  paths, configs, names = [], [], []
+  for path, feature in flat:
+    if not isinstance(feature, _tpu.FeatureConfig):
+      _checks.fail(owner, f"feature_config[{path!r}]",
+                   "must be a tf.tpu.experimental.embedding.FeatureConfig",
+                   feature, TypeError)
+    name = path or feature.name or "feature"
+    if name in names:
+      raise ValueError(f"{owner}: two features are named {name!r}.")
+    paths.append(path)
+    configs.append(feature)
+    names.append(name)
+  if optimizer is not None:
+    _check_tf2_optimizer(owner, "optimizer", optimizer)
+  # Tables in order of first use, named as TF2 names them.
+  tables = []
+  for feature in configs:
+    if not any(feature.table is t for t in tables):
+      tables.append(feature.table)
+  table_names = {}
+  for i, table in enumerate(tables):
+    name = table.name if table.name is not None else f"table_{i}"
+    if name in table_names.values():
+      raise ValueError(
+          f"{owner}: two tables are named {name!r}; TF2 needs unique table "
+          "names.")
+    table_names[id(table)] = name
+  converted = {}  # id(TF2 optimizer) -> (our parameters, StepFreeRate|None)
+  keep = []
+
+  def ours(tf2, where):
+    if id(tf2) not in converted:
+      keep.append(tf2)
+      converted[id(tf2)] = _from_tf2_optimizer(owner, tf2, where)
+    return converted[id(tf2)]
+
+  spec_optimizer, spec_rate = (ours(optimizer, "optimizer")
+                               if optimizer is not None else (None, None))
+  table_dict = {}
+  for table in tables:
+    name = table_names[id(table)]
+    where = f"table {name!r}"
+    _check_tf2_table(owner, table, where)
+    own, rate = None, None
+    # TF2's TPUEmbedding stores the default optimizer into tables without
+    # one: that is not a table optimizer of its own.
+    if table.optimizer is not None and table.optimizer is not optimizer:
+      _check_tf2_optimizer(owner, f"{where}: optimizer", table.optimizer)
+      own, rate = ours(table.optimizer, f"{where}: optimizer")
+    elif optimizer is not None:
+      rate = spec_rate
+    try:
+      table_dict[name] = spec_lib.TableConfig(
+          vocabulary_size=table.vocabulary_size, dimension=table.dim,
+          initializer=table.initializer, combiner=table.combiner,
+          learning_rate_fn=rate, optimization_parameters=own)
+    except (TypeError, ValueError) as error:
+      raise ValueError(f"{owner}: {where}: {error}") from error
+  weight_keys = dict(weight_keys or {})
+  unknown = sorted(set(weight_keys) - set(names))
+  if unknown:
+    raise ValueError(f"{owner}: `weight_keys` names unknown features "
+                     f"{unknown}; features are {names}.")
+  feature_dict = {}
+  for name, feature in zip(names, configs):
+    _check_attributes(owner, feature, _FEATURE_ATTRIBUTES,
+                      f"feature {name!r}")
+    feature_dict[name] = spec_lib.FeatureConfig(
+        table_names[id(feature.table)],
+        max_sequence_length=feature.max_sequence_length,
+        weight_key=weight_keys.get(name))
+  spec = spec_lib.EmbeddingConfigSpec(
+      feature_to_config_dict=feature_dict, table_to_config_dict=table_dict,
+      optimization_parameters=spec_optimizer,
+      pipeline_execution_with_tensor_core=pipeline_execution_with_tensor_core)
+  return MidLevelConversion(
+      spec, paths, names, configs,
+      collections.OrderedDict((table_names[id(t)], t) for t in tables))
+
+
+def _check_attributes(owner, obj, known, where):
+  unknown = sorted(set(vars(obj)) - set(known))
+  if unknown:
+    raise ValueError(
+        f"{owner}: {where}: {type(obj).__name__} has settings this project "
+        f"does not know ({', '.join(unknown)}); it cannot honour them, so it "
+        "refuses them rather than ignore them.")
+
+
+def _check_tf2_table(owner, table, where):
+  _check_attributes(owner, table, _TABLE_ATTRIBUTES, where)
+  if not isinstance(table.combiner, str):
+    raise ValueError(
+        f"{owner}: {where}: `combiner` {type(table.combiner).__name__} (a "
+        "custom combiner) is not supported; use 'sum', 'mean' or 'sqrtn'.")
+  if getattr(table, "quantization_config", None) is not None:
+    raise ValueError(
+        f"{owner}: {where}: `quantization_config` (quantized TPU "
+        "activations) is not supported; set it to None.")
+  if getattr(table, "layout", None) is not None:
+    raise ValueError(
+        f"{owner}: {where}: `layout` (a SparseCore table layout) is not "
+        "supported; set it to None.")
+  dtype = getattr(table, "dtype", tf.float32)
+  if tf.as_dtype(dtype) != tf.float32:
+    raise ValueError(
+        f"{owner}: {where}: `dtype` {tf.as_dtype(dtype).name} is not "
+        "supported; tables are float32 (as on the TPU's embedding cores).")
+
+
+def _check_tf2_optimizer(owner, where, tf2):
+  name = type(tf2).__name__
+  if _FROM_TF2.get(name, (None,))[0] is None or (
+      getattr(_tpu, name, None) is not type(tf2)):
+    raise ValueError(
+        f"{owner}: `{where}` is a {type(tf2).__module__}.{name}; only "
+        f"tf.tpu.experimental.embedding's {', '.join(_FROM_TF2)} are "
+        "supported (custom optimizers are not).")
+  _check_attributes(owner, tf2, _COMMON_TF2 + _SPECIAL_TF2 + tuple(
+      _FROM_TF2[name][1].values()), f"`{where}`")
+  if getattr(tf2, "slot_variable_creation_fn", None) is not None:
+    raise ValueError(
+        f"{owner}: `{where}`: `slot_variable_creation_fn` is not supported: "
+        "slot variables are created by the host engine (their initial "
+        "values are the optimizer's); set it to None.")
+
+
+def _from_tf2_optimizer(owner, tf2, where):
+  """(our parameters, StepFreeRate or None) of a TF2 optimizer."""
+  ours_class, own = _FROM_TF2[type(tf2).__name__]
+  rate = tf2.learning_rate
+  step_free = None
+  if callable(rate):
+    step_free = StepFreeRate(rate)
+    rate = 0.0
+  arguments = {arg: getattr(tf2, attribute) for arg, attribute in own.items()}
+  arguments.update({arg: getattr(tf2, arg) for arg in _COMMON_TF2})
+  try:
+    return ours_class(learning_rate=rate, **arguments), step_free
+  except (TypeError, ValueError) as error:
+    raise ValueError(
+        f"{owner}: `{where}` ({type(tf2).__name__}): {error}") from error

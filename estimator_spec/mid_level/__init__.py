@@ -1,0 +1,12 @@
+"""TF2's mid-level TPU embedding API, trained on the host.
+
+`HostTPUEmbedding` takes what `tf.tpu.experimental.embedding.TPUEmbedding`
+takes (FeatureConfig / TableConfig / optimizer objects) and offers its
+interface (`build`, `enqueue`, `dequeue`, `apply_gradients`,
+`embedding_tables`), computing on CPU/GPU what a TPU computes
+(SEMANTICS.md sections 3-5) with the host engine. It needs no TPU and no
+TF 2.15: it runs on current TensorFlow, eagerly and inside `tf.function`.
+"""
+from estimator_spec.mid_level.embedding import HostTPUEmbedding
+
+__all__ = ["HostTPUEmbedding"]

@@ -1,0 +1,404 @@
+"""`HostTPUEmbedding`: TF2's `TPUEmbedding` interface over the host engine.
+
+The TF2 configuration is converted once into the config model
+(`estimator_spec.interop._mid_level.convert_mid_level`); the host engine
+built from it holds the tables and slots, looks features up and applies
+the TPU embedding optimizers. This module only adapts TF2's calling
+conventions: nested structures, weights given apart from the ids, dense
+ids, `output_shape`, the enqueue/dequeue split.
+"""
+import collections
+
+import tensorflow as tf
+
+from estimator_spec.config import embedding_config as config_lib
+from estimator_spec.config import modes
+from estimator_spec.config import spec as spec_lib
+from estimator_spec.engine import engine as engine_lib
+from estimator_spec.interop import _mid_level
+
+# Weights reach the engine under this key beside each feature's ids.
+_WEIGHT_SUFFIX = "/__host_tpu_embedding_weights__"
+
+
+class HostTPUEmbedding:
+  """TF2's `tf.tpu.experimental.embedding.TPUEmbedding`, trained on CPU/GPU
+  with the TPU's semantics.
+
+  Args:
+    feature_config: a `tf.tpu.experimental.embedding.FeatureConfig` or a
+      nested structure (dicts, lists, tuples) of them; activations and
+      gradients use the same structure.
+    optimizer: TF2's `SGD`, `Adagrad`, `AdagradMomentum`, `Adam` or `FTRL`
+      for tables without their own (`TableConfig.optimizer`); None when no
+      table trains (lookups only, no slot variables).
+    pipeline_execution_with_tensor_core: True to apply each step's update
+      after the next step's lookups, as a pipelined TPU does (ids used in
+      both steps see weights one update stale); `flush()` applies the
+      update still held.
+
+  Every setting is honoured as SEMANTICS.md states it or refused with a
+  ValueError naming it (see `estimator_spec.interop.from_mid_level`).
+  Gradient accumulation is always on (per-id sums in float32, one update
+  per touched id); `use_gradient_accumulation=False` gives the same result.
+  `low_dimensional_packing_status` (TPU memory packing) and
+  `validate_weights_and_indices` (TF2's CPU serving path) change no value
+  and are accepted: inputs are always validated.
+  """
+
+  def __init__(self, feature_config, optimizer,
+               pipeline_execution_with_tensor_core=False):
+    owner = "HostTPUEmbedding"
+    conversion = _mid_level.convert_mid_level(
+        feature_config, optimizer, pipeline_execution_with_tensor_core,
+        owner=owner)
+    self._feature_config = feature_config
+    self._conversion = conversion
+    self._names = conversion.feature_names
+    self._features = dict(zip(self._names, conversion.feature_configs))
+    self._weight_keys = {}
+    for name, feature in self._features.items():
+      if feature.max_sequence_length == 0:
+        key = name + _WEIGHT_SUFFIX
+        if key in self._features:
+          raise ValueError(f"{owner}: feature name {key!r} is reserved.")
+        self._weight_keys[name] = key
+    for name, feature in self._features.items():
+      _check_output_shape(owner, name, feature)
+    # The engine reads weights of every non-sequence feature (ones when the
+    # caller gives none, which computes exactly what no weights compute).
+    spec = conversion.spec
+    engine_spec = spec._replace(feature_to_config_dict={
+        name: config._replace(weight_key=self._weight_keys.get(name))
+        for name, config in spec.feature_to_config_dict.items()})
+    model = engine_spec.model
+    trained = [t for t in model.tables if model.optimizer_for(t) is not None]
+    if trained and len(trained) != len(model.tables):
+      untrained = sorted(set(model.tables) - set(trained))
+      raise ValueError(
+          f"{owner}: tables {untrained} have no optimizer while tables "
+          f"{trained} do; give `optimizer` (the default) or every "
+          "TableConfig an optimizer, or none for lookups only.")
+    self._config = config_lib.EmbeddingConfig(
+        engine_spec, batch_size=1, mode=modes.TRAIN if trained else
+        modes.PREDICT)
+    self._engine = engine_lib.HostEmbeddingEngine(self._config)
+    self._input_shapes = None
+    self._built = False
+    self._enqueued = None   # (LookupResult, graph, training)
+    self._dequeued = None   # (LookupResult, graph) awaiting apply_gradients
+
+  # --- configuration --------------------------------------------------------
+
+  @property
+  def spec(self):
+    """The `EmbeddingConfigSpec` equivalent to the TF2 configuration."""
+    return self._conversion.spec
+
+  @property
+  def engine(self):
+    """The `HostEmbeddingEngine` that holds the tables and trains them."""
+    return self._engine
+
+  @property
+  def is_training(self):
+    """Whether the tables have optimizers (else lookups only)."""
+    return self._config.is_training
+
+  # --- variables -------------------------------------------------------------
+
+  def build(self, per_replica_input_shapes=None, per_replica_batch_size=None):
+    """Creates the tables and slot variables (the first `enqueue` or call
+    does it when needed, outside any `tf.function`).
+
+    Args:
+      per_replica_input_shapes: optional nested structure (like
+        `feature_config`) of the ids' shapes; later inputs must be
+        compatible with them, and the activations get their batch size.
+      per_replica_batch_size: optional int: the batch size of every input.
+    """
+    if self._built:
+      return
+    shapes = None
+    if per_replica_input_shapes is not None:
+      tf.nest.assert_same_structure(self._feature_config,
+                                    per_replica_input_shapes)
+      shapes = [tf.TensorShape(s)
+                for s in tf.nest.flatten(per_replica_input_shapes)]
+    if per_replica_batch_size is not None:
+      batch = int(per_replica_batch_size)
+      shapes = [tf.TensorShape([batch]).concatenate(
+          tf.TensorShape(None)) if s is None else
+                s.merge_with(tf.TensorShape([batch]).concatenate(
+                    [None] * (s.rank - 1))) if s.rank else s
+                for s in (shapes or [None] * len(self._names))]
+    self._input_shapes = (None if shapes is None else
+                          dict(zip(self._names, shapes)))
+    with tf.init_scope():
+      self._engine.create_variables()
+      self._engine.create_pipeline_variables()
+    self._built = True
+
+  @property
+  def embedding_tables(self):
+    """{TF2 TableConfig: its tf.Variable [vocabulary_size, dim]} (one
+    variable per table: the host keeps tables unpartitioned)."""
+    self._require_built("embedding_tables")
+    return {
+        table: self._engine.tables[name].partitions[0]
+        for name, table in self._conversion.table_configs.items()
+    }
+
+  @property
+  def slot_variables(self):
+    """{TF2 TableConfig: {slot name: tf.Variable}}, slots named as TF2
+    names them ('accumulators', 'momenta', 'velocities', 'linears');
+    empty dicts for SGD and when no table trains."""
+    self._require_built("slot_variables")
+    result = {}
+    for name, table in self._conversion.table_configs.items():
+      optimizer = self._config.optimizer_for(name)
+      specs = {s.name: s for s in optimizer.slot_specs()} if optimizer else {}
+      result[table] = {
+          specs[slot].mid_level: rows.partitions[0]
+          for slot, rows in self._engine.slots[name].items()
+      }
+    return result
+
+  def _require_built(self, what):
+    if not self._built:
+      raise RuntimeError(
+          f"HostTPUEmbedding.{what}: the variables do not exist yet; call "
+          "build() (or enqueue features) first.")
+
+  # --- forward ---------------------------------------------------------------
+
+  def enqueue(self, features, weights=None, training=True, name=None,
+              device=None):
+    """Looks up `features` for the next `dequeue`.
+
+    Args:
+      features: the nested structure of `feature_config` holding, per
+        feature, a `tf.SparseTensor` or `tf.RaggedTensor` [batch, ids] of
+        integer ids (combined by the table's combiner; a sequence feature's
+        positions past `max_sequence_length` are dropped), or a dense
+        integer tensor [batch] with one id per example.
+      weights: None, or the same structure with None or float weights of
+        the ids' kind (SparseTensor at the ids' positions, RaggedTensor of
+        the ids' row lengths); not for dense ids or sequence features.
+      training: False for lookups that no `apply_gradients` follows.
+      name: a name scope for the ops.
+      device: a device for the lookups (None: the current one).
+
+    Raises:
+      ValueError / TypeError: naming the feature, for inputs of the wrong
+        kind, rank or structure. An id outside [0, vocabulary_size) raises
+        tf.errors.InvalidArgumentError (when the lookup runs) and no table
+        or slot changes in that step. Negative ids are dropped, as TF's TPU
+        input path drops them.
+    """
+    if not self._built:
+      self.build()
+    training = bool(training)
+    if training and not self.is_training:
+      training = False
+    tf.nest.assert_same_structure(self._feature_config, features)
+    flat = tf.nest.flatten(features)
+    flat_weights = [None] * len(flat)
+    if weights is not None:
+      tf.nest.assert_same_structure(self._feature_config, weights)
+      flat_weights = tf.nest.flatten(weights)
+    engine_features = {}
+    with _scope(name or "host_tpu_embedding_enqueue"), \
+        engine_lib.device_scope(device):
+      for feature_name, ids, weight in zip(self._names, flat, flat_weights):
+        engine_features.update(self._engine_inputs(feature_name, ids, weight))
+      result = self._engine.lookup(engine_features)
+    self._enqueued = (result, _current_graph(), training)
+    self._dequeued = None
+
+  def dequeue(self, name=None):
+    """The activations of the last `enqueue`, in the structure of
+    `feature_config`: [batch, dim] per feature, [batch, max_sequence_length,
+    dim] for sequence features, `output_shape + [dim]` when the feature
+    sets `output_shape`."""
+    del name  # The activations are computed by `enqueue`.
+    if self._enqueued is None:
+      raise RuntimeError(
+          "HostTPUEmbedding.dequeue: nothing was enqueued; call enqueue "
+          "first (once per dequeue).")
+    result, graph, training = self._enqueued
+    _check_same_graph("dequeue", graph)
+    self._enqueued = None
+    self._dequeued = (result, graph) if training else None
+    outputs = []
+    for feature_name in self._names:
+      activation = result.activations[feature_name]
+      shape = self._features[feature_name].output_shape
+      if shape:
+        elements = activation.shape[:-1].num_elements()
+        if elements is not None and elements != shape.num_elements():
+          raise ValueError(
+              f"HostTPUEmbedding: feature {feature_name!r}: `output_shape` "
+              f"{shape.as_list()} holds {shape.num_elements()} activations; "
+              f"the lookup gives {activation.shape[:-1].as_list()}. For one "
+              "activation per id, set `max_sequence_length`.")
+        activation = tf.reshape(
+            activation, shape.as_list() + [activation.shape[-1]])
+      outputs.append(activation)
+    return tf.nest.pack_sequence_as(self._feature_config, outputs)
+
+  def __call__(self, features, weights=None):
+    """`enqueue(features, weights)` then `dequeue()`: the activations."""
+    self.enqueue(features, weights)
+    return self.dequeue()
+
+  # --- backward --------------------------------------------------------------
+
+  def apply_gradients(self, gradients, name=None):
+    """Trains the tables from the gradients of the last dequeued
+    activations (SEMANTICS.md section 4): per-id sums over examples and
+    features in float32, gradient clipping (`clipvalue`), weight decay,
+    the optimizer on touched rows (non-lazy Adam: every row), weight
+    clipping. Learning-rate callables are called here. Eagerly the update
+    has run when this returns; in a `tf.function` it runs with it.
+
+    Args:
+      gradients: the structure of `feature_config`, each entry shaped like
+        its activation, or None (a zero gradient: the touched rows still
+        take the optimizer's step, as on a TPU).
+      name: a name scope for the ops.
+    """
+    if not self.is_training:
+      raise RuntimeError(
+          "HostTPUEmbedding.apply_gradients: no table has an optimizer "
+          "(optimizer=None); this object only looks up.")
+    if self._dequeued is None:
+      raise RuntimeError(
+          "HostTPUEmbedding.apply_gradients: no activations to train: call "
+          "enqueue(..., training=True) and dequeue() first, once per "
+          "apply_gradients.")
+    result, graph = self._dequeued
+    _check_same_graph("apply_gradients", graph)
+    tf.nest.assert_same_structure(self._feature_config, gradients,
+                                  check_types=False)
+    grads = {}
+    for feature_name, grad in zip(self._names, tf.nest.flatten(gradients)):
+      activation = result.activations[feature_name]
+      if grad is None:
+        grads[feature_name] = tf.zeros_like(activation)
+        continue
+      grad = tf.convert_to_tensor(grad, tf.float32)
+      if self._features[feature_name].output_shape:
+        grad = tf.reshape(grad, tf.shape(activation))
+      grads[feature_name] = grad
+    with _scope(name or "host_tpu_embedding_apply_gradients"):
+      op = self._engine.apply_gradients(result, grads,
+                                        tf.constant(0, tf.int64))
+    self._dequeued = None
+    return op
+
+  def flush(self):
+    """With pipelining: applies the update still held (call it before
+    reading or saving the tables at the end of training); otherwise
+    nothing to do."""
+    self._require_built("flush")
+    return self._engine.flush()
+
+  # --- inputs ----------------------------------------------------------------
+
+  def _engine_inputs(self, name, ids, weight):
+    """{engine key: tensor} for feature `name`: SparseTensor ids and, for
+    non-sequence features, SparseTensor float32 weights."""
+    feature = self._features[name]
+    where = f"HostTPUEmbedding: feature {name!r}"
+    sequence = feature.max_sequence_length > 0
+    if isinstance(ids, tf.RaggedTensor):
+      if weight is not None and not isinstance(weight, tf.RaggedTensor):
+        raise ValueError(f"{where}: the ids are a RaggedTensor, the weights "
+                         f"a {type(weight).__name__}; give them alike.")
+      if ids.ragged_rank != 1 or ids.shape.rank != 2:
+        raise ValueError(f"{where}: RaggedTensor ids must be [batch, (ids)] "
+                         f"(rank 2); got shape {ids.shape}.")
+      sparse = ids.to_sparse()
+      if weight is not None:
+        weight = weight.to_sparse()
+    elif isinstance(ids, tf.SparseTensor):
+      if weight is not None and not isinstance(weight, tf.SparseTensor):
+        raise ValueError(f"{where}: the ids are a SparseTensor, the weights "
+                         f"a {type(weight).__name__}; give them alike.")
+      if ids.shape.rank not in (2, None):
+        raise ValueError(f"{where}: SparseTensor ids must be [batch, ids] "
+                         f"(rank 2); got shape {ids.shape}.")
+      sparse = ids
+    else:
+      dense = tf.convert_to_tensor(ids)
+      if weight is not None:
+        raise ValueError(f"{where}: weights were given for dense ids; dense "
+                         "ids take no weights (give ids and weights as "
+                         "SparseTensors or RaggedTensors).")
+      if sequence:
+        raise ValueError(f"{where}: a sequence feature (max_sequence_length="
+                         f"{feature.max_sequence_length}) takes a "
+                         "SparseTensor or RaggedTensor, not dense ids.")
+      if dense.shape.rank != 1:
+        raise ValueError(
+            f"{where}: dense ids must be [batch], one id per example; got "
+            f"shape {dense.shape}. Give several ids per example as a "
+            "SparseTensor or RaggedTensor.")
+      batch = tf.shape(dense, out_type=tf.int64)[0]
+      sparse = tf.SparseTensor(
+          tf.stack([tf.range(batch), tf.zeros([batch], tf.int64)], axis=1),
+          dense, tf.stack([batch, tf.constant(1, tf.int64)]))
+      static = tf.compat.dimension_value(dense.shape[0])
+      if static is not None:
+        sparse = tf.sparse.reshape(sparse, [static, 1])
+    if not sparse.dtype.is_integer:
+      raise TypeError(f"{where}: ids must be integers; got "
+                      f"{sparse.dtype.name}.")
+    self._check_input_shape(name, ids, where)
+    inputs = {name: sparse}
+    if sequence:
+      if weight is not None:
+        raise ValueError(f"{where}: weights were given for a sequence "
+                         "feature; sequence features take no weights.")
+      return inputs
+    if weight is None:
+      weight = tf.SparseTensor(sparse.indices,
+                               tf.ones_like(sparse.values, tf.float32),
+                               sparse.dense_shape)
+    inputs[self._weight_keys[name]] = weight
+    return inputs
+
+  def _check_input_shape(self, name, ids, where):
+    if self._input_shapes is None or self._input_shapes[name] is None:
+      return
+    expected = self._input_shapes[name]
+    given = ids.shape
+    if not given.is_compatible_with(expected):
+      raise ValueError(f"{where}: ids of shape {given}; build() was given "
+                       f"{expected}.")
+
+
+def _check_output_shape(owner, name, feature):
+  shape = feature.output_shape
+  if shape and not shape.is_fully_defined():
+    raise ValueError(
+        f"{owner}: feature {name!r}: `output_shape` {shape} must be fully "
+        "defined.")
+
+
+def _current_graph():
+  return None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+
+
+def _check_same_graph(what, graph):
+  if _current_graph() is not graph:
+    raise RuntimeError(
+        f"HostTPUEmbedding.{what}: the features were enqueued in another "
+        "function (or eagerly); enqueue, dequeue and apply_gradients of one "
+        "step must run in the same tf.function (or all eagerly).")
+
+
+def _scope(name):
+  return tf.name_scope(name)
