@@ -9,6 +9,10 @@ The TPUEstimator surface (`TPUEstimator`, `TPUEstimatorSpec`,
 needs TF 2.15 and tensorflow-estimator 2.15; on current TensorFlow, using it
 raises an ImportError saying so (`estimator_spec.tf215`), and `__all__`
 leaves it out so that `from estimator_spec import *` still works there.
+
+`HostTPUEmbedding` (`estimator_spec.mid_level`, loaded on first use) is TF2's
+`tf.tpu.experimental.embedding.TPUEmbedding` trained on CPU/GPU with the
+TPU's semantics; it works on TF 2.15 and on current TensorFlow.
 """
 from estimator_spec.config.modes import EVAL
 from estimator_spec.config.modes import PREDICT
@@ -41,7 +45,10 @@ _LAZY = {
     "TPUEstimatorSpec": "estimator_spec.estimator",
     "ExportSavedModelApiVersion": "estimator_spec.estimator",
     "ClusterTraining": "estimator_spec.estimator.cluster",
+    "HostTPUEmbedding": "estimator_spec.mid_level",
 }
+# Of those, the names that load on current TensorFlow too.
+_ANY_TF = ("HostTPUEmbedding",)
 
 
 def __getattr__(name):
@@ -54,7 +61,7 @@ def __getattr__(name):
 
 
 _SUBPACKAGES = ("estimator", "interop", "checkpoints", "engine", "tpu",
-                "config")
+                "config", "mid_level")
 
 
 def __dir__():
@@ -69,6 +76,6 @@ __all__ = [
     "ProximalYogiParameters", "RMSPropParameters",
     "StochasticGradientDescentParameters", "ALL_OPTIMIZERS", "TRAIN", "EVAL",
     "PREDICT"
-]
+] + list(_ANY_TF)
 if _tf215.available():
-  __all__ += list(_LAZY)
+  __all__ += [name for name in _LAZY if name not in _ANY_TF]
