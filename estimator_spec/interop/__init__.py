@@ -11,7 +11,8 @@ The only package of the library that imports TensorFlow's TPU implementation
   `TPUNotReachableError`: TF's TPUEstimator running a model written with
   our columns on that TPU (`_tpu.py`).
 * `to_mid_level`: the spec for TF2's `tf.tpu.experimental.embedding`
-  (`_mid_level.py`); `export_mid_level_checkpoint`, its checkpoints
+  (`_mid_level.py`), and `from_mid_level`, TF2's objects as a spec (what
+  `estimator_spec.HostTPUEmbedding` trains; loads on current TF too); `export_mid_level_checkpoint`, its checkpoints
   (`estimator_spec.checkpoints.mid_level`).
 
 Each name loads its module on first use: a host run loads `_replica` and
