@@ -20,6 +20,35 @@ from estimator_spec.config import sharding
 from tpu_embedding_columns import _checks
 
 
+def object_name(table_name, slot=None):
+  """The name under which TF2's `TPUEmbedding` / `TPUEmbeddingForServing`
+  tracks a table's variable (`'<table>'`) or one of its slots
+  (`'<table>/<slot>'`, `slot` being the slot's TF2 name, `SlotSpec.
+  mid_level`: 'accumulators', 'momenta', ...). A `tf.train.Checkpoint`
+  stores it under `<attribute>/<name, '/' escaped as '.S'>/.ATTRIBUTES/
+  VARIABLE_VALUE`."""
+  return table_name if slot is None else f"{table_name}/{slot}"
+
+
+def object_names(model):
+  """{object name: (table name, `SlotSpec` or None for the table)}: every
+  variable TF2's mid-level classes track for the tables of `model` (a
+  `config.model` EmbeddingModel), tables then their slots (the slots of the
+  table's optimizer; none for SGD or a table without optimizer)."""
+  names = {}
+  for table_name in model.tables:
+    names[object_name(table_name)] = (table_name, None)
+    parameters = model.optimizer_for(table_name)
+    for slot in (parameters.slot_specs() if parameters is not None else ()):
+      if slot.mid_level is None:
+        raise ValueError(
+            f"table {table_name!r}: {type(parameters).__name__} has no "
+            "counterpart in TF2's mid-level API (slot "
+            f"{slot.name!r} has no TF2 name).")
+      names[object_name(table_name, slot.mid_level)] = (table_name, slot)
+  return names
+
+
 def export_mid_level_checkpoint(model_dir, spec, output_prefix, *,
                                 variable_names=None,
                                 allow_missing_slots=False,
@@ -132,9 +161,7 @@ def _export(spec, model, checkpoint, output_prefix, variable_names,
         "to export them at their initial values.")
 
   keys, extra = _object_graph_keys(spec, attribute, owner)
-  expected = {name for name, *_ in plans} | {
-      f"{name}/{slot}" for name, _, _, slots in plans for slot, *_ in slots
-  }
+  expected = set(object_names(model))
   if set(keys) != expected:
     raise RuntimeError(
         f"Internal error: TPUEmbeddingForServing checkpoints variables "
@@ -145,8 +172,8 @@ def _export(spec, model, checkpoint, output_prefix, variable_names,
     for name, table, tensor, slots in plans:
       row_order = sharding.ShardLayout(table.vocabulary_size, 1, "div")
       with bar(name, table.vocabulary_size * (1 + len(slots))) as shown:
-        sources = [(keys[name], tensor, 0.0)] + [
-            (keys[f"{name}/{slot}"], source, initial)
+        sources = [(keys[object_name(name)], tensor, 0.0)] + [
+            (keys[object_name(name, slot)], source, initial)
             for slot, source, initial in slots
         ]
         for key, source, initial in sources:

@@ -11,6 +11,7 @@ import collections
 
 import tensorflow as tf
 
+from estimator_spec.checkpoints import mid_level as checkpoint_layout
 from estimator_spec.config import embedding_config as config_lib
 from estimator_spec.config import modes
 from estimator_spec.config import spec as spec_lib
@@ -21,7 +22,7 @@ from estimator_spec.interop import _mid_level
 _WEIGHT_SUFFIX = "/__host_tpu_embedding_weights__"
 
 
-class HostTPUEmbedding:
+class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
   """TF2's `tf.tpu.experimental.embedding.TPUEmbedding`, trained on CPU/GPU
   with the TPU's semantics.
 
@@ -44,6 +45,16 @@ class HostTPUEmbedding:
   `low_dimensional_packing_status` (TPU memory packing) and
   `validate_weights_and_indices` (TF2's CPU serving path) change no value
   and are accepted: inputs are always validated.
+
+  Checkpoints: the object is trackable, with TF2's `TPUEmbedding` layout:
+  `tf.train.Checkpoint(embedding=this)` saves each table under its name and
+  each slot under `<table>/<slot>` ('accumulators', 'momenta',
+  'velocities', 'linears'), as TF2's classes do, so that TF's
+  `TPUEmbeddingForServing` (same configuration) restores what this object
+  saves, and this object restores what TF2's classes or
+  `export_mid_level_checkpoint` save. Restoring before `build` restores
+  when the variables are created. With pipelining, the held update is not
+  in a checkpoint: `flush()` before saving.
   """
 
   def __init__(self, feature_config, optimizer,
@@ -138,6 +149,9 @@ class HostTPUEmbedding:
       self._engine.create_variables()
       self._engine.create_pipeline_variables()
     self._built = True
+    for name, variable in self._checkpoint_variables().items():
+      # Restores what a checkpoint restored before build holds for it.
+      self._handle_deferred_dependencies(name=name, trackable=variable)
 
   @property
   def embedding_tables(self):
@@ -164,6 +178,24 @@ class HostTPUEmbedding:
           for slot, rows in self._engine.slots[name].items()
       }
     return result
+
+  def _checkpoint_variables(self):
+    """{name in TF2's object layout: variable}: tables and their slots."""
+    variables = {}
+    names = checkpoint_layout.object_names(self._config.model)
+    for name, (table, slot) in names.items():
+      rows = (self._engine.tables[table] if slot is None else
+              self._engine.slots[table][slot.name])
+      variables[name] = rows.partitions[0]
+    return variables
+
+  def _trackable_children(self, save_type="checkpoint", **kwargs):
+    """What a checkpoint holds of this object: its tables and slots, by
+    their names in TF2's layout (nothing before `build`)."""
+    children = super()._trackable_children(save_type, **kwargs)
+    if self._built:
+      children.update(self._checkpoint_variables())
+    return children
 
   def _require_built(self, what):
     if not self._built:
