@@ -254,3 +254,99 @@ def test_lookups_only_embedding_saves_and_restores_tables(tmp_path):
   assert lookups.slot_variables == {t: {} for t in lookups.slot_variables}
   np.testing.assert_array_equal(_lookups(lookups, 1)["g"],
                                 _lookups(trained, 1)["g"])
+
+
+# ---------------------------------------------------------------------------
+# A TPUEstimator's checkpoint -> export-mid-level -> HostTPUEmbedding (TF
+# 2.15: the estimator is the oracle of the next update).
+
+
+def _estimator(model_dir, spec, columns, grads, batch):
+  """This project's TPUEstimator (CPU) whose loss is sum(activation * G) per
+  feature: the embedding gradients are the constants G."""
+  v1 = tf.compat.v1
+
+  def model_fn(features, labels, mode, params):
+    del labels, params
+    loss = tf.constant(0.0)
+    for name, column in columns.items():
+      acts = v1.feature_column.input_layer(features, [column])
+      loss += tf.reduce_sum(acts * tf.constant(grads[name]))
+    # A dense variable for the optimizer; its learning rate is 0.
+    scale = v1.get_variable("scale", initializer=1.0)
+    loss *= scale
+    train_op = v1.train.GradientDescentOptimizer(0.0).minimize(
+        loss, global_step=v1.train.get_global_step())
+    return es.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+  tpu = tf.compat.v1.estimator.tpu
+  config = tpu.RunConfig(model_dir=str(model_dir),
+                         tpu_config=tpu.TPUConfig(num_shards=2))
+  return es.TPUEstimator(model_fn=model_fn, config=config, use_tpu=False,
+                         train_batch_size=batch,
+                         embedding_config_spec=spec)
+
+
+@pytest.mark.tf215
+@pytest.mark.parametrize("optimizer", ["adagrad", "adam"])
+def test_estimator_checkpoint_exported_restores_and_trains_on(tmp_path,
+                                                              optimizer):
+  from tests.test_estimator_interop import as_sparse  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  from tests.test_estimator_interop import padded_ids  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  import tpu_embedding_columns as tec  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  vocabulary, dim, batch = 20, 3, 8
+  ident = tf.feature_column.categorical_column_with_identity
+  columns = {"a": tec.embedding_column(ident("a", vocabulary), dim,
+                                       combiner="mean"),
+             "b": tec.embedding_column(ident("b", vocabulary), dim,
+                                       combiner="sum")}
+  parameters = {
+      "adagrad": es.AdagradParameters(0.1, clip_gradient_min=-0.4,
+                                      clip_gradient_max=0.4),
+      "adam": es.AdamParameters(0.05, beta1=0.8, beta2=0.99, epsilon=1e-6),
+  }[optimizer]
+  spec = es.EmbeddingConfigSpec(feature_columns=list(columns.values()),
+                                optimization_parameters=parameters,
+                                partition_strategy="mod")
+  rng = np.random.RandomState(7)
+  ids = {k: padded_ids(rng, batch, 3, vocabulary, 1) for k in columns}
+  grads = {k: rng.uniform(-1, 1, (batch, dim)).astype(np.float32)
+           for k in columns}
+
+  def input_fn(params):
+    # Each `train` call reads it from the start: every step sees `ids`.
+    data = tf.data.Dataset.from_tensor_slices(ids)
+    return data.batch(params["batch_size"], drop_remainder=True).map(
+        lambda f: (as_sparse(f), tf.zeros([batch, 1])))
+
+  exported = []
+  for steps in (1, 2):
+    model_dir = tmp_path / "model"
+    _estimator(model_dir, spec, columns, grads, batch).train(
+        input_fn, max_steps=steps)
+    exported.append(es.interop.export_mid_level_checkpoint(
+        str(model_dir), spec, str(tmp_path / f"export{steps}" / "emb")))
+
+  config = es.interop.to_mid_level(spec)
+  host = es.HostTPUEmbedding(config.feature_config, config.optimizer)
+  status = tf.train.Checkpoint(embedding=host).restore(exported[0])
+  host.build()
+  status.assert_consumed()
+  after_one = _saved(exported[0])
+  assert sorted(_state(host)) == sorted(after_one)
+  for key, value in after_one.items():
+    np.testing.assert_array_equal(_state(host)[key], value, err_msg=key)
+  # The estimator's second step, by HostTPUEmbedding from the first
+  # export.
+  features = {k: tf.RaggedTensor.from_tensor(
+      ids[k], lengths=(ids[k] >= 0).sum(axis=1)) for k in columns}
+  assert sorted(config.feature_config) == sorted(features)
+  host.enqueue(features)
+  host.dequeue()
+  host.apply_gradients({k: tf.constant(v) for k, v in grads.items()})
+  after_two = _saved(exported[1])
+  assert sorted(_state(host)) == sorted(after_two)
+  for key, value in after_two.items():
+    np.testing.assert_allclose(_state(host)[key], value, rtol=1e-6,
+                               atol=1e-7, err_msg=key)
+  assert not np.allclose(after_two["tbl_a"], after_one["tbl_a"])
