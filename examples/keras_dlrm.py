@@ -145,6 +145,10 @@ class DLRM(keras.Model):
     (HostTPUEmbedding.build) and the dense layers."""
     del input_shape
     self.embedding.build()
+    self.build_tower()
+
+  def build_tower(self):
+    """Creates the dense layers' variables."""
     width = NUM_NUMERIC
     for layer in self.bottom:
       layer.build((None, width))

@@ -168,3 +168,31 @@ def test_docs_block_runs_on_this_tensorflow(tmp_path):
                           timeout=600)
   assert result.returncode == 0, result.stderr[-3000:]
   assert "log loss" in result.stdout
+
+
+def test_fit_creates_the_tables_outside_its_function_when_not_built():
+  """Without HostTPUEmbedding.build() in the model's build, the first
+  enqueue (inside fit's tf.function) still creates the tables, once."""
+
+  class Lazy(keras_dlrm.DLRM):
+
+    def build(self, input_shape=None):
+      self.build_tower()  # the dense layers only
+      self.built = True
+
+  model = Lazy(estimator_spec.HostTPUEmbedding(
+      keras_dlrm.feature_config(), keras_dlrm.embedding_optimizer()))
+  with pytest.raises(RuntimeError, match="build"):
+    model.embedding.embedding_tables  # pylint: disable=pointless-statement
+  model.compile(optimizer=keras.optimizers.Adam(0.01))
+  features, labels = keras_dlrm.generate(1024)
+  model.fit(keras_dlrm.dataset(features, labels, 256), epochs=1,
+            steps_per_epoch=1, shuffle=False, verbose=0)
+  before = {k: v.numpy() for k, v in _tables(model.embedding).items()}
+  tables = {k: id(v) for k, v in _tables(model.embedding).items()}
+  model.fit(keras_dlrm.dataset(features, labels, 256), epochs=1,
+            steps_per_epoch=3, shuffle=False, verbose=0)
+  assert {k: id(v) for k, v in _tables(model.embedding).items()} == tables
+  assert any((v.numpy() != before[k]).any()
+             for k, v in _tables(model.embedding).items())
+
