@@ -196,3 +196,35 @@ def test_fit_creates_the_tables_outside_its_function_when_not_built():
   assert any((v.numpy() != before[k]).any()
              for k, v in _tables(model.embedding).items())
 
+
+
+def test_saved_model_weights_and_embedding_checkpoint_restore_the_model(
+    model, tmp_path):
+  # As docs/keras.md says: the Keras weights with save_weights, the tables
+  # and their slots with a tf.train.Checkpoint of the embedding.
+  (features, labels), _ = _batch()
+  model.train_on_batch(features, labels)
+  weights = str(tmp_path / "dense.weights.h5")
+  model.save_weights(weights)
+  path = tf.train.Checkpoint(embedding=model.embedding).save(
+      str(tmp_path / "embedding"))
+  saved_tables = {k: v.numpy() for k, v in _tables(model.embedding).items()}
+  saved_slots = _slots(model.embedding)
+  saved_logits = model.predict_on_batch(features)
+
+  tf.random.set_seed(7)  # another initialization
+  fresh = keras_dlrm.make_model(learning_rate=0.01)
+  assert not np.allclose(
+      _tables(fresh.embedding)["user"].numpy(), saved_tables["user"])
+  fresh.load_weights(weights)
+  tf.train.Checkpoint(embedding=fresh.embedding).restore(
+      path).assert_consumed()
+  for name, value in saved_tables.items():
+    np.testing.assert_array_equal(_tables(fresh.embedding)[name].numpy(),
+                                  value)
+  restored_slots = _slots(fresh.embedding)
+  for table, slots in saved_slots.items():
+    for slot, value in slots.items():
+      np.testing.assert_array_equal(restored_slots[table][slot], value)
+  np.testing.assert_allclose(fresh.predict_on_batch(features), saved_logits,
+                             rtol=1e-6, atol=1e-7)
