@@ -89,9 +89,15 @@ def _keras_adagrad():
       LEARNING_RATE, initial_accumulator_value=INITIAL_ACCUMULATOR)
 
 
-def _dense_tower():
+def _dense_tower(job):
+  """The dense layers, built for the concatenated embeddings of `job`."""
   import keras  # pylint: disable=g-import-not-at-top
-  return [keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1)]
+  tower = [keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1)]
+  width = job["features"] * job["dim"]
+  for layer in tower:
+    layer.build((None, width))
+    width = layer.units
+  return tower
 
 
 def _build_host(job, names):
@@ -105,11 +111,7 @@ def _build_host(job, names):
       LEARNING_RATE, initial_accumulator_value=INITIAL_ACCUMULATOR,
       clipvalue=10.0, clip_weight_min=-5.0, clip_weight_max=5.0))
   embedding.build()
-  tower = _dense_tower()
-  width = job["features"] * job["dim"]
-  for layer in tower:
-    layer.build((None, width))
-    width = layer.units
+  tower = _dense_tower(job)
   optimizer = _keras_adagrad()
   variables = [v for layer in tower for v in layer.trainable_variables]
 
@@ -138,11 +140,7 @@ def _build_keras(job, names):
   tables = {n: keras.layers.Embedding(job["vocab"], job["dim"]) for n in names}
   for table in tables.values():
     table.build((None,))
-  tower = _dense_tower()
-  width = job["features"] * job["dim"]
-  for layer in tower:
-    layer.build((None, width))
-    width = layer.units
+  tower = _dense_tower(job)
   optimizer = _keras_adagrad()
   variables = ([t.embeddings for t in tables.values()] +
                [v for layer in tower for v in layer.trainable_variables])
