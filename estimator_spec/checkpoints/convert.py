@@ -81,9 +81,7 @@ def convert_checkpoint(spec, checkpoint, output_prefix, *, to_strategy,
     _checks.fail(owner, "to_strategy", "must be 'div' or 'mod'", to_strategy)
   to_shards = _checks.check_int(owner, "to_shards", to_shards, minimum=1)
   overwrite = _checks.check_bool(owner, "overwrite", overwrite)
-  if from_strategy is not None and from_strategy not in sharding.STRATEGIES:
-    _checks.fail(owner, "from_strategy", "must be 'div', 'mod' or None",
-                 from_strategy)
+  tables.check_from_strategy(owner, from_strategy)
   bar = _progress.factory(progress)
   with tables.open_checkpoint(checkpoint, owner) as opened:
     return _convert(model, opened, output_prefix, to_strategy, to_shards,

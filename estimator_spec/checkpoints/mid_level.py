@@ -119,9 +119,7 @@ def export_mid_level_checkpoint(model_dir, spec, output_prefix, *,
   if not attribute.isidentifier():
     _checks.fail(owner, "attribute", "must be a Python identifier",
                  attribute)
-  if from_strategy is not None and from_strategy not in sharding.STRATEGIES:
-    _checks.fail(owner, "from_strategy", "must be 'div', 'mod' or None",
-                 from_strategy)
+  tables.check_from_strategy(owner, from_strategy)
   overwrite = _checks.check_bool(owner, "overwrite", overwrite)
   bar = _progress.factory(progress)
   _mid_level._build(spec, global_step=None, for_serving=True, owner=owner)

@@ -12,17 +12,8 @@ stored ranges covering the asked ids are read (`Checkpoint.rows_by_id`).
 import numpy as np
 
 from estimator_spec.checkpoints import tables
-from estimator_spec.config import sharding
 from estimator_spec.config import spec as spec_lib
 from tpu_embedding_columns import _checks
-
-
-def slot_names(checkpoint, table_tensor, shape):
-  """The slots of a table in a `Checkpoint`: {suffix: tensor name} of every
-  `<table tensor>/<suffix>` tensor of the table's shape."""
-  return {name[len(table_tensor) + 1:]: name
-          for name, s in sorted(checkpoint.shapes.items())
-          if name.startswith(table_tensor + "/") and s == shape}
 
 
 def read_rows(model_dir, spec, table, ids, *, slot=None, from_strategy=None,
@@ -61,9 +52,7 @@ def read_rows(model_dir, spec, table, ids, *, slot=None, from_strategy=None,
   ids = check_ids(owner, ids, config)
   if slot is not None:
     slot = _checks.check_str(owner, "slot", slot)
-  if from_strategy is not None and from_strategy not in sharding.STRATEGIES:
-    _checks.fail(owner, "from_strategy", "must be 'div', 'mod' or None",
-                 from_strategy)
+  tables.check_from_strategy(owner, from_strategy)
   with tables.open_checkpoint(model_dir, owner) as checkpoint:
     located = tables.locate_tables(checkpoint, model, variable_names, owner,
                                    only=[table])
@@ -112,8 +101,9 @@ def _some(values, limit=5):
 
 
 def _slot_tensor(owner, checkpoint, model, table, tensor, slot):
-  shape = [table.vocabulary_size, table.dimension]
-  found = slot_names(checkpoint, tensor, shape)
+  # {suffix: tensor name} of the table's slot tensors (`<tensor>/<suffix>`).
+  found = {name[len(tensor) + 1:]: name for name in tables.table_row_tensors(
+      checkpoint, model, {table.name: tensor})[table.name][1:]}
   if slot in found:
     return found[slot]
   parameters = model.optimizer_for(table.name)

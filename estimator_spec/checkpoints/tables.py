@@ -98,6 +98,15 @@ def recorded_strategy(reader):
   return value
 
 
+def check_from_strategy(owner, from_strategy):
+  """`from_strategy` ('div', 'mod' or None); ValueError naming `owner`
+  otherwise."""
+  if from_strategy is not None and from_strategy not in sharding.STRATEGIES:
+    _checks.fail(owner, "from_strategy", "must be 'div', 'mod' or None",
+                 from_strategy)
+  return from_strategy
+
+
 def written_strategy(checkpoint, model, from_strategy, owner):
   """The partition strategy a `Checkpoint`'s tables were written with: the
   one it records, else `from_strategy` (the caller's word), else the
