@@ -51,6 +51,10 @@ class OptimizationParameters:
   # name), or None when TF2 has none; `mid_level_arguments` gives its own
   # arguments (the common ones are the config model's).
   mid_level_class = None
+  # {our attribute: the argument (and attribute) of `mid_level_class` that
+  # holds it}, for this optimizer's own hyper-parameters: the one statement
+  # of how the two configurations correspond, read in both directions.
+  mid_level_names = {}
 
   def __init__(self, learning_rate, use_gradient_accumulation,
                clip_weight_min, clip_weight_max, weight_decay_factor,
@@ -111,7 +115,8 @@ class OptimizationParameters:
     """Arguments of `mid_level_class` particular to this optimizer (the
     common ones, learning rate and clipping, are added by the caller);
     ValueError where TF2's class cannot express this configuration."""
-    return {}
+    return {theirs: getattr(self, ours)
+            for ours, theirs in self.mid_level_names.items()}
 
   def update_rows(self, w, slots, g, lr):
     """The optimizer's own rule on touched rows (float32 tensors [U, D]).
@@ -164,6 +169,7 @@ class AdagradParameters(OptimizationParameters):
 
   _proto_field = "adagrad"
   mid_level_class = "Adagrad"
+  mid_level_names = {"initial_accumulator": "initial_accumulator_value"}
 
   def __init__(self, learning_rate, initial_accumulator=0.1,
                use_gradient_accumulation=True, clip_weight_min=None,
@@ -179,8 +185,6 @@ class AdagradParameters(OptimizationParameters):
     return (SlotSpec("accumulator", "Adagrad", self.initial_accumulator,
                      "accumulators"),)
 
-  def mid_level_arguments(self):
-    return dict(initial_accumulator_value=self.initial_accumulator)
 
   def update_rows(self, w, slots, g, lr):
     accumulator = slots["accumulator"] + g * g
@@ -200,6 +204,8 @@ class AdagradMomentumParameters(OptimizationParameters):
 
   _proto_field = "adagrad_momentum"
   mid_level_class = "AdagradMomentum"
+  mid_level_names = {name: name for name in (
+      "momentum", "use_nesterov", "exponent", "beta2", "epsilon")}
 
   def __init__(self, learning_rate, momentum, use_nesterov=False, exponent=2,
                beta2=1, epsilon=1e-10, use_gradient_accumulation=True,
@@ -230,10 +236,6 @@ class AdagradMomentumParameters(OptimizationParameters):
                      "accumulators"),
             SlotSpec("momenta", "AdagradMomentum/Momentum", 0.0, "momenta"))
 
-  def mid_level_arguments(self):
-    return dict(momentum=self.momentum, use_nesterov=self.use_nesterov,
-                exponent=self.exponent, beta2=self.beta2,
-                epsilon=self.epsilon)
 
   def update_rows(self, w, slots, g, lr):
     # The TPU definition (optimization_parameters.proto): the momentum
@@ -300,6 +302,9 @@ class AdamParameters(OptimizationParameters):
 
   _proto_field = "adam"
   mid_level_class = "Adam"
+  mid_level_names = {"beta1": "beta_1", "beta2": "beta_2",
+                     "epsilon": "epsilon", "lazy_adam": "lazy_adam",
+                     "sum_inside_sqrt": "sum_inside_sqrt"}
 
   def __init__(self, learning_rate, beta1=0.9, beta2=0.999, epsilon=1e-08,
                lazy_adam=True, sum_inside_sqrt=True,
@@ -333,9 +338,6 @@ class AdamParameters(OptimizationParameters):
     return (SlotSpec("m", "Adam/m", 0.0, "momenta"),
             SlotSpec("v", "Adam/v", 0.0, "velocities"))
 
-  def mid_level_arguments(self):
-    return dict(beta_1=self.beta1, beta_2=self.beta2, epsilon=self.epsilon,
-                lazy_adam=self.lazy_adam, sum_inside_sqrt=self.sum_inside_sqrt)
 
   def update_rows(self, w, slots, g, lr):
     m = self.beta1 * slots["m"] + (1.0 - _f32(self.beta1)) * g
@@ -358,6 +360,10 @@ class FtrlParameters(OptimizationParameters):
 
   _proto_field = "ftrl"
   mid_level_class = "FTRL"
+  mid_level_names = {name: name for name in (
+      "learning_rate_power", "l1_regularization_strength",
+      "l2_regularization_strength", "beta", "initial_accumulator_value",
+      "multiply_linear_by_learning_rate", "allow_zero_accumulator")}
 
   def __init__(self, learning_rate, learning_rate_power=-0.5,
                initial_accumulator_value=0.1, l1_regularization_strength=0.0,
@@ -407,14 +413,7 @@ class FtrlParameters(OptimizationParameters):
       raise ValueError(
           "FtrlParameters with initial_accumulator_value=0, which TF 2.15's "
           "FTRL refuses (it must be > 0); use a small positive value.")
-    return dict(
-        learning_rate_power=self.learning_rate_power,
-        l1_regularization_strength=self.l1_regularization_strength,
-        l2_regularization_strength=self.l2_regularization_strength,
-        beta=self.beta, initial_accumulator_value=(
-            self.initial_accumulator_value),
-        multiply_linear_by_learning_rate=self.multiply_linear_by_learning_rate,
-        allow_zero_accumulator=self.allow_zero_accumulator)
+    return super().mid_level_arguments()
 
   def update_rows(self, w, slots, g, lr):
     # Zero-safe in every case: a^(-p) is computed directly (0 stays 0) and

@@ -266,29 +266,11 @@ def _convert_optimizer(model, parameters, learning_rate, where, owner):
 
 # --- the other way: TF2's configuration objects -> the config model -------
 
-# TF2's optimizer classes this project trains, by class name -> (our class,
-# {our argument: TF2 attribute} for the optimizer's own hyper-parameters).
-_FROM_TF2 = {
-    "SGD": (_opt.StochasticGradientDescentParameters, {}),
-    "Adagrad": (_opt.AdagradParameters,
-                {"initial_accumulator": "initial_accumulator_value"}),
-    "AdagradMomentum": (_opt.AdagradMomentumParameters,
-                        {"momentum": "momentum", "use_nesterov": "use_nesterov",
-                         "exponent": "exponent", "beta2": "beta2",
-                         "epsilon": "epsilon"}),
-    "Adam": (_opt.AdamParameters,
-             {"beta1": "beta_1", "beta2": "beta_2", "epsilon": "epsilon",
-              "lazy_adam": "lazy_adam", "sum_inside_sqrt": "sum_inside_sqrt"}),
-    "FTRL": (_opt.FtrlParameters,
-             {"learning_rate_power": "learning_rate_power",
-              "initial_accumulator_value": "initial_accumulator_value",
-              "l1_regularization_strength": "l1_regularization_strength",
-              "l2_regularization_strength": "l2_regularization_strength",
-              "multiply_linear_by_learning_rate":
-                  "multiply_linear_by_learning_rate",
-              "beta": "beta",
-              "allow_zero_accumulator": "allow_zero_accumulator"}),
-}
+# TF2's optimizer classes this project trains, by class name -> our class
+# (whose `mid_level_names` says which TF2 attribute holds each of its own
+# hyper-parameters).
+_FROM_TF2 = {cls.mid_level_class: cls for cls in _opt.ALL_OPTIMIZERS
+             if cls.mid_level_class}
 # The attributes every TF2 optimizer holds that map one to one.
 _COMMON_TF2 = ("use_gradient_accumulation", "clip_weight_min",
                "clip_weight_max", "weight_decay_factor",
@@ -513,14 +495,13 @@ def _check_tf2_table(owner, table, where):
 
 def _check_tf2_optimizer(owner, where, tf2):
   name = type(tf2).__name__
-  if _FROM_TF2.get(name, (None,))[0] is None or (
-      getattr(_tpu, name, None) is not type(tf2)):
+  if name not in _FROM_TF2 or getattr(_tpu, name, None) is not type(tf2):
     raise ValueError(
         f"{owner}: `{where}` is a {type(tf2).__module__}.{name}; only "
         f"tf.tpu.experimental.embedding's {', '.join(_FROM_TF2)} are "
         "supported (custom optimizers are not).")
   _check_attributes(owner, tf2, _COMMON_TF2 + _SPECIAL_TF2 + tuple(
-      _FROM_TF2[name][1].values()), f"`{where}`")
+      _FROM_TF2[name].mid_level_names.values()), f"`{where}`")
   if getattr(tf2, "slot_variable_creation_fn", None) is not None:
     raise ValueError(
         f"{owner}: `{where}`: `slot_variable_creation_fn` is not supported: "
@@ -530,13 +511,14 @@ def _check_tf2_optimizer(owner, where, tf2):
 
 def _from_tf2_optimizer(owner, tf2, where):
   """(our parameters, StepFreeRate or None) of a TF2 optimizer."""
-  ours_class, own = _FROM_TF2[type(tf2).__name__]
+  ours_class = _FROM_TF2[type(tf2).__name__]
   rate = tf2.learning_rate
   step_free = None
   if callable(rate):
     step_free = StepFreeRate(rate)
     rate = 0.0
-  arguments = {arg: getattr(tf2, attribute) for arg, attribute in own.items()}
+  arguments = {ours: getattr(tf2, theirs)
+               for ours, theirs in ours_class.mid_level_names.items()}
   arguments.update({arg: getattr(tf2, arg) for arg in _COMMON_TF2})
   try:
     return ours_class(learning_rate=rate, **arguments), step_free
