@@ -522,6 +522,15 @@ def slice_spec(full_shape, start, length):
   return f"{dims} {':'.join([f'{start},{length}'] + rest)}"
 
 
+def move_checkpoint(prefix, target):
+  """Renames the checkpoint files of `prefix` to `target` (same file
+  system): the data files first, the index last, since the index is what
+  makes the files a checkpoint."""
+  for path in sorted(tf.io.gfile.glob(prefix + ".data-*")):
+    os.replace(path, target + path[len(prefix):])
+  os.replace(prefix + ".index", target + ".index")
+
+
 class StagedCheckpoint:
   """A checkpoint written piece by piece in a temporary directory next to
   `output_prefix` and moved into place by `commit()`.
@@ -612,14 +621,11 @@ class StagedCheckpoint:
     tf.raw_ops.MergeV2Checkpoints(checkpoint_prefixes=self._prefixes,
                                   destination_prefix=merged,
                                   delete_old_dirs=False)
-    data = sorted(tf.io.gfile.glob(merged + ".data-*"))
     if self._overwrite:  # the old index first: then no checkpoint is there
       for path in tf.io.gfile.glob(self.output_prefix + ".index") + (
           tf.io.gfile.glob(self.output_prefix + ".data-*")):
         os.remove(path)
-    for path in data:  # data files first: the index makes it a checkpoint
-      os.replace(path, self.output_prefix + path[len(merged):])
-    os.replace(merged + ".index", self.output_prefix + ".index")
+    move_checkpoint(merged, self.output_prefix)
     if not os.path.exists(os.path.join(self.directory, "checkpoint")):
       tf.compat.v1.train.update_checkpoint_state(
           self.directory, os.path.basename(self.output_prefix))

@@ -262,8 +262,6 @@ def _move_into(staging, prefix, model_dir):
   the index next, the state file last) and returns the new prefix."""
   base = os.path.basename(prefix)
   target = os.path.join(model_dir, base)
-  for path in sorted(tf.io.gfile.glob(prefix + ".data-*")):
-    os.replace(path, target + path[len(prefix):])
-  os.replace(prefix + ".index", target + ".index")
+  tables.move_checkpoint(prefix, target)
   tf.compat.v1.train.update_checkpoint_state(model_dir, base)
   return target
