@@ -503,10 +503,11 @@ def _run_rows(args, spec):
   values = rows.read_rows(args.model_dir, spec, args.table, ids,
                           slot=args.slot, from_strategy=args.from_strategy,
                           variable_names=dict(args.variable_names) or None)
+  text = None if args.format == "npy" else "".join(
+      f"{row_id}\t{' '.join(str(v) for v in row)}\n"
+      for row_id, row in zip(ids, values))
   if args.output is None:
-    out = sys.stdout
-    for row_id, row in zip(ids, values):
-      out.write(f"{row_id}\t{' '.join(str(v) for v in row)}\n")
+    sys.stdout.write(text)
     return 0
   directory = os.path.dirname(os.path.abspath(args.output))
   if not os.path.isdir(directory):
@@ -518,8 +519,7 @@ def _run_rows(args, spec):
       if args.format == "npy":
         np.save(out, values)
       else:
-        for row_id, row in zip(ids, values):
-          out.write(f"{row_id}\t{' '.join(str(v) for v in row)}\n".encode())
+        out.write(text.encode())
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(staging, 0o666 & ~umask)
