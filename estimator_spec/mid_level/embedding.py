@@ -7,7 +7,6 @@ the TPU embedding optimizers. This module only adapts TF2's calling
 conventions: nested structures, weights given apart from the ids, dense
 ids, `output_shape`, the enqueue/dequeue split.
 """
-import collections
 
 import tensorflow as tf
 
@@ -17,6 +16,9 @@ from estimator_spec.config import modes
 from estimator_spec.config import spec as spec_lib
 from estimator_spec.engine import engine as engine_lib
 from estimator_spec.interop import _mid_level
+from estimator_spec.mid_level import replicas
+
+_OWNER = "HostTPUEmbedding"
 
 # Weights reach the engine under this key beside each feature's ids.
 _WEIGHT_SUFFIX = "/__host_tpu_embedding_weights__"
@@ -45,6 +47,12 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
   `low_dimensional_packing_status` (TPU memory packing) and
   `validate_weights_and_indices` (TF2's CPU serving path) change no value
   and are accepted: inputs are always validated.
+
+  Several replicas: created in a `tf.distribute.MirroredStrategy`'s scope,
+  it keeps one copy of each table on the host's CPU, looks the replicas'
+  inputs up as one global batch and sums their gradients per id before
+  one update, as a TPU's cores do (see `estimator_spec.mid_level.replicas`);
+  other strategies are refused.
 
   Checkpoints: the object is trackable, with TF2's `TPUEmbedding` layout:
   `tf.train.Checkpoint(embedding=this)` saves each table under its name and
@@ -94,10 +102,10 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
         engine_spec, batch_size=1, mode=modes.TRAIN if trained else
         modes.PREDICT)
     self._engine = engine_lib.HostEmbeddingEngine(self._config)
+    self._strategy = replicas.strategy_at_construction(owner)
     self._input_shapes = None
     self._built = False
-    self._enqueued = None   # (LookupResult, graph, training)
-    self._dequeued = None   # (LookupResult, graph) awaiting apply_gradients
+    self._step = None   # the _Step enqueued last, until its apply_gradients
 
   # --- configuration --------------------------------------------------------
 
@@ -145,7 +153,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
                 for s in (shapes or [None] * len(self._names))]
     self._input_shapes = (None if shapes is None else
                           dict(zip(self._names, shapes)))
-    with tf.init_scope():
+    with tf.init_scope(), replicas.one_copy(self._strategy):
       self._engine.create_variables()
       self._engine.create_pipeline_variables()
     self._built = True
@@ -214,7 +222,9 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
         feature, a `tf.SparseTensor` or `tf.RaggedTensor` [batch, ids] of
         integer ids (combined by the table's combiner; a sequence feature's
         positions past `max_sequence_length` are dropped), or a dense
-        integer tensor [batch] with one id per example.
+        integer tensor [batch] with one id per example. Under a
+        `MirroredStrategy`: the replicas' inputs (a distributed dataset's
+        element outside `strategy.run`, or each replica's own inside it).
       weights: None, or the same structure with None or float weights of
         the ids' kind (SparseTensor at the ids' positions, RaggedTensor of
         the ids' row lengths); not for dense ids or sequence features.
@@ -229,6 +239,18 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
         or slot changes in that step. Negative ids are dropped, as TF's TPU
         input path drops them.
     """
+    replicas.check_strategy(_OWNER, "enqueue", self._strategy)
+    if replicas.in_replica_context(self._strategy) and (
+        replicas.num_replicas(self._strategy) > 1):
+      # Each replica holds its part of the batch: the lookup runs once, on
+      # the global batch, in cross-replica context.
+      tf.distribute.get_replica_context().merge_call(
+          lambda _, f, w: self._enqueue(f, w, training, name, device),
+          args=(features, weights))
+      return
+    self._enqueue(features, weights, training, name, device)
+
+  def _enqueue(self, features, weights, training, name, device):
     if not self._built:
       self.build()
     training = bool(training)
@@ -240,38 +262,83 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     if weights is not None:
       tf.nest.assert_same_structure(self._feature_config, weights)
       flat_weights = tf.nest.flatten(weights)
-    engine_features = {}
+    # Inputs with one value per replica make one batch per replica; plain
+    # tensors (outside strategy.run) one batch that no replica owns.
+    count = (replicas.num_replicas(self._strategy)
+             if replicas.is_distributed(flat + flat_weights) else 1)
+    per_replica = [{} for _ in range(count)]
     with _scope(name or "host_tpu_embedding_enqueue"), \
         engine_lib.device_scope(device):
       for feature_name, ids, weight in zip(self._names, flat, flat_weights):
-        engine_features.update(self._engine_inputs(feature_name, ids, weight))
-      result = self._engine.lookup(engine_features)
-    self._enqueued = (result, _current_graph(), training)
-    self._dequeued = None
+        try:
+          ids = replicas.local_values(self._strategy, ids, count)
+          weight = replicas.local_values(self._strategy, weight, count)
+        except ValueError as error:
+          raise ValueError(
+              f"{_OWNER}.enqueue: feature {feature_name!r}: {error}") from None
+        for inputs, replica_ids, replica_weight in zip(per_replica, ids,
+                                                       weight):
+          inputs.update(
+              self._engine_inputs(feature_name, replica_ids, replica_weight))
+      # Rows of each replica's batch, from a feature's ids (the engine checks
+      # that every feature has the same batch).
+      first = self._names[0]
+      sizes = [inputs[first].dense_shape[0] for inputs in per_replica]
+      result = self._engine.lookup({
+          key: replicas.join([inputs[key] for inputs in per_replica])
+          for key in per_replica[0]
+      })
+      activations = [dict() for _ in range(count)]
+      for feature_name in self._names:
+        pieces = replicas.split(result.activations[feature_name], sizes)
+        for replica, piece in zip(activations, pieces):
+          replica[feature_name] = piece
+    self._step = _Step(result, _current_graph(), training, activations)
 
   def dequeue(self, name=None):
     """The activations of the last `enqueue`, in the structure of
     `feature_config`: [batch, dim] per feature, [batch, max_sequence_length,
     dim] for sequence features, `output_shape + [dim]` when the feature
-    sets `output_shape`."""
+    sets `output_shape`. Under a `MirroredStrategy`: call it inside
+    `strategy.run`; each replica gets the activations of its inputs."""
     del name  # The activations are computed by `enqueue`.
-    if self._enqueued is None:
+    replicas.check_strategy(_OWNER, "dequeue", self._strategy)
+    step = self._step
+    replica = 0
+    if step is not None:
+      per_replica = len(step.activations) > 1
+      inside = replicas.in_replica_context(self._strategy) and (
+          replicas.num_replicas(self._strategy) > 1)
+      if per_replica and not inside:
+        raise RuntimeError(
+            f"{_OWNER}.dequeue: the inputs were enqueued per replica; "
+            "dequeue inside strategy.run: each replica gets the "
+            "activations of its own inputs.")
+      if inside and not per_replica:
+        raise RuntimeError(
+            f"{_OWNER}.dequeue: inside strategy.run, but the inputs were "
+            "enqueued as one batch (plain tensors outside strategy.run); "
+            "enqueue a distributed dataset's element, or enqueue inside "
+            "strategy.run.")
+      if per_replica:
+        replica = replicas.replica_id(_OWNER, "dequeue")
+    if step is None or replica in step.dequeued:
       raise RuntimeError(
-          "HostTPUEmbedding.dequeue: nothing was enqueued; call enqueue "
+          f"{_OWNER}.dequeue: nothing was enqueued; call enqueue "
           "first (once per dequeue).")
-    result, graph, training = self._enqueued
-    _check_same_graph("dequeue", graph)
-    self._enqueued = None
-    self._dequeued = (result, graph) if training else None
+    _check_same_graph("dequeue", step.graph)
+    step.dequeued.add(replica)
+    if not step.training and len(step.dequeued) == len(step.activations):
+      self._step = None
     outputs = []
     for feature_name in self._names:
-      activation = result.activations[feature_name]
+      activation = step.activations[replica][feature_name]
       shape = self._features[feature_name].output_shape
       if shape:
         elements = activation.shape[:-1].num_elements()
         if elements is not None and elements != shape.num_elements():
           raise ValueError(
-              f"HostTPUEmbedding: feature {feature_name!r}: `output_shape` "
+              f"{_OWNER}: feature {feature_name!r}: `output_shape` "
               f"{shape.as_list()} holds {shape.num_elements()} activations; "
               f"the lookup gives {activation.shape[:-1].as_list()}. For one "
               "activation per id, set `max_sequence_length`.")
@@ -295,39 +362,63 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     clipping. Learning-rate callables are called here. Eagerly the update
     has run when this returns; in a `tf.function` it runs with it.
 
+    Under a `MirroredStrategy`, call it inside `strategy.run` with the
+    replica's gradients (or outside with per-replica values): the
+    replicas' gradients are summed per id and applied once, as one
+    replica would on the global batch (scale each replica's loss by the
+    global batch, e.g. `tf.nn.compute_average_loss`, for a global mean).
+
     Args:
       gradients: the structure of `feature_config`, each entry shaped like
         its activation, or None (a zero gradient: the touched rows still
         take the optimizer's step, as on a TPU).
       name: a name scope for the ops.
     """
+    replicas.check_strategy(_OWNER, "apply_gradients", self._strategy)
     if not self.is_training:
       raise RuntimeError(
-          "HostTPUEmbedding.apply_gradients: no table has an optimizer "
+          f"{_OWNER}.apply_gradients: no table has an optimizer "
           "(optimizer=None); this object only looks up.")
-    if self._dequeued is None:
+    if replicas.in_replica_context(self._strategy) and (
+        replicas.num_replicas(self._strategy) > 1):
+      return tf.distribute.get_replica_context().merge_call(
+          lambda _, g: self._apply_gradients(g, name), args=(gradients,))
+    return self._apply_gradients(gradients, name)
+
+  def _apply_gradients(self, gradients, name):
+    step = self._step
+    if step is None or not step.training or (
+        len(step.dequeued) != len(step.activations)):
       raise RuntimeError(
-          "HostTPUEmbedding.apply_gradients: no activations to train: call "
-          "enqueue(..., training=True) and dequeue() first, once per "
-          "apply_gradients.")
-    result, graph = self._dequeued
-    _check_same_graph("apply_gradients", graph)
+          f"{_OWNER}.apply_gradients: no activations to train: call "
+          "enqueue(..., training=True) and dequeue() first (in every "
+          "replica), once per apply_gradients.")
+    _check_same_graph("apply_gradients", step.graph)
     tf.nest.assert_same_structure(self._feature_config, gradients,
                                   check_types=False)
     grads = {}
     for feature_name, grad in zip(self._names, tf.nest.flatten(gradients)):
-      activation = result.activations[feature_name]
-      if grad is None:
-        grads[feature_name] = tf.zeros_like(activation)
-        continue
-      grad = tf.convert_to_tensor(grad, tf.float32)
-      if self._features[feature_name].output_shape:
-        grad = tf.reshape(grad, tf.shape(activation))
-      grads[feature_name] = grad
+      try:
+        pieces = replicas.local_values(self._strategy, grad,
+                                       len(step.activations))
+      except ValueError as error:
+        raise ValueError(f"{_OWNER}.apply_gradients: feature "
+                         f"{feature_name!r}: {error}") from None
+      parts = []
+      for activations, piece in zip(step.activations, pieces):
+        activation = activations[feature_name]
+        if piece is None:
+          parts.append(tf.zeros_like(activation))
+          continue
+        piece = tf.convert_to_tensor(piece, tf.float32)
+        if self._features[feature_name].output_shape:
+          piece = tf.reshape(piece, tf.shape(activation))
+        parts.append(piece)
+      grads[feature_name] = replicas.join(parts)
     with _scope(name or "host_tpu_embedding_apply_gradients"):
-      op = self._engine.apply_gradients(result, grads,
+      op = self._engine.apply_gradients(step.result, grads,
                                         tf.constant(0, tf.int64))
-    self._dequeued = None
+    self._step = None
     return op
 
   def flush(self):
@@ -410,6 +501,18 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     if not given.is_compatible_with(expected):
       raise ValueError(f"{where}: ids of shape {given}; build() was given "
                        f"{expected}.")
+
+
+class _Step:
+  """One enqueued batch: the engine's lookup of the global batch, and each
+  replica's activations (one replica without a strategy)."""
+
+  def __init__(self, result, graph, training, activations):
+    self.result = result
+    self.graph = graph
+    self.training = training
+    self.activations = activations  # [{feature: activation}] per replica
+    self.dequeued = set()           # replicas that dequeued
 
 
 def _check_output_shape(owner, name, feature):
