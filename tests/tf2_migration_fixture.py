@@ -137,8 +137,7 @@ def _estimator(model_dir, cols):
   tpu = v1.estimator.tpu
   return es.TPUEstimator(
       model_fn=model_fn,
-      config=tpu.RunConfig(model_dir=str(model_dir),
-                           tpu_config=tpu.TPUConfig(num_shards=2)),
+      config=tpu.RunConfig(model_dir=str(model_dir)),
       use_tpu=False, train_batch_size=BATCH,
       embedding_config_spec=spec(cols))
 
