@@ -151,25 +151,6 @@ def test_predict_changes_no_table(model):
     np.testing.assert_array_equal(variable.numpy(), before[name])
 
 
-def test_docs_block_runs_on_this_tensorflow(tmp_path):
-  """docs/keras.md's python block (test_readme runs it on TF 2.15 only)."""
-  import pathlib  # pylint: disable=g-import-not-at-top
-  import subprocess  # pylint: disable=g-import-not-at-top
-  import sys  # pylint: disable=g-import-not-at-top
-  repo = pathlib.Path(__file__).resolve().parent.parent
-  text = (repo / "docs" / "keras.md").read_text()
-  blocks = text.split("```python\n")[1:]
-  assert len(blocks) == 1
-  source = blocks[0].split("\n```", 1)[0]
-  env = {"PYTHONPATH": str(repo), "TF_CPP_MIN_LOG_LEVEL": "2",
-         "PATH": "/usr/bin:/bin"}
-  result = subprocess.run([sys.executable, "-c", source], cwd=tmp_path,
-                          env=env, capture_output=True, text=True,
-                          timeout=600)
-  assert result.returncode == 0, result.stderr[-3000:]
-  assert "log loss" in result.stdout
-
-
 def test_fit_creates_the_tables_outside_its_function_when_not_built():
   """Without HostTPUEmbedding.build() in the model's build, the first
   enqueue (inside fit's tf.function) still creates the tables, once."""

@@ -22,6 +22,19 @@ setup) that raises fails its test, named by file and line.
 
 The README's `describe` shell commands run too (with this interpreter for
 `.venv/bin/python`). Documentation links stay inside the repository.
+
+Which pages run where. With TF 2.15 (.venv/) every page's blocks run. On
+current TensorFlow (.venv-tf2/, where tests/tf2_tests.txt lists this file)
+only the blocks of the pages marked, on a line of their own before their
+first ```python block, with
+
+    <!-- runs on current TensorFlow too -->
+
+are collected and run (pages whose programs need only current TensorFlow:
+no estimator, no TF 2.15-only module); the other pages' blocks are not
+collected there at all (they run with TF 2.15), so none is counted as
+passed without running. The link checks, the collection checks and the
+`describe` commands (which need no TF 2.15) run in both environments.
 """
 import os
 import pathlib
@@ -30,14 +43,35 @@ import subprocess
 import sys
 
 import pytest
+import tensorflow as tf
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 CONTINUES = "<!-- continues -->"
 SETUP = re.compile(r"<!-- setup: (\S+) -->$")
+CURRENT_TF = "<!-- runs on current TensorFlow too -->"
+# As tests/conftest.py decides it: TF 2.15 runs everything.
+ON_TF215 = tf.__version__.startswith("2.15.")
 
 
 def documents():
   return [REPO / "README.md"] + sorted((REPO / "docs").glob("*.md"))
+
+
+def runs_on_current_tf(path):
+  """Whether a page is marked as running on current TensorFlow: the marker
+  on a line of its own, before the page's first ```python block."""
+  for line in path.read_text().splitlines():
+    if line.strip() == "```python":
+      return False
+    if line.strip() == CURRENT_TF:
+      return True
+  return False
+
+
+def documents_run_here():
+  """The pages whose blocks this environment runs."""
+  return [path for path in documents()
+          if ON_TF215 or runs_on_current_tf(path)]
 
 
 def python_programs(path):
@@ -76,32 +110,69 @@ def with_setup(setup, source):
           source)
 
 
-def all_programs():
+def all_programs(paths):
   found = []
-  for path in documents():
+  for path in paths:
     for first, numbers, setup, source in python_programs(path):
       name = f"{path.relative_to(REPO)}:{first}"
       found.append(pytest.param(path, numbers, setup, source, id=name))
   return found
 
 
-PROGRAMS = all_programs()
+PROGRAMS = all_programs(documents_run_here())
 
 
 def test_the_documentation_has_python_blocks_and_every_one_is_collected():
   assert len(PROGRAMS) > 0
-  in_files = sum(path.read_text().count("```python") for path in documents())
+  here = documents_run_here()
+  in_files = sum(path.read_text().count("```python") for path in here)
   collected = sum(len(p.values[1]) for p in PROGRAMS)
   assert collected == in_files
-  for path in documents():  # every setup marker is read as one
+  assert {p.values[0] for p in PROGRAMS} == {
+      path for path in here if "```python" in path.read_text()}
+  for path in here:  # every setup marker is read as one
     markers = path.read_text().count("<!-- setup:")
     assert markers == len([p for p in PROGRAMS if p.values[0] == path
                            and p.values[2] is not None]), path.name
   for p in PROGRAMS:
     if p.values[2] is not None:
       assert (REPO / p.values[2]).is_file(), f"{p.id}: no {p.values[2]}"
-  readme = [p for p in PROGRAMS if p.values[0].name == "README.md"]
+  everywhere = all_programs(documents())
+  readme = [p for p in everywhere if p.values[0].name == "README.md"]
   assert readme, "README.md has a python block"
+
+
+def test_pages_marked_for_current_tensorflow():
+  marked = [path for path in documents() if runs_on_current_tf(path)]
+  assert marked, f"no page is marked {CURRENT_TF}"
+  for path in documents():
+    text = path.read_text()
+    # A marker after the first block would be ignored: refuse it.
+    assert text.count(CURRENT_TF) == int(path in marked), path.name
+  for path in marked:
+    programs = python_programs(path)
+    assert programs, f"{path.name} is marked but has no python block"
+    for first, _, setup, source in programs:
+      # What needs TF 2.15 (tensorflow-estimator) has no place there.
+      assert setup is None, f"{path.name}:{first}: a setup on a marked page"
+      for needs_tf215 in ("tensorflow_estimator", "tf.estimator",
+                          "compat.v1.estimator", "TPUEstimator"):
+        assert needs_tf215 not in source, f"{path.name}:{first}: {needs_tf215}"
+  if not ON_TF215:
+    assert sorted(documents_run_here()) == sorted(marked)
+  else:
+    assert documents_run_here() == documents()
+
+
+def test_the_current_tensorflow_marker_counts_only_before_the_first_block(
+    tmp_path):
+  page = tmp_path / "page.md"
+  page.write_text(f"# Title\n\n{CURRENT_TF}\n\n```python\na = 1\n```\n")
+  assert runs_on_current_tf(page)
+  page.write_text(f"# Title\n\n```python\na = 1\n```\n{CURRENT_TF}\n")
+  assert not runs_on_current_tf(page)
+  page.write_text("# Title\n\n```python\na = 1\n```\n")
+  assert not runs_on_current_tf(page)
 
 
 def test_setup_markers_name_the_setup_of_a_block_and_its_continuations(
