@@ -23,13 +23,20 @@ TF2_REQUIREMENTS := requirements-tf2.txt
 TF2_PACKAGES := tensorflow keras numpy pytest hypothesis
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: demo test test-tf2 venv venv-tf2 clean browser
+VENV_TF_KERAS := .venv-tf-keras
+TF_KERAS_REQUIREMENTS := requirements-tf-keras.txt
+TF_KERAS_PACKAGES := tensorflow tf_keras numpy pytest hypothesis
+
+.PHONY: demo test test-tf2 test-tf-keras venv venv-tf2 venv-tf-keras clean browser
 
 venv:
 	@sh tools/ensure_venv.sh '$(PYTHON)' '$(VENV)' '$(EXTRAS)'
 
 venv-tf2:
 	@sh tools/ensure_venv.sh '$(PYTHON)' '$(VENV_TF2)' 'requirements=$(TF2_REQUIREMENTS)' '$(TF2_PACKAGES)'
+
+venv-tf-keras:
+	@sh tools/ensure_venv.sh '$(PYTHON)' '$(VENV_TF_KERAS)' 'requirements=$(TF_KERAS_REQUIREMENTS)' '$(TF_KERAS_PACKAGES)'
 
 demo: venv
 	$(PY) -m examples.train_ctr
@@ -41,6 +48,11 @@ test: venv venv-tf2 browser
 # Only the current-TensorFlow part of `make test`.
 test-tf2: venv-tf2
 	$(PY_TF2) -m pytest -q
+
+# The Keras example's tests with Keras 2 on current TensorFlow (tf_keras);
+# optional, not part of `make test` (requirements-tf-keras.txt says why).
+test-tf-keras: venv-tf-keras
+	TF_USE_LEGACY_KERAS=1 $(VENV_TF_KERAS)/bin/python -m pytest -q tests/test_keras_example.py
 
 # Headless Chromium and its driver for the browser test of the profile
 # report (Debian's packages). Never fails: where they cannot be installed,
@@ -59,4 +71,4 @@ browser:
 	fi
 
 clean:
-	rm -rf $(VENV) $(VENV_TF2) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VENV_TF2) $(VENV_TF_KERAS) build *.egg-info .pytest_cache .hypothesis

@@ -20,8 +20,10 @@ The tables are not Keras variables: they are not in
 `train_step` into. `model.fit`, `model.evaluate` and `model.predict` then
 work as usual on a `tf.data` dataset of `(features, labels)`.
 
-Runs with Keras 3 on current TensorFlow (`make venv-tf2`) and with TF 2.15's
-Keras 2 (`tf.keras`): the code uses only what both offer.
+Runs with Keras 3 on current TensorFlow (`make venv-tf2`), with TF 2.15's
+Keras 2 (`tf.keras`), and with Keras 2 on current TensorFlow (the
+`tf_keras` package, chosen as TensorFlow chooses it: TF_USE_LEGACY_KERAS=1):
+the code uses only what both offer.
 
 Usage: python -m examples.keras_dlrm [--steps 200] [--batch 256]
 """
@@ -30,7 +32,10 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # pylint: disable=g-import-not-at-top
+if os.environ.get("TF_USE_LEGACY_KERAS") == "1":
+  import tf_keras as keras  # pylint: disable=g-import-not-at-top
+else:
+  import keras  # pylint: disable=g-import-not-at-top
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 

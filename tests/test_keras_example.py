@@ -2,7 +2,7 @@
 embedding optimizer (HostTPUEmbedding) and whose dense layers train with
 the Keras optimizer, inside Keras' compiled train_step. Runs with Keras 3
 (current TensorFlow) and with TF 2.15's Keras 2."""
-import keras
+from examples.keras_dlrm import keras  # Keras 3, or tf_keras when TF_USE_LEGACY_KERAS=1
 import numpy as np
 import pytest
 import tensorflow as tf
