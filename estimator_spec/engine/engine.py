@@ -74,10 +74,13 @@ class LookupStep:
 
   def __init__(self, engine, parsed, checks, batch_size):
     self._engine = engine
-    self.batch_size = batch_size  # int64 scalar tensor
+    # int64 scalar tensor; None when features have batch sizes of their own
+    # (`HostEmbeddingEngine(same_batch_size=False)`).
+    self.batch_size = batch_size
     # The static batch dimension of the activations: the inputs' when they
     # have one; a caller that knows better (a TPU step's fixed batch) sets it
-    # before the first lookup.
+    # before the first lookup. Unused when features have batch sizes of
+    # their own: each activation has its feature's.
     self.static_batch_size = next(
         (item.flat.static_batch_size for item in parsed.values()
          if item.flat.static_batch_size is not None), None)
@@ -121,11 +124,13 @@ class LookupStep:
         for item in lookup.features:
           rows = tf.gather(lookup.rows, lookup.index_parts[item.name])
           activation = lookup.plans[item.name].combine(rows)
-          activation.set_shape([self.static_batch_size] +
+          static_batch = (self.static_batch_size if self.batch_size is not None
+                          else item.flat.static_batch_size)
+          activation.set_shape([static_batch] +
                                activation.shape[1:].as_list())
           self.activations[item.name] = activation
           if item.lengths is not None:
-            item.lengths.set_shape([self.static_batch_size])
+            item.lengths.set_shape([static_batch])
             self.sequence_lengths[item.name] = item.lengths
       self.tables[name] = lookup
     return self.tables[name]
@@ -170,10 +175,15 @@ class HostEmbeddingEngine:
       `update_partition`).
     local_device: the device of this task's own state (updates held by
       pipelining); None: the default device.
+    same_batch_size: True (the TPU estimator's rule): every feature of a
+      step has the same batch size, checked. False: each feature has its
+      own (TF2's TPUEmbedding takes features of different shapes); each
+      activation then has its feature's own batch.
   """
 
   def __init__(self, config, *, variable_names=None, num_shards=1,
-               shard_device_fn=None, local_device=None):
+               shard_device_fn=None, local_device=None,
+               same_batch_size=True):
     self.config = config
     self.model = config.model
     names = dict(variable_names or {})
@@ -191,6 +201,7 @@ class HostEmbeddingEngine:
     self.num_shards = num_shards
     self.shard_device_fn = shard_device_fn
     self.local_device = local_device
+    self.same_batch_size = bool(same_batch_size)
     self.tables = None
     self.slots = None
     self._pending = None
@@ -353,6 +364,8 @@ class HostEmbeddingEngine:
       parsed[name] = inputs_lib.parse_feature(
           feature, self.model.tables[feature.table],
           self.config.spec.column_for(name), features)
+    if not self.same_batch_size:
+      return LookupStep(self, parsed, [], None)
     batch_size, checks = inputs_lib.check_batch_sizes(parsed)
     return LookupStep(self, parsed, checks, batch_size)
 
