@@ -400,7 +400,7 @@ def test_bad_inputs_are_refused_by_feature():
     embedding.enqueue(features, dict(weights, q=_sparse([[1.0], [], []],
                                                         np.float32)))
   with pytest.raises(ValueError, match="'h'.*one id per example"):
-    embedding.enqueue(dict(features, h=tf.constant([[1], [2], [3]])),
+    embedding.enqueue(dict(features, h=tf.constant([[1, 2], [2, 3], [3, 4]])),
                       weights)
 
 

@@ -93,7 +93,9 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     self._config = config_lib.EmbeddingConfig(
         engine_spec, batch_size=1, mode=modes.TRAIN if trained else
         modes.PREDICT)
-    self._engine = engine_lib.HostEmbeddingEngine(self._config)
+    # TF2 takes features of different shapes: each has its own batch.
+    self._engine = engine_lib.HostEmbeddingEngine(self._config,
+                                                  same_batch_size=False)
     self._input_shapes = None
     self._built = False
     self._enqueued = None   # (LookupResult, graph, training)
@@ -124,8 +126,9 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
 
     Args:
       per_replica_input_shapes: optional nested structure (like
-        `feature_config`) of the ids' shapes; later inputs must be
-        compatible with them, and the activations get their batch size.
+        `feature_config`) of the ids' shapes (`tf.TensorShape`s); later
+        inputs must be compatible with them, and the activations take their
+        static dimensions from them.
       per_replica_batch_size: optional int: the batch size of every input.
     """
     if self._built:
@@ -145,6 +148,8 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
                 for s in (shapes or [None] * len(self._names))]
     self._input_shapes = (None if shapes is None else
                           dict(zip(self._names, shapes)))
+    # {feature: _InputLayout} of the last enqueue (build precedes it).
+    self._input_layouts = {}
     with tf.init_scope():
       self._engine.create_variables()
       self._engine.create_pipeline_variables()
@@ -211,10 +216,12 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
 
     Args:
       features: the nested structure of `feature_config` holding, per
-        feature, a `tf.SparseTensor` or `tf.RaggedTensor` [batch, ids] of
-        integer ids (combined by the table's combiner; a sequence feature's
-        positions past `max_sequence_length` are dropped), or a dense
-        integer tensor [batch] with one id per example.
+        feature, integer ids: a `tf.SparseTensor` [batch, ids] or [d0, ...,
+        dk, ids] (not for sequence features), or a `tf.RaggedTensor`
+        [batch, (ids)], combined over the last dimension by the table's
+        combiner (a sequence feature's positions past `max_sequence_length`
+        are dropped); or a dense tensor [batch] or [..., 1], each id looked
+        up alone.
       weights: None, or the same structure with None or float weights of
         the ids' kind (SparseTensor at the ids' positions, RaggedTensor of
         the ids' row lengths); not for dense ids or sequence features.
@@ -251,9 +258,10 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
 
   def dequeue(self, name=None):
     """The activations of the last `enqueue`, in the structure of
-    `feature_config`: [batch, dim] per feature, [batch, max_sequence_length,
-    dim] for sequence features, `output_shape + [dim]` when the feature
-    sets `output_shape`."""
+    `feature_config`: per feature, the ids' shape without its last
+    dimension + [dim] ([batch, dim] for ids [batch, ids] or [batch]),
+    [batch, max_sequence_length, dim] for sequence features,
+    `output_shape + [dim]` when the feature sets `output_shape`."""
     del name  # The activations are computed by `enqueue`.
     if self._enqueued is None:
       raise RuntimeError(
@@ -265,19 +273,8 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     self._dequeued = (result, graph) if training else None
     outputs = []
     for feature_name in self._names:
-      activation = result.activations[feature_name]
-      shape = self._features[feature_name].output_shape
-      if shape:
-        elements = activation.shape[:-1].num_elements()
-        if elements is not None and elements != shape.num_elements():
-          raise ValueError(
-              f"HostTPUEmbedding: feature {feature_name!r}: `output_shape` "
-              f"{shape.as_list()} holds {shape.num_elements()} activations; "
-              f"the lookup gives {activation.shape[:-1].as_list()}. For one "
-              "activation per id, set `max_sequence_length`.")
-        activation = tf.reshape(
-            activation, shape.as_list() + [activation.shape[-1]])
-      outputs.append(activation)
+      outputs.append(self._shape_activation(
+          feature_name, result.activations[feature_name]))
     return tf.nest.pack_sequence_as(self._feature_config, outputs)
 
   def __call__(self, features, weights=None):
@@ -320,10 +317,8 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       if grad is None:
         grads[feature_name] = tf.zeros_like(activation)
         continue
-      grad = tf.convert_to_tensor(grad, tf.float32)
-      if self._features[feature_name].output_shape:
-        grad = tf.reshape(grad, tf.shape(activation))
-      grads[feature_name] = grad
+      grads[feature_name] = self._engine_gradient(feature_name, grad,
+                                                  activation)
     with _scope(name or "host_tpu_embedding_apply_gradients"):
       op = self._engine.apply_gradients(result, grads,
                                         tf.constant(0, tf.int64))
@@ -340,18 +335,22 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
   # --- inputs ----------------------------------------------------------------
 
   def _engine_inputs(self, name, ids, weight):
-    """{engine key: tensor} for feature `name`: SparseTensor ids and, for
-    non-sequence features, SparseTensor float32 weights."""
+    """{engine key: tensor} for feature `name`: SparseTensor ids [batch,
+    ids] and, for non-sequence features, SparseTensor float32 weights.
+    Inputs of higher rank are flattened to that batch; how to shape the
+    activations back is kept in `_input_layouts` for `dequeue`."""
     feature = self._features[name]
     where = f"HostTPUEmbedding: feature {name!r}"
     sequence = feature.max_sequence_length > 0
+    flat_batch = None  # the leading dimensions, when flattened into one
     if isinstance(ids, tf.RaggedTensor):
       if weight is not None and not isinstance(weight, tf.RaggedTensor):
         raise ValueError(f"{where}: the ids are a RaggedTensor, the weights "
                          f"a {type(weight).__name__}; give them alike.")
       if ids.ragged_rank != 1 or ids.shape.rank != 2:
         raise ValueError(f"{where}: RaggedTensor ids must be [batch, (ids)] "
-                         f"(rank 2); got shape {ids.shape}.")
+                         f"(rank 2); got shape {ids.shape}. Give ids of "
+                         "higher rank as a SparseTensor.")
       sparse = ids.to_sparse()
       if weight is not None:
         weight = weight.to_sparse()
@@ -359,10 +358,27 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       if weight is not None and not isinstance(weight, tf.SparseTensor):
         raise ValueError(f"{where}: the ids are a SparseTensor, the weights "
                          f"a {type(weight).__name__}; give them alike.")
-      if ids.shape.rank not in (2, None):
-        raise ValueError(f"{where}: SparseTensor ids must be [batch, ids] "
-                         f"(rank 2); got shape {ids.shape}.")
+      rank = ids.shape.rank
+      if rank is not None and rank < 2:
+        raise ValueError(f"{where}: SparseTensor ids must be [batch, ids] or "
+                         f"of higher rank; got shape {ids.shape}.")
       sparse = ids
+      if rank is not None and rank > 2:
+        if sequence:
+          raise ValueError(
+              f"{where}: SparseTensor ids of rank {rank} for a sequence "
+              f"feature (max_sequence_length={feature.max_sequence_length}) "
+              "are not supported: TF's TPUEmbedding ignores "
+              "max_sequence_length for them and combines over the last "
+              "dimension. Give [batch, ids] (rank 2), or a FeatureConfig "
+              "without max_sequence_length for combined lookups.")
+        if weight is not None and weight.shape.rank != rank:
+          raise ValueError(f"{where}: the ids have shape {ids.shape}, the "
+                           f"weights {weight.shape}; give them alike.")
+        flat_batch = ids.dense_shape[:-1]
+        sparse = _flatten_sparse(ids)
+        if weight is not None:
+          weight = _flatten_sparse(weight, like=ids)
     else:
       dense = tf.convert_to_tensor(ids)
       if weight is not None:
@@ -373,11 +389,16 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
         raise ValueError(f"{where}: a sequence feature (max_sequence_length="
                          f"{feature.max_sequence_length}) takes a "
                          "SparseTensor or RaggedTensor, not dense ids.")
-      if dense.shape.rank != 1:
+      rank = dense.shape.rank
+      if rank is None or rank == 0 or (
+          rank > 1 and tf.compat.dimension_value(dense.shape[-1]) != 1):
         raise ValueError(
-            f"{where}: dense ids must be [batch], one id per example; got "
-            f"shape {dense.shape}. Give several ids per example as a "
-            "SparseTensor or RaggedTensor.")
+            f"{where}: dense ids must be [batch] or [..., 1], one id per "
+            f"example (each looked up alone); got shape {dense.shape}. Give "
+            "several ids per example as a SparseTensor or RaggedTensor.")
+      if rank > 1:
+        flat_batch = tf.shape(dense, out_type=tf.int64)[:-1]
+        dense = tf.reshape(dense, [-1])
       batch = tf.shape(dense, out_type=tf.int64)[0]
       sparse = tf.SparseTensor(
           tf.stack([tf.range(batch), tf.zeros([batch], tf.int64)], axis=1),
@@ -388,7 +409,9 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     if not sparse.dtype.is_integer:
       raise TypeError(f"{where}: ids must be integers; got "
                       f"{sparse.dtype.name}.")
-    self._check_input_shape(name, ids, where)
+    shape = self._check_input_shape(name, ids, where)
+    self._input_layouts[name] = _InputLayout(
+        _activation_batch_shape(shape, ids, feature), flat_batch)
     inputs = {name: sparse}
     if sequence:
       if weight is not None:
@@ -403,13 +426,113 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     return inputs
 
   def _check_input_shape(self, name, ids, where):
-    if self._input_shapes is None or self._input_shapes[name] is None:
-      return
-    expected = self._input_shapes[name]
+    """The static shape of `ids`, completed by what `build` was given;
+    ValueError when the two disagree."""
     given = ids.shape
+    if self._input_shapes is None or self._input_shapes[name] is None:
+      return given
+    expected = self._input_shapes[name]
     if not given.is_compatible_with(expected):
       raise ValueError(f"{where}: ids of shape {given}; build() was given "
                        f"{expected}.")
+    return given.merge_with(expected)
+
+  # --- activation shapes -----------------------------------------------------
+
+  def _activation_shape(self, name, dimension):
+    """The static shape `dequeue` gives feature `name` for the last
+    enqueue: `output_shape + [dim]` when the feature sets it, else the
+    ids' shape without its last dimension (a sequence feature's: [batch,
+    max_sequence_length]; dense [batch]: itself) + [dim]."""
+    output_shape = self._features[name].output_shape
+    if output_shape:
+      return tf.TensorShape(output_shape.as_list() + [dimension])
+    return self._input_layouts[name].batch_shape.concatenate([dimension])
+
+  def _shape_activation(self, feature_name, activation):
+    """The engine's activation of `feature_name` ([batch, dim] or [batch,
+    L, dim], batch flattened for inputs of higher rank) in the shape
+    `dequeue` gives."""
+    layout = self._input_layouts[feature_name]
+    dimension = activation.shape[-1]
+    if layout.flat_batch is not None:
+      activation = tf.reshape(activation, _shape_vector(
+          layout.batch_shape, layout.flat_batch, dimension))
+    target = layout.batch_shape.concatenate([dimension])
+    if activation.shape != target:
+      activation = tf.ensure_shape(activation, target)
+    shape = self._features[feature_name].output_shape
+    if shape:
+      elements = activation.shape[:-1].num_elements()
+      if elements is not None and elements != shape.num_elements():
+        raise ValueError(
+            f"HostTPUEmbedding: feature {feature_name!r}: `output_shape` "
+            f"{shape.as_list()} holds {shape.num_elements()} activations; "
+            f"the lookup gives {activation.shape[:-1].as_list()}. For one "
+            "activation per id, set `max_sequence_length`.")
+      activation = tf.reshape(activation, shape.as_list() + [dimension])
+    return activation
+
+  def _engine_gradient(self, feature_name, grad, activation):
+    """A gradient given in the shape `dequeue` gave, shaped as the engine's
+    `activation` of `feature_name`."""
+    grad = tf.convert_to_tensor(grad, tf.float32)
+    expected = self._activation_shape(feature_name, activation.shape[-1])
+    if not grad.shape.is_compatible_with(expected):
+      raise ValueError(
+          f"HostTPUEmbedding: feature {feature_name!r}: the gradient has "
+          f"shape {grad.shape}; the activation has shape {expected}.")
+    if (self._features[feature_name].output_shape or
+        self._input_layouts[feature_name].flat_batch is not None):
+      grad = tf.reshape(grad, tf.shape(activation))
+    return grad
+
+
+class _InputLayout(
+    collections.namedtuple("_InputLayout", ["batch_shape", "flat_batch"])):
+  """How one enqueued input maps to its activation: `batch_shape` is the
+  static shape of the activation without its last dimension; `flat_batch`
+  the leading dimensions (int64 vector) that were flattened into the
+  engine's batch, or None when the engine's batch is the activation's."""
+
+
+def _activation_batch_shape(shape, ids, feature):
+  """The static shape of the activation without its last dimension, from
+  the ids' static `shape` (as completed by `build`)."""
+  if feature.max_sequence_length > 0:
+    return tf.TensorShape([shape[0] if shape.rank else None,
+                           feature.max_sequence_length])
+  if shape.rank is None:
+    return tf.TensorShape([None])
+  if shape.rank == 1:  # dense [batch]
+    return shape
+  return shape[:-1]
+
+
+def _flatten_sparse(sparse, like=None):
+  """`sparse` [d0, ..., dk, n] as [d0 * ... * dk, n] (rows in row-major
+  order); `like`: the tensor whose dense shape decides both (the ids, for
+  their weights)."""
+  like = sparse if like is None else like
+  leading = like.shape[:-1].num_elements()
+  last = tf.compat.dimension_value(like.shape[-1])
+  target = tf.stack([
+      tf.constant(leading, tf.int64) if leading is not None else
+      tf.reduce_prod(like.dense_shape[:-1]),
+      tf.constant(last, tf.int64) if last is not None else
+      like.dense_shape[-1]])
+  return tf.sparse.reshape(sparse, target)
+
+
+def _shape_vector(static, dynamic, dimension):
+  """The shape `static + [dimension]` as a vector, taking the dimensions
+  `static` lacks from `dynamic`."""
+  if static.is_fully_defined():
+    return static.as_list() + [dimension]
+  dynamic = tf.cast(dynamic, tf.int32)
+  return tf.stack([
+      size if size is not None else dynamic[i]
+      for i, size in enumerate(static.as_list())] + [dimension])
 
 
 def _check_output_shape(owner, name, feature):
