@@ -8,6 +8,7 @@ conventions: nested structures, weights given apart from the ids, dense
 ids, `output_shape`, the enqueue/dequeue split.
 """
 import collections
+import collections.abc
 
 import tensorflow as tf
 
@@ -39,12 +40,23 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       update still held.
 
   Every setting is honoured as SEMANTICS.md states it or refused with a
-  ValueError naming it (see `estimator_spec.interop.from_mid_level`).
+  ValueError naming it (see `estimator_spec.interop.from_mid_level`), with
+  one addition: an optimizer's `slot_variable_creation_fn` is called by
+  `build`, and the variables it returns are the table's slots.
   Gradient accumulation is always on (per-id sums in float32, one update
   per touched id); `use_gradient_accumulation=False` gives the same result.
   `low_dimensional_packing_status` (TPU memory packing) and
   `validate_weights_and_indices` (TF2's CPU serving path) change no value
   and are accepted: inputs are always validated.
+
+  Slot variables: when a table's optimizer (its own, else the default)
+  has a `slot_variable_creation_fn`, `build` calls it once for the table
+  (inside `tf.init_scope`), as TF2 does: with the table's variable, the
+  optimizer's slot names in TF2's order and one initializer per slot (a
+  callable taking shape and dtype, giving the host's initial value). The
+  float32 [vocabulary_size, dim] variables it returns are that table's
+  slots: training reads and writes them, `slot_variables` gives them,
+  checkpoints save them.
 
   Checkpoints: the object is trackable, with TF2's `TPUEmbedding` layout:
   `tf.train.Checkpoint(embedding=this)` saves each table under its name and
@@ -52,7 +64,10 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
   'velocities', 'linears'), as TF2's classes do, so that TF's
   `TPUEmbeddingForServing` (same configuration) restores what this object
   saves, and this object restores what TF2's classes or
-  `export_mid_level_checkpoint` save. Restoring before `build` restores
+  `export_mid_level_checkpoint` save. (Slots made by a
+  `slot_variable_creation_fn` are saved the same way, but TF2's classes
+  track those under `_variables/<table>/<slot>`: they do not carry over
+  between the two.) Restoring before `build` restores
   when the variables are created. With pipelining, the held update is not
   in a checkpoint: `flush()` before saving.
   """
@@ -62,7 +77,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     owner = "HostTPUEmbedding"
     conversion = _mid_level.convert_mid_level(
         feature_config, optimizer, pipeline_execution_with_tensor_core,
-        owner=owner)
+        owner=owner, slot_variable_creation_fn=True)
     self._feature_config = feature_config
     self._conversion = conversion
     self._names = conversion.feature_names
@@ -124,12 +139,21 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     """Creates the tables and slot variables (the first `enqueue` or call
     does it when needed, outside any `tf.function`).
 
+    Calls the `slot_variable_creation_fn` of each table's optimizer, if
+    it has one (see the class docs).
+
     Args:
       per_replica_input_shapes: optional nested structure (like
         `feature_config`) of the ids' shapes (`tf.TensorShape`s); later
         inputs must be compatible with them, and the activations take their
         static dimensions from them.
       per_replica_batch_size: optional int: the batch size of every input.
+
+    Raises:
+      ValueError: naming the table and the slot, when a
+        `slot_variable_creation_fn` returns anything but a dict of the
+        optimizer's slot names (TF2's) to distinct float32 `tf.Variable`s
+        of shape [vocabulary_size, dim].
     """
     if self._built:
       return
@@ -150,6 +174,13 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
                           dict(zip(self._names, shapes)))
     # {feature: _InputLayout} of the last enqueue (build precedes it).
     self._input_layouts = {}
+    if self.is_training:
+      supplied = set()  # ids of the variables creation functions returned
+      for name, fn in self._conversion.slot_variable_creation_fns.items():
+        if self._engine.tables and name in self._engine.tables:
+          continue  # created by an earlier build that failed later
+        self._engine.supply_slot_variables(
+            name, self._slot_supplier(name, fn, supplied))
     with tf.init_scope():
       self._engine.create_variables()
       self._engine.create_pipeline_variables()
@@ -157,6 +188,52 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     for name, variable in self._checkpoint_variables().items():
       # Restores what a checkpoint restored before build holds for it.
       self._handle_deferred_dependencies(name=name, trackable=variable)
+
+  def _slot_supplier(self, table_name, fn, supplied):
+    """The engine's slot supplier for a table whose TF2 optimizer has a
+    `slot_variable_creation_fn`: calls it as TF2 does (the table variable,
+    the slot names in TF2's order, initializers of the values the host
+    would start from) and checks what it returns."""
+
+    def supply(table, specs):
+      variable = table.partitions[0]
+      names = [spec.mid_level for spec in specs]
+      initializers = [tf.constant_initializer(spec.initial_value)
+                      for spec in specs]
+      created = fn(variable, names, initializers)
+      where = (f"HostTPUEmbedding: table {table_name!r}: "
+               "`slot_variable_creation_fn`")
+      if not isinstance(created, collections.abc.Mapping):
+        raise ValueError(f"{where} must return a dict {{slot name: "
+                         f"tf.Variable}} with the slots {names}; it returned "
+                         f"a {type(created).__name__}.")
+      missing = [n for n in names if n not in created]
+      unknown = sorted(str(n) for n in created if n not in names)
+      if missing or unknown:
+        raise ValueError(f"{where} must return the slots {names}; "
+                         f"missing {missing}, unknown {unknown}.")
+      shape = tf.TensorShape([table.layout.vocabulary_size, table.dimension])
+      for slot in names:
+        value = created[slot]
+        problem = None
+        if not isinstance(value, tf.Variable):
+          problem = f"is a {type(value).__name__}, not a tf.Variable"
+        elif value.dtype.base_dtype != tf.float32:
+          problem = (f"has dtype {value.dtype.base_dtype.name}, not "
+                     "float32")
+        elif value.shape != shape:
+          problem = (f"has shape {value.shape}, not {shape.as_list()} "
+                     "[vocabulary_size, dim]")
+        elif value is variable:
+          problem = "is the table's own variable"
+        elif id(value) in supplied:
+          problem = "is a variable already given for another slot"
+        if problem:
+          raise ValueError(f"{where}: slot {slot!r} {problem}.")
+        supplied.add(id(value))
+      return {spec.name: created[spec.mid_level] for spec in specs}
+
+    return supply
 
   @property
   def embedding_tables(self):
