@@ -8,8 +8,9 @@ nothing is compared here.
 
 The model: table t (11 x 3, Adagrad with `clipvalue`, the default
 optimizer) read by a SparseTensor feature and a RaggedTensor feature with
-weights; table s (5 x 2, its own Adam) read by dense ids and a sequence
-feature. The loss is the sum of activations times fixed per-example
+weights; table s (5 x 2, its own Adam) read by dense ids [batch], a
+sequence feature and dense ids [batch, 2, 1] (each id looked up alone:
+activations [batch, 2, dim]). The loss is the sum of activations times fixed per-example
 weights over the global batch size (as `tf.nn.compute_average_loss`
 scales), so each replica's gradient is its share of the global batch's.
 The replicas' inputs differ in width (the sparse and sequence widths of
@@ -33,7 +34,7 @@ import estimator_spec as es  # pylint: disable=g-import-not-at-top
 emb = tf.tpu.experimental.embedding
 GLOBAL = 4
 STEPS = 3
-DIMS = {"f": 3, "g": 3, "h": 2, "q": 2}
+DIMS = {"f": 3, "g": 3, "h": 2, "q": 2, "p": 2}
 
 
 def feature_config():
@@ -48,7 +49,8 @@ def feature_config():
           np.random.RandomState(4).uniform(-1, 1, (5, 2))))
   return {"f": emb.FeatureConfig(t), "g": emb.FeatureConfig(t),
           "h": emb.FeatureConfig(s),
-          "q": emb.FeatureConfig(s, max_sequence_length=3)}
+          "q": emb.FeatureConfig(s, max_sequence_length=3),
+          "p": emb.FeatureConfig(s)}
 
 
 def optimizer():
@@ -77,14 +79,17 @@ def batch(step):
   q = [[(x + shift) % 5 for x in row] for row in q]
   features = {"f": _sparse(f), "g": tf.ragged.constant(g, tf.int64),
               "h": tf.constant([(2 + step) % 5, 0, 4, 1], tf.int64),
-              "q": _sparse(q)}
+              "q": _sparse(q),
+              "p": tf.constant([[[1], [2]], [[3], [3]], [[0], [4]],
+                                [[step % 5], [1]]], tf.int64)}
   weights = {"f": None, "g": tf.ragged.constant(gw, tf.float32),
-             "h": None, "q": None}
+             "h": None, "q": None, "p": None}
   loss_weights = {
       "f": rng.uniform(-1, 1, (GLOBAL, 3)).astype(np.float32),
       "g": rng.uniform(-1, 1, (GLOBAL, 3)).astype(np.float32),
       "h": rng.uniform(-1, 1, (GLOBAL, 2)).astype(np.float32),
-      "q": rng.uniform(-1, 1, (GLOBAL, 3, 2)).astype(np.float32)}
+      "q": rng.uniform(-1, 1, (GLOBAL, 3, 2)).astype(np.float32),
+      "p": rng.uniform(-1, 1, (GLOBAL, 2, 2)).astype(np.float32)}
   return features, weights, loss_weights
 
 

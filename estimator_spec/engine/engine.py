@@ -74,10 +74,13 @@ class LookupStep:
 
   def __init__(self, engine, parsed, checks, batch_size):
     self._engine = engine
-    self.batch_size = batch_size  # int64 scalar tensor
+    # int64 scalar tensor; None when features have batch sizes of their own
+    # (`HostEmbeddingEngine(same_batch_size=False)`).
+    self.batch_size = batch_size
     # The static batch dimension of the activations: the inputs' when they
     # have one; a caller that knows better (a TPU step's fixed batch) sets it
-    # before the first lookup.
+    # before the first lookup. Unused when features have batch sizes of
+    # their own: each activation has its feature's.
     self.static_batch_size = next(
         (item.flat.static_batch_size for item in parsed.values()
          if item.flat.static_batch_size is not None), None)
@@ -121,11 +124,13 @@ class LookupStep:
         for item in lookup.features:
           rows = tf.gather(lookup.rows, lookup.index_parts[item.name])
           activation = lookup.plans[item.name].combine(rows)
-          activation.set_shape([self.static_batch_size] +
+          static_batch = (self.static_batch_size if self.batch_size is not None
+                          else item.flat.static_batch_size)
+          activation.set_shape([static_batch] +
                                activation.shape[1:].as_list())
           self.activations[item.name] = activation
           if item.lengths is not None:
-            item.lengths.set_shape([self.static_batch_size])
+            item.lengths.set_shape([static_batch])
             self.sequence_lengths[item.name] = item.lengths
       self.tables[name] = lookup
     return self.tables[name]
@@ -170,10 +175,15 @@ class HostEmbeddingEngine:
       `update_partition`).
     local_device: the device of this task's own state (updates held by
       pipelining); None: the default device.
+    same_batch_size: True (the TPU estimator's rule): every feature of a
+      step has the same batch size, checked. False: each feature has its
+      own (TF2's TPUEmbedding takes features of different shapes); each
+      activation then has its feature's own batch.
   """
 
   def __init__(self, config, *, variable_names=None, num_shards=1,
-               shard_device_fn=None, local_device=None):
+               shard_device_fn=None, local_device=None,
+               same_batch_size=True):
     self.config = config
     self.model = config.model
     names = dict(variable_names or {})
@@ -191,9 +201,11 @@ class HostEmbeddingEngine:
     self.num_shards = num_shards
     self.shard_device_fn = shard_device_fn
     self.local_device = local_device
+    self.same_batch_size = bool(same_batch_size)
     self.tables = None
     self.slots = None
     self._pending = None
+    self._slot_suppliers = {}
 
   # --- variables -------------------------------------------------------------
 
@@ -210,6 +222,31 @@ class HostEmbeddingEngine:
       # from other layers and scopes (as TF's shared columns do).
       return
     self.variable_names[table_name] = variable_name
+
+  def supply_slot_variables(self, table_name, supplier):
+    """Has the slots of table `table_name` live in variables made by
+    `supplier` instead of new ones; before the table's variables exist.
+
+    When the table is created, `supplier(table, slot_specs)` is called once
+    with its `PartitionedRows` and its optimizer's `SlotSpec`s, and returns
+    {spec.name: a tf.Variable, or a list of one per partition}: float32,
+    shaped as the table's partitions. Training reads and writes those
+    variables; `slots` and `variables()` give them.
+    """
+    if table_name not in self.model.tables:
+      raise ValueError(
+          f"HostEmbeddingEngine: unknown table {table_name!r}; tables are "
+          f"{list(self.model.tables)}.")
+    if self.config.optimizer_for(table_name) is None:
+      raise ValueError(
+          f"HostEmbeddingEngine: table {table_name!r} has no slots (it is "
+          "not trained in this config's mode).")
+    if self.tables is not None and table_name in self.tables:
+      raise RuntimeError(
+          f"HostEmbeddingEngine: the variables of table {table_name!r} "
+          "exist already; supply its slot variables before they are "
+          "created.")
+    self._slot_suppliers[table_name] = supplier
 
   def create_variables(self):
     """Creates every table's (and, when training, slot) variables once."""
@@ -238,18 +275,43 @@ class HostEmbeddingEngine:
     device_fn = None
     if self.shard_device_fn is not None:
       device_fn = lambda partition: self.shard_device_fn(name, partition)
-    self.tables[name] = storage.create_table(
+    rows = storage.create_table(
         var_name, table.vocabulary_size, table.dimension, table.initializer,
         self.num_shards, strategy, device_fn)
     optimizer = self.config.optimizer_for(name)
-    self.slots[name] = collections.OrderedDict()
-    if optimizer is not None:
+    supplier = self._slot_suppliers.get(name)
+    slots = collections.OrderedDict()
+    if optimizer is not None and supplier is not None:
+      slots.update(self._supplied_slots(name, rows, supplier,
+                                        optimizer.slot_specs()))
+    elif optimizer is not None:
       for spec in optimizer.slot_specs():
-        self.slots[name][spec.name] = storage.create_table(
+        slots[spec.name] = storage.create_table(
             spec.variable_name(var_name), table.vocabulary_size,
             table.dimension, tf.compat.v1.constant_initializer(
                 spec.initial_value), self.num_shards, strategy, device_fn)
-    return self.tables[name]
+    # Recorded only once complete (a supplier that raises leaves the table
+    # to be created again).
+    self.tables[name] = rows
+    self.slots[name] = slots
+    return rows
+
+  def _supplied_slots(self, name, table, supplier, specs):
+    supplied = supplier(table, specs)
+    names = [spec.name for spec in specs]
+    if not isinstance(supplied, dict) or sorted(supplied) != sorted(names):
+      raise ValueError(
+          f"HostEmbeddingEngine: table {name!r}: the slot supplier must "
+          f"return a dict with the slots {names}; got {supplied!r}.")
+    slots = collections.OrderedDict()
+    for spec in specs:
+      variables = supplied[spec.name]
+      if not isinstance(variables, (list, tuple)):
+        variables = [variables]
+      slots[spec.name] = storage.PartitionedRows.from_variables(
+          spec.variable_name(self.variable_names[name]), table.layout,
+          table.dimension, variables)
+    return slots
 
   def create_pipeline_variables(self):
     """With pipelining in training, creates the variables that hold one
@@ -302,6 +364,8 @@ class HostEmbeddingEngine:
       parsed[name] = inputs_lib.parse_feature(
           feature, self.model.tables[feature.table],
           self.config.spec.column_for(name), features)
+    if not self.same_batch_size:
+      return LookupStep(self, parsed, [], None)
     batch_size, checks = inputs_lib.check_batch_sizes(parsed)
     return LookupStep(self, parsed, checks, batch_size)
 

@@ -52,15 +52,34 @@ class PartitionedRows:
             use_resource=True,
             collections=[tf.compat.v1.GraphKeys.GLOBAL_VARIABLES])
     self.partitioned_variable = variable
-    self.partitions = list(variable) if hasattr(variable,
-                                                "_get_variable_list") else [
-                                                    variable
-                                                ]
-    if [int(p.shape[0]) for p in self.partitions] != list(layout.sizes):
-      raise RuntimeError(
-          f"Internal error: partitions of {name} have sizes "
-          f"{[int(p.shape[0]) for p in self.partitions]}, expected "
-          f"{list(layout.sizes)}.")
+    partitions = list(variable) if hasattr(variable,
+                                           "_get_variable_list") else [variable]
+    problem = _partition_problem(partitions, layout, dimension)
+    if problem:
+      raise RuntimeError(f"Internal error: partitions of {name}: {problem}")
+    self.partitions = partitions
+
+  @classmethod
+  def from_variables(cls, name, layout, dimension, variables):
+    """Rows stored in existing variables (one per partition of `layout`, in
+    partition order; float32 [partition size, dimension] each) instead of
+    new ones: reads and writes go to those variables.
+
+    Raises:
+      ValueError: naming `name`, when the variables do not fit the layout.
+    """
+    rows = cls.__new__(cls)
+    rows.name = name
+    rows.layout = layout
+    rows.dimension = dimension
+    partitions = list(variables)
+    problem = _partition_problem(partitions, layout, dimension)
+    if problem:
+      raise ValueError(f"{name}: {problem}")
+    rows.partitioned_variable = (partitions[0] if len(partitions) == 1 else
+                                 partitions)
+    rows.partitions = partitions
+    return rows
 
   def _route(self, ids):
     """(partition of each id, local index of each id), by the layout's
@@ -121,6 +140,24 @@ class PartitionedRows:
       return self.partitions[0].assign(full).op
     return self.scatter_update(
         tf.range(self.layout.vocabulary_size, dtype=tf.int64), full)
+
+
+def _partition_problem(partitions, layout, dimension):
+  """What keeps `partitions` from storing `layout`'s rows of `dimension`
+  floats (None when they fit)."""
+  if len(partitions) != layout.num_partitions:
+    return (f"{len(partitions)} variables for {layout.num_partitions} "
+            "partitions")
+  for i, (variable, size) in enumerate(zip(partitions, layout.sizes)):
+    if not isinstance(variable, tf.Variable):
+      return f"partition {i} is a {type(variable).__name__}, not a tf.Variable"
+    if variable.dtype.base_dtype != tf.float32:
+      return (f"partition {i} has dtype {variable.dtype.base_dtype.name}; "
+              "it must be float32")
+    if variable.shape != tf.TensorShape([size, dimension]):
+      return (f"partition {i} has shape {variable.shape}; it must be "
+              f"{[size, dimension]}")
+  return None
 
 
 def create_table(name, vocabulary_size, dimension, initializer, num_shards,

@@ -278,7 +278,7 @@ _COMMON_TF2 = ("use_gradient_accumulation", "clip_weight_min",
                "clip_gradient_min", "clip_gradient_max")
 # Attributes that are read and checked separately: the learning rate, a
 # TPU memory-layout hint with no effect on any value, and the slot creation
-# hook (refused when set).
+# hook (refused by `from_mid_level`; `HostTPUEmbedding` calls it).
 _SPECIAL_TF2 = ("learning_rate", "low_dimensional_packing_status",
                 "slot_variable_creation_fn")
 _TABLE_ATTRIBUTES = ("vocabulary_size", "dim", "initializer", "optimizer",
@@ -322,15 +322,19 @@ class MidLevelConversion:
     feature_names: the spec's feature names, aligned with `paths`.
     feature_configs: TF2's FeatureConfigs, aligned with `paths`.
     table_configs: {table name: TF2 TableConfig}, in order of first use.
+    slot_variable_creation_fns: {table name: the `slot_variable_creation_fn`
+      of the table's TF2 optimizer (its own, else the default)}, for the
+      tables whose optimizer has one (only when the caller allows them).
   """
 
   def __init__(self, spec, paths, feature_names, feature_configs,
-               table_configs):
+               table_configs, slot_variable_creation_fns=None):
     self.spec = spec
     self.paths = paths
     self.feature_names = feature_names
     self.feature_configs = feature_configs
     self.table_configs = table_configs
+    self.slot_variable_creation_fns = dict(slot_variable_creation_fns or {})
 
 
 def from_mid_level(feature_config, optimizer=None,
@@ -360,7 +364,9 @@ def from_mid_level(feature_config, optimizer=None,
 
   Raises:
     ValueError: naming the argument, for what this project cannot honour:
-      other optimizer classes (`CustomOptimizer`), `slot_variable_creation_fn`,
+      other optimizer classes (`CustomOptimizer`), `slot_variable_creation_fn`
+      (a spec has no slot variables of its own to create: the estimator
+      side creates them; `HostTPUEmbedding` calls the function),
       custom combiners, `quantization_config`, SparseCore `layout`, a
       `dtype` other than float32, an attribute this converter does not know
       (a newer TensorFlow), duplicate table or feature names.
@@ -374,9 +380,13 @@ def from_mid_level(feature_config, optimizer=None,
 
 def convert_mid_level(feature_config, optimizer=None,
                       pipeline_execution_with_tensor_core=False, *,
-                      weight_keys=None, owner="from_mid_level"):
+                      weight_keys=None, owner="from_mid_level",
+                      slot_variable_creation_fn=False):
   """`from_mid_level`, returning a `MidLevelConversion` (the spec and how
-  TF2's objects map to its names)."""
+  TF2's objects map to its names). `slot_variable_creation_fn=True`
+  accepts optimizers with a `slot_variable_creation_fn` and lists them in
+  `MidLevelConversion.slot_variable_creation_fns` (the spec does not hold
+  them); otherwise they are refused."""
   pipeline_execution_with_tensor_core = _checks.check_bool(
       owner, "pipeline_execution_with_tensor_core",
       pipeline_execution_with_tensor_core)
@@ -396,7 +406,8 @@ def convert_mid_level(feature_config, optimizer=None,
     configs.append(feature)
     names.append(name)
   if optimizer is not None:
-    _check_tf2_optimizer(owner, "optimizer", optimizer)
+    _check_tf2_optimizer(owner, "optimizer", optimizer,
+                         slot_variable_creation_fn)
   # Tables in order of first use, named as TF2 names them.
   tables = []
   for feature in configs:
@@ -422,6 +433,7 @@ def convert_mid_level(feature_config, optimizer=None,
   spec_optimizer, spec_rate = (ours(optimizer, "optimizer")
                                if optimizer is not None else (None, None))
   table_dict = {}
+  creation_fns = {}
   for table in tables:
     name = table_names[id(table)]
     where = f"table {name!r}"
@@ -430,10 +442,14 @@ def convert_mid_level(feature_config, optimizer=None,
     # TF2's TPUEmbedding stores the default optimizer into tables without
     # one: that is not a table optimizer of its own.
     if table.optimizer is not None and table.optimizer is not optimizer:
-      _check_tf2_optimizer(owner, f"{where}: optimizer", table.optimizer)
+      _check_tf2_optimizer(owner, f"{where}: optimizer", table.optimizer,
+                           slot_variable_creation_fn)
       own, rate = ours(table.optimizer, f"{where}: optimizer")
     elif optimizer is not None:
       rate = spec_rate
+    tf2 = table.optimizer if table.optimizer is not None else optimizer
+    if getattr(tf2, "slot_variable_creation_fn", None) is not None:
+      creation_fns[name] = tf2.slot_variable_creation_fn
     try:
       table_dict[name] = spec_lib.TableConfig(
           vocabulary_size=table.vocabulary_size, dimension=table.dim,
@@ -460,7 +476,8 @@ def convert_mid_level(feature_config, optimizer=None,
       pipeline_execution_with_tensor_core=pipeline_execution_with_tensor_core)
   return MidLevelConversion(
       spec, paths, names, configs,
-      collections.OrderedDict((table_names[id(t)], t) for t in tables))
+      collections.OrderedDict((table_names[id(t)], t) for t in tables),
+      creation_fns)
 
 
 def _check_attributes(owner, obj, known, where):
@@ -493,7 +510,7 @@ def _check_tf2_table(owner, table, where):
         "supported; tables are float32 (as on the TPU's embedding cores).")
 
 
-def _check_tf2_optimizer(owner, where, tf2):
+def _check_tf2_optimizer(owner, where, tf2, slot_variable_creation_fn=False):
   name = type(tf2).__name__
   if name not in _FROM_TF2 or getattr(_tpu, name, None) is not type(tf2):
     raise ValueError(
@@ -502,11 +519,13 @@ def _check_tf2_optimizer(owner, where, tf2):
         "supported (custom optimizers are not).")
   _check_attributes(owner, tf2, _COMMON_TF2 + _SPECIAL_TF2 + tuple(
       _FROM_TF2[name].mid_level_names.values()), f"`{where}`")
-  if getattr(tf2, "slot_variable_creation_fn", None) is not None:
+  if (getattr(tf2, "slot_variable_creation_fn", None) is not None and
+      not slot_variable_creation_fn):
     raise ValueError(
-        f"{owner}: `{where}`: `slot_variable_creation_fn` is not supported: "
-        "slot variables are created by the host engine (their initial "
-        "values are the optimizer's); set it to None.")
+        f"{owner}: `{where}`: `slot_variable_creation_fn` has no place in an "
+        "EmbeddingConfigSpec (the estimator side creates its slot variables "
+        "with the optimizer's initial values); set it to None here. "
+        "`HostTPUEmbedding` takes it and calls it.")
 
 
 def _from_tf2_optimizer(owner, tf2, where):

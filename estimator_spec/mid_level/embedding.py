@@ -7,6 +7,8 @@ the TPU embedding optimizers. This module only adapts TF2's calling
 conventions: nested structures, weights given apart from the ids, dense
 ids, `output_shape`, the enqueue/dequeue split.
 """
+import collections
+import collections.abc
 
 import tensorflow as tf
 
@@ -41,7 +43,9 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       update still held.
 
   Every setting is honoured as SEMANTICS.md states it or refused with a
-  ValueError naming it (see `estimator_spec.interop.from_mid_level`).
+  ValueError naming it (see `estimator_spec.interop.from_mid_level`), with
+  one addition: an optimizer's `slot_variable_creation_fn` is called by
+  `build`, and the variables it returns are the table's slots.
   Gradient accumulation is always on (per-id sums in float32, one update
   per touched id); `use_gradient_accumulation=False` gives the same result.
   `low_dimensional_packing_status` (TPU memory packing) and
@@ -54,13 +58,25 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
   one update, as a TPU's cores do (see `estimator_spec.mid_level.replicas`);
   other strategies are refused.
 
+  Slot variables: when a table's optimizer (its own, else the default)
+  has a `slot_variable_creation_fn`, `build` calls it once for the table
+  (inside `tf.init_scope`), as TF2 does: with the table's variable, the
+  optimizer's slot names in TF2's order and one initializer per slot (a
+  callable taking shape and dtype, giving the host's initial value). The
+  float32 [vocabulary_size, dim] variables it returns are that table's
+  slots: training reads and writes them, `slot_variables` gives them,
+  checkpoints save them.
+
   Checkpoints: the object is trackable, with TF2's `TPUEmbedding` layout:
   `tf.train.Checkpoint(embedding=this)` saves each table under its name and
   each slot under `<table>/<slot>` ('accumulators', 'momenta',
   'velocities', 'linears'), as TF2's classes do, so that TF's
   `TPUEmbeddingForServing` (same configuration) restores what this object
   saves, and this object restores what TF2's classes or
-  `export_mid_level_checkpoint` save. Restoring before `build` restores
+  `export_mid_level_checkpoint` save. (Slots made by a
+  `slot_variable_creation_fn` are saved the same way, but TF2's classes
+  track those under `_variables/<table>/<slot>`: they do not carry over
+  between the two.) Restoring before `build` restores
   when the variables are created. With pipelining, the held update is not
   in a checkpoint: `flush()` before saving.
   """
@@ -70,7 +86,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     owner = "HostTPUEmbedding"
     conversion = _mid_level.convert_mid_level(
         feature_config, optimizer, pipeline_execution_with_tensor_core,
-        owner=owner)
+        owner=owner, slot_variable_creation_fn=True)
     self._feature_config = feature_config
     self._conversion = conversion
     self._names = conversion.feature_names
@@ -101,7 +117,9 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     self._config = config_lib.EmbeddingConfig(
         engine_spec, batch_size=1, mode=modes.TRAIN if trained else
         modes.PREDICT)
-    self._engine = engine_lib.HostEmbeddingEngine(self._config)
+    # TF2 takes features of different shapes: each has its own batch.
+    self._engine = engine_lib.HostEmbeddingEngine(self._config,
+                                                  same_batch_size=False)
     self._strategy = replicas.strategy_at_construction(owner)
     self._input_shapes = None
     self._built = False
@@ -130,11 +148,21 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     """Creates the tables and slot variables (the first `enqueue` or call
     does it when needed, outside any `tf.function`).
 
+    Calls the `slot_variable_creation_fn` of each table's optimizer, if
+    it has one (see the class docs).
+
     Args:
       per_replica_input_shapes: optional nested structure (like
-        `feature_config`) of the ids' shapes; later inputs must be
-        compatible with them, and the activations get their batch size.
+        `feature_config`) of the ids' shapes (`tf.TensorShape`s); later
+        inputs must be compatible with them, and the activations take their
+        static dimensions from them.
       per_replica_batch_size: optional int: the batch size of every input.
+
+    Raises:
+      ValueError: naming the table and the slot, when a
+        `slot_variable_creation_fn` returns anything but a dict of the
+        optimizer's slot names (TF2's) to distinct float32 `tf.Variable`s
+        of shape [vocabulary_size, dim].
     """
     if self._built:
       return
@@ -153,6 +181,13 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
                 for s in (shapes or [None] * len(self._names))]
     self._input_shapes = (None if shapes is None else
                           dict(zip(self._names, shapes)))
+    if self.is_training:
+      supplied = set()  # ids of the variables creation functions returned
+      for name, fn in self._conversion.slot_variable_creation_fns.items():
+        if self._engine.tables and name in self._engine.tables:
+          continue  # created by an earlier build that failed later
+        self._engine.supply_slot_variables(
+            name, self._slot_supplier(name, fn, supplied))
     with tf.init_scope(), replicas.one_copy(self._strategy):
       self._engine.create_variables()
       self._engine.create_pipeline_variables()
@@ -160,6 +195,52 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     for name, variable in self._checkpoint_variables().items():
       # Restores what a checkpoint restored before build holds for it.
       self._handle_deferred_dependencies(name=name, trackable=variable)
+
+  def _slot_supplier(self, table_name, fn, supplied):
+    """The engine's slot supplier for a table whose TF2 optimizer has a
+    `slot_variable_creation_fn`: calls it as TF2 does (the table variable,
+    the slot names in TF2's order, initializers of the values the host
+    would start from) and checks what it returns."""
+
+    def supply(table, specs):
+      variable = table.partitions[0]
+      names = [spec.mid_level for spec in specs]
+      initializers = [tf.constant_initializer(spec.initial_value)
+                      for spec in specs]
+      created = fn(variable, names, initializers)
+      where = (f"HostTPUEmbedding: table {table_name!r}: "
+               "`slot_variable_creation_fn`")
+      if not isinstance(created, collections.abc.Mapping):
+        raise ValueError(f"{where} must return a dict {{slot name: "
+                         f"tf.Variable}} with the slots {names}; it returned "
+                         f"a {type(created).__name__}.")
+      missing = [n for n in names if n not in created]
+      unknown = sorted(str(n) for n in created if n not in names)
+      if missing or unknown:
+        raise ValueError(f"{where} must return the slots {names}; "
+                         f"missing {missing}, unknown {unknown}.")
+      shape = tf.TensorShape([table.layout.vocabulary_size, table.dimension])
+      for slot in names:
+        value = created[slot]
+        problem = None
+        if not isinstance(value, tf.Variable):
+          problem = f"is a {type(value).__name__}, not a tf.Variable"
+        elif value.dtype.base_dtype != tf.float32:
+          problem = (f"has dtype {value.dtype.base_dtype.name}, not "
+                     "float32")
+        elif value.shape != shape:
+          problem = (f"has shape {value.shape}, not {shape.as_list()} "
+                     "[vocabulary_size, dim]")
+        elif value is variable:
+          problem = "is the table's own variable"
+        elif id(value) in supplied:
+          problem = "is a variable already given for another slot"
+        if problem:
+          raise ValueError(f"{where}: slot {slot!r} {problem}.")
+        supplied.add(id(value))
+      return {spec.name: created[spec.mid_level] for spec in specs}
+
+    return supply
 
   @property
   def embedding_tables(self):
@@ -219,10 +300,12 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
 
     Args:
       features: the nested structure of `feature_config` holding, per
-        feature, a `tf.SparseTensor` or `tf.RaggedTensor` [batch, ids] of
-        integer ids (combined by the table's combiner; a sequence feature's
-        positions past `max_sequence_length` are dropped), or a dense
-        integer tensor [batch] with one id per example. Under a
+        feature, integer ids: a `tf.SparseTensor` [batch, ids] or [d0, ...,
+        dk, ids] (not for sequence features), or a `tf.RaggedTensor`
+        [batch, (ids)], combined over the last dimension by the table's
+        combiner (a sequence feature's positions past `max_sequence_length`
+        are dropped); or a dense tensor [batch] or [..., 1], each id looked
+        up alone. Under a
         `MirroredStrategy`: the replicas' inputs (a distributed dataset's
         element outside `strategy.run`, or each replica's own inside it).
       weights: None, or the same structure with None or float weights of
@@ -266,7 +349,8 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     # tensors (outside strategy.run) one batch that no replica owns.
     count = (replicas.num_replicas(self._strategy)
              if replicas.is_distributed(flat + flat_weights) else 1)
-    per_replica = [{} for _ in range(count)]
+    per_replica = [{} for _ in range(count)]   # engine inputs
+    layouts = [{} for _ in range(count)]       # {feature: _InputLayout}
     with _scope(name or "host_tpu_embedding_enqueue"), \
         engine_lib.device_scope(device):
       for feature_name, ids, weight in zip(self._names, flat, flat_weights):
@@ -276,31 +360,33 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
         except ValueError as error:
           raise ValueError(
               f"{_OWNER}.enqueue: feature {feature_name!r}: {error}") from None
-        for inputs, replica_ids, replica_weight in zip(per_replica, ids,
-                                                       weight):
-          inputs.update(
-              self._engine_inputs(feature_name, replica_ids, replica_weight))
-      # Rows of each replica's batch, from a feature's ids (the engine checks
-      # that every feature has the same batch).
-      first = self._names[0]
-      sizes = [inputs[first].dense_shape[0] for inputs in per_replica]
+        for inputs, layout, replica_ids, replica_weight in zip(
+            per_replica, layouts, ids, weight):
+          engine_inputs, layout[feature_name] = self._engine_inputs(
+              feature_name, replica_ids, replica_weight)
+          inputs.update(engine_inputs)
       result = self._engine.lookup({
           key: replicas.join([inputs[key] for inputs in per_replica])
           for key in per_replica[0]
       })
       activations = [dict() for _ in range(count)]
       for feature_name in self._names:
+        # Each replica's rows of the feature (its engine batch).
+        sizes = [inputs[feature_name].dense_shape[0] for inputs in per_replica]
         pieces = replicas.split(result.activations[feature_name], sizes)
         for replica, piece in zip(activations, pieces):
           replica[feature_name] = piece
-    self._step = _Step(result, _current_graph(), training, activations)
+    self._step = _Step(result, _current_graph(), training, activations,
+                       layouts)
 
   def dequeue(self, name=None):
     """The activations of the last `enqueue`, in the structure of
-    `feature_config`: [batch, dim] per feature, [batch, max_sequence_length,
-    dim] for sequence features, `output_shape + [dim]` when the feature
-    sets `output_shape`. Under a `MirroredStrategy`: call it inside
-    `strategy.run`; each replica gets the activations of its inputs."""
+    `feature_config`: per feature, the ids' shape without its last
+    dimension + [dim] ([batch, dim] for ids [batch, ids] or [batch]),
+    [batch, max_sequence_length, dim] for sequence features,
+    `output_shape + [dim]` when the feature sets `output_shape`. Under a
+    `MirroredStrategy`: call it inside `strategy.run`; each replica gets
+    the activations of its inputs."""
     del name  # The activations are computed by `enqueue`.
     replicas.check_strategy(_OWNER, "dequeue", self._strategy)
     step = self._step
@@ -332,19 +418,9 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       self._step = None
     outputs = []
     for feature_name in self._names:
-      activation = step.activations[replica][feature_name]
-      shape = self._features[feature_name].output_shape
-      if shape:
-        elements = activation.shape[:-1].num_elements()
-        if elements is not None and elements != shape.num_elements():
-          raise ValueError(
-              f"{_OWNER}: feature {feature_name!r}: `output_shape` "
-              f"{shape.as_list()} holds {shape.num_elements()} activations; "
-              f"the lookup gives {activation.shape[:-1].as_list()}. For one "
-              "activation per id, set `max_sequence_length`.")
-        activation = tf.reshape(
-            activation, shape.as_list() + [activation.shape[-1]])
-      outputs.append(activation)
+      outputs.append(self._shape_activation(
+          feature_name, step.activations[replica][feature_name],
+          step.layouts[replica][feature_name]))
     return tf.nest.pack_sequence_as(self._feature_config, outputs)
 
   def __call__(self, features, weights=None):
@@ -405,15 +481,12 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
         raise ValueError(f"{_OWNER}.apply_gradients: feature "
                          f"{feature_name!r}: {error}") from None
       parts = []
-      for activations, piece in zip(step.activations, pieces):
+      for activations, layouts, piece in zip(step.activations, step.layouts,
+                                             pieces):
         activation = activations[feature_name]
-        if piece is None:
-          parts.append(tf.zeros_like(activation))
-          continue
-        piece = tf.convert_to_tensor(piece, tf.float32)
-        if self._features[feature_name].output_shape:
-          piece = tf.reshape(piece, tf.shape(activation))
-        parts.append(piece)
+        parts.append(tf.zeros_like(activation) if piece is None else
+                     self._engine_gradient(feature_name, piece, activation,
+                                           layouts[feature_name]))
       grads[feature_name] = replicas.join(parts)
     with _scope(name or "host_tpu_embedding_apply_gradients"):
       op = self._engine.apply_gradients(step.result, grads,
@@ -431,18 +504,22 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
   # --- inputs ----------------------------------------------------------------
 
   def _engine_inputs(self, name, ids, weight):
-    """{engine key: tensor} for feature `name`: SparseTensor ids and, for
-    non-sequence features, SparseTensor float32 weights."""
+    """{engine key: tensor} for feature `name`: SparseTensor ids [batch,
+    ids] and, for non-sequence features, SparseTensor float32 weights.
+    Inputs of higher rank are flattened to that batch. Returns (those
+    inputs, the `_InputLayout` that shapes the activation back)."""
     feature = self._features[name]
     where = f"HostTPUEmbedding: feature {name!r}"
     sequence = feature.max_sequence_length > 0
+    flat_batch = None  # the leading dimensions, when flattened into one
     if isinstance(ids, tf.RaggedTensor):
       if weight is not None and not isinstance(weight, tf.RaggedTensor):
         raise ValueError(f"{where}: the ids are a RaggedTensor, the weights "
                          f"a {type(weight).__name__}; give them alike.")
       if ids.ragged_rank != 1 or ids.shape.rank != 2:
         raise ValueError(f"{where}: RaggedTensor ids must be [batch, (ids)] "
-                         f"(rank 2); got shape {ids.shape}.")
+                         f"(rank 2); got shape {ids.shape}. Give ids of "
+                         "higher rank as a SparseTensor.")
       sparse = ids.to_sparse()
       if weight is not None:
         weight = weight.to_sparse()
@@ -450,10 +527,27 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       if weight is not None and not isinstance(weight, tf.SparseTensor):
         raise ValueError(f"{where}: the ids are a SparseTensor, the weights "
                          f"a {type(weight).__name__}; give them alike.")
-      if ids.shape.rank not in (2, None):
-        raise ValueError(f"{where}: SparseTensor ids must be [batch, ids] "
-                         f"(rank 2); got shape {ids.shape}.")
+      rank = ids.shape.rank
+      if rank is not None and rank < 2:
+        raise ValueError(f"{where}: SparseTensor ids must be [batch, ids] or "
+                         f"of higher rank; got shape {ids.shape}.")
       sparse = ids
+      if rank is not None and rank > 2:
+        if sequence:
+          raise ValueError(
+              f"{where}: SparseTensor ids of rank {rank} for a sequence "
+              f"feature (max_sequence_length={feature.max_sequence_length}) "
+              "are not supported: TF's TPUEmbedding ignores "
+              "max_sequence_length for them and combines over the last "
+              "dimension. Give [batch, ids] (rank 2), or a FeatureConfig "
+              "without max_sequence_length for combined lookups.")
+        if weight is not None and weight.shape.rank != rank:
+          raise ValueError(f"{where}: the ids have shape {ids.shape}, the "
+                           f"weights {weight.shape}; give them alike.")
+        flat_batch = ids.dense_shape[:-1]
+        sparse = _flatten_sparse(ids)
+        if weight is not None:
+          weight = _flatten_sparse(weight, like=ids)
     else:
       dense = tf.convert_to_tensor(ids)
       if weight is not None:
@@ -464,11 +558,16 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
         raise ValueError(f"{where}: a sequence feature (max_sequence_length="
                          f"{feature.max_sequence_length}) takes a "
                          "SparseTensor or RaggedTensor, not dense ids.")
-      if dense.shape.rank != 1:
+      rank = dense.shape.rank
+      if rank is None or rank == 0 or (
+          rank > 1 and tf.compat.dimension_value(dense.shape[-1]) != 1):
         raise ValueError(
-            f"{where}: dense ids must be [batch], one id per example; got "
-            f"shape {dense.shape}. Give several ids per example as a "
-            "SparseTensor or RaggedTensor.")
+            f"{where}: dense ids must be [batch] or [..., 1], one id per "
+            f"example (each looked up alone); got shape {dense.shape}. Give "
+            "several ids per example as a SparseTensor or RaggedTensor.")
+      if rank > 1:
+        flat_batch = tf.shape(dense, out_type=tf.int64)[:-1]
+        dense = tf.reshape(dense, [-1])
       batch = tf.shape(dense, out_type=tf.int64)[0]
       sparse = tf.SparseTensor(
           tf.stack([tf.range(batch), tf.zeros([batch], tf.int64)], axis=1),
@@ -479,39 +578,142 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     if not sparse.dtype.is_integer:
       raise TypeError(f"{where}: ids must be integers; got "
                       f"{sparse.dtype.name}.")
-    self._check_input_shape(name, ids, where)
+    shape = self._check_input_shape(name, ids, where)
+    layout = _InputLayout(_activation_batch_shape(shape, ids, feature),
+                          flat_batch)
     inputs = {name: sparse}
     if sequence:
       if weight is not None:
         raise ValueError(f"{where}: weights were given for a sequence "
                          "feature; sequence features take no weights.")
-      return inputs
+      return inputs, layout
     if weight is None:
       weight = tf.SparseTensor(sparse.indices,
                                tf.ones_like(sparse.values, tf.float32),
                                sparse.dense_shape)
     inputs[self._weight_keys[name]] = weight
-    return inputs
+    return inputs, layout
 
   def _check_input_shape(self, name, ids, where):
-    if self._input_shapes is None or self._input_shapes[name] is None:
-      return
-    expected = self._input_shapes[name]
+    """The static shape of `ids`, completed by what `build` was given;
+    ValueError when the two disagree."""
     given = ids.shape
+    if self._input_shapes is None or self._input_shapes[name] is None:
+      return given
+    expected = self._input_shapes[name]
     if not given.is_compatible_with(expected):
       raise ValueError(f"{where}: ids of shape {given}; build() was given "
                        f"{expected}.")
+    return given.merge_with(expected)
+
+  # --- activation shapes -----------------------------------------------------
+
+  def _activation_shape(self, name, dimension, layout):
+    """The static shape `dequeue` gives feature `name` for an input of
+    `layout`: `output_shape + [dim]` when the feature sets it, else the
+    ids' shape without its last dimension (a sequence feature's: [batch,
+    max_sequence_length]; dense [batch]: itself) + [dim]."""
+    output_shape = self._features[name].output_shape
+    if output_shape:
+      return tf.TensorShape(output_shape.as_list() + [dimension])
+    return layout.batch_shape.concatenate([dimension])
+
+  def _shape_activation(self, feature_name, activation, layout):
+    """The engine's activation of `feature_name` ([batch, dim] or [batch,
+    L, dim], batch flattened for inputs of higher rank) in the shape
+    `dequeue` gives, for an input of `layout`."""
+    dimension = activation.shape[-1]
+    if layout.flat_batch is not None:
+      activation = tf.reshape(activation, _shape_vector(
+          layout.batch_shape, layout.flat_batch, dimension))
+    target = layout.batch_shape.concatenate([dimension])
+    if activation.shape != target:
+      activation = tf.ensure_shape(activation, target)
+    shape = self._features[feature_name].output_shape
+    if shape:
+      elements = activation.shape[:-1].num_elements()
+      if elements is not None and elements != shape.num_elements():
+        raise ValueError(
+            f"HostTPUEmbedding: feature {feature_name!r}: `output_shape` "
+            f"{shape.as_list()} holds {shape.num_elements()} activations; "
+            f"the lookup gives {activation.shape[:-1].as_list()}. For one "
+            "activation per id, set `max_sequence_length`.")
+      activation = tf.reshape(activation, shape.as_list() + [dimension])
+    return activation
+
+  def _engine_gradient(self, feature_name, grad, activation, layout):
+    """A gradient given in the shape `dequeue` gave, shaped as the engine's
+    `activation` of `feature_name` (an input of `layout`)."""
+    grad = tf.convert_to_tensor(grad, tf.float32)
+    expected = self._activation_shape(feature_name, activation.shape[-1],
+                                      layout)
+    if not grad.shape.is_compatible_with(expected):
+      raise ValueError(
+          f"HostTPUEmbedding: feature {feature_name!r}: the gradient has "
+          f"shape {grad.shape}; the activation has shape {expected}.")
+    if (self._features[feature_name].output_shape or
+        layout.flat_batch is not None):
+      grad = tf.reshape(grad, tf.shape(activation))
+    return grad
+
+
+class _InputLayout(
+    collections.namedtuple("_InputLayout", ["batch_shape", "flat_batch"])):
+  """How one enqueued input maps to its activation: `batch_shape` is the
+  static shape of the activation without its last dimension; `flat_batch`
+  the leading dimensions (int64 vector) that were flattened into the
+  engine's batch, or None when the engine's batch is the activation's."""
+
+
+def _activation_batch_shape(shape, ids, feature):
+  """The static shape of the activation without its last dimension, from
+  the ids' static `shape` (as completed by `build`)."""
+  if feature.max_sequence_length > 0:
+    return tf.TensorShape([shape[0] if shape.rank else None,
+                           feature.max_sequence_length])
+  if shape.rank is None:
+    return tf.TensorShape([None])
+  if shape.rank == 1:  # dense [batch]
+    return shape
+  return shape[:-1]
+
+
+def _flatten_sparse(sparse, like=None):
+  """`sparse` [d0, ..., dk, n] as [d0 * ... * dk, n] (rows in row-major
+  order); `like`: the tensor whose dense shape decides both (the ids, for
+  their weights)."""
+  like = sparse if like is None else like
+  leading = like.shape[:-1].num_elements()
+  last = tf.compat.dimension_value(like.shape[-1])
+  target = tf.stack([
+      tf.constant(leading, tf.int64) if leading is not None else
+      tf.reduce_prod(like.dense_shape[:-1]),
+      tf.constant(last, tf.int64) if last is not None else
+      like.dense_shape[-1]])
+  return tf.sparse.reshape(sparse, target)
+
+
+def _shape_vector(static, dynamic, dimension):
+  """The shape `static + [dimension]` as a vector, taking the dimensions
+  `static` lacks from `dynamic`."""
+  if static.is_fully_defined():
+    return static.as_list() + [dimension]
+  dynamic = tf.cast(dynamic, tf.int32)
+  return tf.stack([
+      size if size is not None else dynamic[i]
+      for i, size in enumerate(static.as_list())] + [dimension])
 
 
 class _Step:
   """One enqueued batch: the engine's lookup of the global batch, and each
   replica's activations (one replica without a strategy)."""
 
-  def __init__(self, result, graph, training, activations):
+  def __init__(self, result, graph, training, activations, layouts):
     self.result = result
     self.graph = graph
     self.training = training
     self.activations = activations  # [{feature: activation}] per replica
+    self.layouts = layouts          # [{feature: _InputLayout}] per replica
     self.dequeued = set()           # replicas that dequeued
 
 

@@ -1,0 +1,261 @@
+"""HostTPUEmbedding: inputs of higher rank, as TF2's TPUEmbedding takes them.
+
+Dense ids [..., 1] are looked up one by one: activations [..., dim].
+SparseTensor ids [d0, ..., dk, n] of a non-sequence feature are combined
+over their last dimension: activations [d0, ..., dk, dim]. Each is checked
+against the equivalent rank-2 (or rank-1) call on a second object (same
+tables, same optimizer): same activations reshaped, same tables and slots
+after two updates whose gradients are given in the activations' shapes;
+eagerly and in `tf.function` (also with unknown dimensions); `build`'s
+input shapes give the activations their static shapes. Refused by feature
+name: dense ids whose last dimension is not 1, sparse ids of rank > 2 for
+sequence features, ragged ids of rank > 2, sparse ids of rank 1, gradients
+of the wrong shape.
+
+Runs in both environments (TF 2.15 and current TensorFlow).
+"""
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # pylint: disable=g-import-not-at-top
+import pytest
+import tensorflow as tf
+
+import estimator_spec as es
+
+emb = tf.tpu.experimental.embedding
+F32 = np.float32
+D0, D1, N = 2, 3, 4   # sparse ids [D0, D1, N]; dense ids [D0, D1, 1]
+VOCAB, DIM = 13, 3
+
+
+def _config(combiner="mean", sequence=False):
+  init = np.random.RandomState(7).uniform(-1, 1, (VOCAB, DIM)).astype(F32)
+  table = emb.TableConfig(VOCAB, DIM, initializer=tf.constant_initializer(
+      init), combiner=combiner, name="t")
+  return {"s": emb.FeatureConfig(table),
+          "d": emb.FeatureConfig(table),
+          "q": emb.FeatureConfig(table, max_sequence_length=2 if sequence
+                                 else 0)}
+
+
+def _batch(step):
+  """(sparse ids [D0, D1, N] as rows of id lists, their weights, dense ids
+  [D0, D1])."""
+  rng = np.random.RandomState(10 + step)
+  rows, weights = [], []
+  for _ in range(D0 * D1):
+    count = rng.randint(0, N + 1)
+    rows.append(list(rng.randint(0, VOCAB, count)))
+    weights.append(list(rng.uniform(0.5, 2.0, count).astype(F32)))
+  dense = rng.randint(0, VOCAB, (D0, D1))
+  return rows, weights, dense
+
+
+def _sparse(rows, dtype, leading):
+  """A SparseTensor leading + [N] of `rows` (row-major over `leading`)."""
+  indices, values = [], []
+  for flat, row in enumerate(rows):
+    prefix = list(np.unravel_index(flat, leading))
+    for p, x in enumerate(row):
+      indices.append(prefix + [p])
+      values.append(x)
+  return tf.SparseTensor(
+      np.array(indices, np.int64).reshape(-1, len(leading) + 1),
+      np.array(values, dtype), list(leading) + [N])
+
+
+def _inputs(step, high_rank):
+  rows, weights, dense = _batch(step)
+  leading = [D0, D1] if high_rank else [D0 * D1]
+  features = {
+      "s": _sparse(rows, np.int64, leading),
+      "d": tf.constant(dense.reshape(leading + [1]) if high_rank else
+                       dense.reshape(-1), tf.int64),
+      "q": _sparse(rows, np.int64, leading)}
+  weight = {"s": _sparse(weights, np.float32, leading), "d": None,
+            "q": None}
+  return features, weight
+
+
+def _grads(step, high_rank):
+  rng = np.random.RandomState(30 + step)
+  shape = [D0, D1, DIM] if high_rank else [D0 * D1, DIM]
+  return {k: rng.uniform(-1, 1, shape).astype(F32) for k in "sdq"}
+
+
+def _state(embedding):
+  state = {}
+  for table, variable in embedding.embedding_tables.items():
+    state[table.name] = variable.numpy()
+    for slot, rows in embedding.slot_variables[table].items():
+      state[f"{table.name}/{slot}"] = rows.numpy()
+  return state
+
+
+def _train(high_rank, in_function, steps=2, signature=False):
+  embedding = es.HostTPUEmbedding(_config(), emb.Adagrad(0.3))
+
+  def step(features, weights, grads):
+    acts = embedding(features, weights)
+    embedding.apply_gradients(grads)
+    return acts
+
+  if in_function:
+    step = tf.function(step)
+  history = []
+  for n in range(steps):
+    features, weights = _inputs(n, high_rank)
+    grads = {k: tf.constant(v) for k, v in _grads(n, high_rank).items()}
+    if signature:
+      # Unknown dimensions: the activations are shaped back at run time.
+      features = {k: (tf.SparseTensor(v.indices, v.values, tf.constant(
+          v.dense_shape.numpy())) if isinstance(v, tf.SparseTensor) else v)
+                  for k, v in features.items()}
+      spec = tf.nest.map_structure(
+          lambda t: (tf.SparseTensorSpec([None] * t.shape.rank, t.dtype)
+                     if isinstance(t, tf.SparseTensor) else
+                     tf.TensorSpec([None] * (t.shape.rank - 1) + [
+                         t.shape[-1] if t.dtype.is_integer else None],
+                                   t.dtype)),
+          (features, {"s": weights["s"]}, grads))
+      fn = tf.function(
+          lambda f, w, g: step(f, dict(w, d=None, q=None), g),
+          input_signature=spec)
+      acts = fn(features, {"s": weights["s"]}, grads)
+    else:
+      acts = step(features, weights, grads)
+    history.append(({k: v.numpy() for k, v in acts.items()},
+                    _state(embedding)))
+  return history
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "unknown_shapes"])
+def test_higher_rank_equals_the_flat_call_reshaped(mode):
+  flat = _train(high_rank=False, in_function=False)
+  high = _train(high_rank=True, in_function=mode != "eager",
+                signature=mode == "unknown_shapes")
+  for (acts, state), (ref_acts, ref_state) in zip(high, flat):
+    for k in "sdq":
+      assert acts[k].shape == (D0, D1, DIM), k
+      np.testing.assert_allclose(acts[k].reshape(-1, DIM), ref_acts[k],
+                                 rtol=1e-6, atol=1e-7, err_msg=k)
+    assert sorted(state) == sorted(ref_state) == ["t", "t/accumulators"]
+    for k in ref_state:
+      np.testing.assert_allclose(state[k], ref_state[k], rtol=1e-6,
+                                 atol=1e-7, err_msg=k)
+  # The comparison is not of initial values, and weights counted.
+  assert not np.allclose(flat[-1][1]["t"], flat[0][1]["t"])
+  assert not np.allclose(flat[0][0]["s"], flat[0][0]["q"])
+
+
+def test_dense_and_sparse_values_by_hand():
+  """[b, k, 1] dense: each id's row; [b, k, n] sparse: the combiner over
+  each innermost row (mean of weighted rows)."""
+  embedding = es.HostTPUEmbedding(_config(), emb.SGD(0.1))
+  features, weights = _inputs(0, high_rank=True)
+  acts = embedding(features, weights)
+  table = embedding.embedding_tables[
+      embedding._conversion.table_configs["t"]].numpy()
+  rows, row_weights, dense = _batch(0)
+  np.testing.assert_allclose(acts["d"].numpy(), table[dense], rtol=1e-6)
+  expected = np.zeros((D0 * D1, DIM), F32)
+  for i, (ids, w) in enumerate(zip(rows, row_weights)):
+    if ids:
+      expected[i] = (np.array(w)[:, None] * table[ids]).sum(0) / sum(w)
+  np.testing.assert_allclose(acts["s"].numpy(), expected.reshape(D0, D1, DIM),
+                             rtol=1e-5, atol=1e-6)
+
+
+def test_rank_two_dense_with_last_dimension_one():
+  embedding = es.HostTPUEmbedding(_config(), emb.Adagrad(0.3))
+  reference = es.HostTPUEmbedding(_config(), emb.Adagrad(0.3))
+  features, weights = _inputs(0, high_rank=False)
+  column = dict(features, d=tf.reshape(features["d"], [-1, 1]))
+  acts = embedding(column, weights)
+  ref = reference(features, weights)
+  assert acts["d"].shape == (D0 * D1, DIM)
+  np.testing.assert_allclose(acts["d"].numpy(), ref["d"].numpy())
+  grads = {k: tf.constant(v) for k, v in _grads(0, False).items()}
+  embedding.apply_gradients(grads)
+  reference.apply_gradients(grads)
+  for k, v in _state(reference).items():
+    np.testing.assert_allclose(_state(embedding)[k], v, rtol=1e-6)
+
+
+def test_build_input_shapes_give_the_activations_their_shapes():
+  embedding = es.HostTPUEmbedding(_config(sequence=True), emb.SGD(0.1))
+  embedding.build(per_replica_input_shapes={
+      "s": tf.TensorShape([D0, D1, N]), "d": tf.TensorShape([D0, D1, 1]),
+      "q": tf.TensorShape([D0 * D1, N])})
+  shapes = {}
+
+  @tf.function(input_signature=[{
+      "s": tf.SparseTensorSpec([None, None, None], tf.int64),
+      "d": tf.TensorSpec([None, None, 1], tf.int64),
+      "q": tf.SparseTensorSpec([None, None], tf.int64)}])
+  def step(features):
+    acts = embedding(features)
+    shapes.update({k: v.shape.as_list() for k, v in acts.items()})
+    embedding.apply_gradients(
+        {k: tf.zeros(v.shape) for k, v in acts.items()})
+    return acts
+
+  features, _ = _inputs(0, high_rank=True)
+  flat, _ = _inputs(0, high_rank=False)
+  acts = step(dict(features, q=flat["q"]))
+  assert shapes == {"s": [D0, D1, DIM], "d": [D0, D1, DIM],
+                    "q": [D0 * D1, 2, DIM]}
+  assert acts["q"].shape == (D0 * D1, 2, DIM)
+  # Inputs that contradict build's shapes are refused by feature.
+  wrong = dict(features, q=flat["q"], d=tf.zeros([D0, D1 + 1, 1], tf.int64))
+  with pytest.raises(ValueError, match="'d'.*build"):
+    embedding.enqueue(wrong)
+
+
+def test_output_shape_with_higher_rank_inputs():
+  config = _config()
+  config["d"] = emb.FeatureConfig(config["d"].table,
+                                  output_shape=[D0 * D1])
+  embedding = es.HostTPUEmbedding(config, emb.SGD(0.5))
+  reference = es.HostTPUEmbedding(_config(), emb.SGD(0.5))
+  features, weights = _inputs(0, high_rank=True)
+  acts = embedding(features, weights)
+  ref = reference(features, weights)
+  assert acts["d"].shape == (D0 * D1, DIM)
+  np.testing.assert_allclose(acts["d"].numpy(),
+                             ref["d"].numpy().reshape(-1, DIM))
+  grads = _grads(0, True)
+  embedding.apply_gradients(dict(grads, d=grads["d"].reshape(-1, DIM)))
+  reference.apply_gradients(grads)
+  for k, v in _state(reference).items():
+    np.testing.assert_allclose(_state(embedding)[k], v, rtol=1e-6)
+
+
+def test_refusals_name_the_feature():
+  embedding = es.HostTPUEmbedding(_config(), emb.SGD(0.1))
+  features, weights = _inputs(0, high_rank=True)
+  with pytest.raises(ValueError, match="'d'.*\\[\\.\\.\\., 1\\]"):
+    embedding.enqueue(dict(features, d=tf.zeros([D0, D1, 2], tf.int64)),
+                      weights)
+  with pytest.raises(ValueError, match="'d'.*\\[batch\\]"):
+    embedding.enqueue(dict(features, d=tf.constant(3, tf.int64)), weights)
+  with pytest.raises(ValueError, match="'s'.*rank 2"):
+    embedding.enqueue(dict(features, s=tf.RaggedTensor.from_uniform_row_length(
+        tf.ragged.constant([[1], [2, 3], [], [4]], tf.int64), 2)),
+                      dict(weights, s=None))
+  with pytest.raises(ValueError, match="'s'.*SparseTensor ids"):
+    embedding.enqueue(dict(features, s=tf.SparseTensor([[0]], tf.constant(
+        [1], tf.int64), [3])), dict(weights, s=None))
+  flat_weights = _inputs(0, high_rank=False)[1]["s"]
+  with pytest.raises(ValueError, match="'s'.*weights"):
+    embedding.enqueue(features, dict(weights, s=flat_weights))
+  sequence = es.HostTPUEmbedding(_config(sequence=True), emb.SGD(0.1))
+  with pytest.raises(ValueError, match="'q'.*max_sequence_length"):
+    sequence.enqueue(features, weights)
+  # Gradients must have the activations' shapes.
+  acts = embedding(features, weights)
+  grads = {k: tf.zeros_like(v) for k, v in acts.items()}
+  with pytest.raises(ValueError, match="'s'.*gradient"):
+    embedding.apply_gradients(dict(grads, s=tf.zeros([D0 * D1, DIM])))
