@@ -15,8 +15,9 @@ process, sides alternate over `--rounds`):
   initial_accumulator_value=0.1, clipvalue=10, clip_weight_min=-5,
   clip_weight_max=5)` on the tables (the TPU semantics: per-id sums,
   lazy rows, clipping), Keras `Adagrad(0.05, initial_accumulator_value=0.1)`
-  on the dense layers; one `tf.function` step (enqueue, dequeue, tape,
-  both updates), dense ids [batch] per feature.
+  on the dense layers; one `tf.function` step (the batch taken from the
+  dataset's iterator inside it, as TF2's TPUEmbedding documents; enqueue,
+  dequeue, tape, both updates), dense ids [batch] per feature.
 * `keras`: `keras.layers.Embedding` tables trained with the same Keras
   Adagrad as the dense layers (what a Keras user without this project
   writes; it skips the TPU semantics: no clipping, Keras' own Adagrad on
@@ -115,7 +116,6 @@ def _build_host(job, names):
   optimizer = _keras_adagrad()
   variables = [v for layer in tower for v in layer.trainable_variables]
 
-  @tf.function
   def step(ids, labels):
     embedding.enqueue(ids)
     activations = embedding.dequeue()
@@ -145,7 +145,6 @@ def _build_keras(job, names):
   variables = ([t.embeddings for t in tables.values()] +
                [v for layer in tower for v in layer.trainable_variables])
 
-  @tf.function
   def step(ids, labels):
     with tf.GradientTape() as tape:
       x = tf.concat([tables[n](ids[n]) for n in names], axis=1)
@@ -165,12 +164,20 @@ def _run_step_side(job):
   features, labels = identity_data(job["features"], job["vocab"],
                                    job["examples"])
   build = _build_host if job["side"] == HOST else _build_keras
-  step = build(job, names)
+  body = build(job, names)
+  iterator = iter(_batches(features, labels, job["batch"]).repeat())
+
+  @tf.function
+  def step(iterator):
+    # The batch is taken inside the function, as TF2's TPUEmbedding
+    # documents its training step: no side pays eager iteration.
+    ids, batch_labels = next(iterator)
+    return body(ids, batch_labels)
+
   times = []
   start = time.perf_counter()
-  for ids, batch_labels in _batches(features, labels, job["batch"]).take(
-      job["steps"]):
-    loss = step(ids, batch_labels)
+  for _ in range(job["steps"]):
+    loss = step(iterator)
     float(loss)  # waits for the step
     times.append(time.perf_counter())
   steady = np.diff(times[job["warmup"]:])

@@ -259,3 +259,59 @@ def test_refusals_name_the_feature():
   grads = {k: tf.zeros_like(v) for k, v in acts.items()}
   with pytest.raises(ValueError, match="'s'.*gradient"):
     embedding.apply_gradients(dict(grads, s=tf.zeros([D0 * D1, DIM])))
+
+
+@pytest.mark.parametrize("use_function", [False, True])
+def test_negative_ids_are_dropped_in_every_input_kind(use_function):
+  # A negative id gives zeros (dense: the example's activation; sparse and
+  # ragged: that id's share) and is not trained; everything else equals the
+  # same call with the negative ids left out.
+  def make():
+    table = emb.TableConfig(VOCAB, DIM, combiner="mean", name="t",
+                            initializer=tf.constant_initializer(
+                                np.arange(VOCAB * DIM, dtype=F32).reshape(
+                                    VOCAB, DIM) / 10.0))
+    return es.HostTPUEmbedding(
+        {"d": emb.FeatureConfig(table), "c": emb.FeatureConfig(table),
+         "r": emb.FeatureConfig(table)}, emb.Adagrad(0.5))
+
+  with_negative = {
+      "d": tf.constant([3, -1, 5], tf.int64),
+      "c": tf.constant([[-1], [2], [4]], tf.int64),
+      "r": tf.ragged.constant([[1, -1], [-1], [6]], tf.int64)}
+  without = {
+      "d": tf.sparse.from_dense(tf.constant([[3], [0], [5]], tf.int64)),
+      "c": tf.ragged.constant([[], [2], [4]], tf.int64),
+      "r": tf.ragged.constant([[1], [], [6]], tf.int64)}
+  # `without`'s "d" drops id 0 of example 1 the way from_dense does.
+  grads = {"d": np.full((3, DIM), 0.5, F32),
+           "c": np.full((3, DIM), -0.25, F32),
+           "r": np.full((3, DIM), 1.0, F32)}
+  results = []
+  for features in (with_negative, without):
+    embedding = make()
+    embedding.build()
+
+    def step(features=features, embedding=embedding):
+      activations = embedding(features)
+      embedding.apply_gradients(grads)
+      return activations
+
+    if use_function:
+      step = tf.function(step)
+    activations = {k: v.numpy() for k, v in step().items()}
+    table = list(embedding.embedding_tables.values())[0].numpy()
+    slots = list(embedding.slot_variables.values())[0]
+    results.append((activations, table, slots["accumulators"].numpy()))
+  (act, table, acc), (act_ref, table_ref, acc_ref) = results
+  for k in act:
+    np.testing.assert_array_equal(act[k], act_ref[k], err_msg=k)
+  np.testing.assert_array_equal(act["d"][1], np.zeros(DIM, F32))
+  np.testing.assert_array_equal(act["c"][0], np.zeros(DIM, F32))
+  np.testing.assert_array_equal(table, table_ref)
+  np.testing.assert_array_equal(acc, acc_ref)
+  touched = sorted({3, 5, 2, 4, 1, 6})
+  untouched = [i for i in range(VOCAB) if i not in touched]
+  np.testing.assert_array_equal(acc[untouched], np.full((len(untouched), DIM),
+                                                        0.1, F32))
+  assert (acc[touched] > 0.1).all()

@@ -14,7 +14,10 @@ refuse exactly the same inputs (SEMANTICS.md section 3):
   the feature's categorical column (columns form of the spec only);
 * weights come from the feature's `weight_key` as a SparseTensor (or
   RaggedTensor) at the ids' positions, cast to float32; dense weights are
-  refused, as on a TPU.
+  refused, as on a TPU;
+* a `GivenIds` under the feature's name holds ids already in the form TF2's
+  mid-level API gives them (`HostTPUEmbedding`): a SparseTensor with its
+  own optional weights, or one id per example.
 
 `parse_feature` then validates when the graph runs (indices inside the
 dense_shape, weights at the ids' positions, ids in range after dropping
@@ -42,10 +45,69 @@ class FeatureInput:
   weights: Any
   transformed: bool
   keys: Tuple[str, ...]
+  # From a `GivenIds`: negative ids drop, one id per example is its row.
+  given: bool = False
 
   @property
   def single(self):
     return not isinstance(self.ids, tf.SparseTensor)
+
+
+@dataclasses.dataclass
+class GivenIds:
+  """One feature's ids as TF2's mid-level API takes them.
+
+  ids: a SparseTensor [batch, ids] (int), with `weights` None or a
+  SparseTensor at the same positions; or a dense [batch] tensor, one id
+  per example (no weights). Negative ids are dropped (that example or
+  position gets zeros). One id per example gives the id's row whatever the
+  table's combiner: sum, mean and sqrtn of one id of weight 1 all give the
+  row, so the engine skips the combiner's arithmetic.
+  """
+  ids: Any
+  weights: Any = None
+
+  @property
+  def one_per_example(self):
+    return not isinstance(self.ids, tf.SparseTensor)
+
+  @property
+  def rows(self):
+    """The examples (the engine's batch) of these ids."""
+    if self.one_per_example:
+      return tf.shape(self.ids, out_type=tf.int64)[0]
+    return self.ids.dense_shape[0]
+
+  def as_sparse(self):
+    """The same ids as a SparseTensor [batch, 1] when one per example."""
+    if not self.one_per_example:
+      return self
+    batch = self.rows
+    return GivenIds(tf.SparseTensor(
+        tf.stack([tf.range(batch), tf.zeros([batch], tf.int64)], axis=1),
+        tf.cast(self.ids, tf.int64), tf.stack([batch, 1])))
+
+  @staticmethod
+  def join(pieces):
+    """One `GivenIds` of the pieces' examples, in order (replicas' parts
+    of a global batch); sparse when any piece is, weights of 1 where a
+    piece has none and another has some."""
+    if len(pieces) == 1:
+      return pieces[0]
+    if all(piece.one_per_example for piece in pieces):
+      return GivenIds(tf.concat([piece.ids for piece in pieces], axis=0))
+    pieces = [piece.as_sparse() for piece in pieces]
+    ids = tf.sparse.concat(0, [piece.ids for piece in pieces],
+                           expand_nonconcat_dims=True)
+    if all(piece.weights is None for piece in pieces):
+      return GivenIds(ids)
+    weights = [
+        piece.weights if piece.weights is not None else tf.SparseTensor(
+            piece.ids.indices, tf.ones_like(piece.ids.values, tf.float32),
+            piece.ids.dense_shape) for piece in pieces
+    ]
+    return GivenIds(ids, tf.sparse.concat(0, weights,
+                                          expand_nonconcat_dims=True))
 
 
 def read_feature(feature, table, column, features, where):
@@ -55,6 +117,12 @@ def read_feature(feature, table, column, features, where):
   and the table)."""
   name = feature.name
   raw = features.get(name)
+  if isinstance(raw, GivenIds):
+    if feature.weight_key is not None:
+      raise ValueError(
+          f"{where}: GivenIds carry their own weights; the feature's "
+          f"weight_key {feature.weight_key!r} would be a second source.")
+    return FeatureInput(raw.ids, raw.weights, False, (name,), given=True)
   if column is not None and (raw is None or not is_integer(raw)):
     ids, keys = transformed_ids(column, features, where)
     transformed = True
@@ -180,7 +248,7 @@ def parse_feature(feature, table, column, features):
   where = f"Feature {feature.name!r} (table {table.name!r})"
   given = read_feature(feature, table, column, features, where)
   if given.single:
-    return _single_ids(feature, table, given.ids)
+    return _single_ids(feature, table, given.ids, given=given.given)
   drop_negative = column.use_safe_embedding_lookup if column else True
   flat = column_lookup.flatten_ids(
       given.ids, given.weights, table.vocabulary_size, feature=feature.name,
@@ -196,19 +264,22 @@ def parse_feature(feature, table, column, features):
                     feature.max_sequence_length, table.combiner, lengths)
 
 
-def _single_ids(feature, table, ids):
-  """combiner=None with a dense rank-1 tensor: one id per example."""
+def _single_ids(feature, table, ids, given=False):
+  """A dense rank-1 tensor, one id per example: with combiner None
+  (negative ids refused, at most one id per example checked), or `given`
+  (a `GivenIds`: negative ids dropped; the row itself, as 'sum' gives)."""
   batch = tf.shape(ids, out_type=tf.int64)[0]
   sparse = tf.SparseTensor(
       tf.stack([tf.range(batch), tf.zeros([batch], tf.int64)], axis=1),
       tf.cast(ids, tf.int64), tf.stack([batch, 1]))
   flat = column_lookup.flatten_ids(
       sparse, None, table.vocabulary_size, feature=feature.name,
-      table=table.name, drop_negative=False)
+      table=table.name, drop_negative=given)
   static = tf.compat.dimension_value(ids.shape[0])
   if static is not None:
     flat.static_batch_size = static
-  return FeatureIds(feature.name, table.name, flat, 0, None, None)
+  return FeatureIds(feature.name, table.name, flat, 0,
+                    "sum" if given else None, None)
 
 
 def check_batch_sizes(parsed):

@@ -17,13 +17,11 @@ from estimator_spec.config import embedding_config as config_lib
 from estimator_spec.config import modes
 from estimator_spec.config import spec as spec_lib
 from estimator_spec.engine import engine as engine_lib
+from estimator_spec.engine import inputs as inputs_lib
 from estimator_spec.interop import _mid_level
 from estimator_spec.mid_level import replicas
 
 _OWNER = "HostTPUEmbedding"
-
-# Weights reach the engine under this key beside each feature's ids.
-_WEIGHT_SUFFIX = "/__host_tpu_embedding_weights__"
 
 
 class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
@@ -91,21 +89,11 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     self._conversion = conversion
     self._names = conversion.feature_names
     self._features = dict(zip(self._names, conversion.feature_configs))
-    self._weight_keys = {}
-    for name, feature in self._features.items():
-      if feature.max_sequence_length == 0:
-        key = name + _WEIGHT_SUFFIX
-        if key in self._features:
-          raise ValueError(f"{owner}: feature name {key!r} is reserved.")
-        self._weight_keys[name] = key
     for name, feature in self._features.items():
       _check_output_shape(owner, name, feature)
-    # The engine reads weights of every non-sequence feature (ones when the
-    # caller gives none, which computes exactly what no weights compute).
-    spec = conversion.spec
-    engine_spec = spec._replace(feature_to_config_dict={
-        name: config._replace(weight_key=self._weight_keys.get(name))
-        for name, config in spec.feature_to_config_dict.items()})
+    # The engine takes each feature's ids and weights together
+    # (`inputs.GivenIds`), so the spec names no weight keys.
+    engine_spec = conversion.spec
     model = engine_spec.model
     trained = [t for t in model.tables if model.optimizer_for(t) is not None]
     if trained and len(trained) != len(model.tables):
@@ -362,17 +350,17 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
               f"{_OWNER}.enqueue: feature {feature_name!r}: {error}") from None
         for inputs, layout, replica_ids, replica_weight in zip(
             per_replica, layouts, ids, weight):
-          engine_inputs, layout[feature_name] = self._engine_inputs(
+          inputs[feature_name], layout[feature_name] = self._engine_inputs(
               feature_name, replica_ids, replica_weight)
-          inputs.update(engine_inputs)
       result = self._engine.lookup({
-          key: replicas.join([inputs[key] for inputs in per_replica])
-          for key in per_replica[0]
+          feature_name: inputs_lib.GivenIds.join(
+              [inputs[feature_name] for inputs in per_replica])
+          for feature_name in self._names
       })
       activations = [dict() for _ in range(count)]
       for feature_name in self._names:
         # Each replica's rows of the feature (its engine batch).
-        sizes = [inputs[feature_name].dense_shape[0] for inputs in per_replica]
+        sizes = [inputs[feature_name].rows for inputs in per_replica]
         pieces = replicas.split(result.activations[feature_name], sizes)
         for replica, piece in zip(activations, pieces):
           replica[feature_name] = piece
@@ -504,10 +492,10 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
   # --- inputs ----------------------------------------------------------------
 
   def _engine_inputs(self, name, ids, weight):
-    """{engine key: tensor} for feature `name`: SparseTensor ids [batch,
-    ids] and, for non-sequence features, SparseTensor float32 weights.
-    Inputs of higher rank are flattened to that batch. Returns (those
-    inputs, the `_InputLayout` that shapes the activation back)."""
+    """The engine's input for feature `name` (an `inputs.GivenIds`:
+    SparseTensor ids [batch, ids] with optional weights, or dense ids
+    [batch], one per example) and the `_InputLayout` that shapes the
+    activation back; inputs of higher rank are flattened to that batch."""
     feature = self._features[name]
     where = f"HostTPUEmbedding: feature {name!r}"
     sequence = feature.max_sequence_length > 0
@@ -568,31 +556,17 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       if rank > 1:
         flat_batch = tf.shape(dense, out_type=tf.int64)[:-1]
         dense = tf.reshape(dense, [-1])
-      batch = tf.shape(dense, out_type=tf.int64)[0]
-      sparse = tf.SparseTensor(
-          tf.stack([tf.range(batch), tf.zeros([batch], tf.int64)], axis=1),
-          dense, tf.stack([batch, tf.constant(1, tf.int64)]))
-      static = tf.compat.dimension_value(dense.shape[0])
-      if static is not None:
-        sparse = tf.sparse.reshape(sparse, [static, 1])
+      sparse = dense  # one id per example: the engine's fast path
     if not sparse.dtype.is_integer:
       raise TypeError(f"{where}: ids must be integers; got "
                       f"{sparse.dtype.name}.")
     shape = self._check_input_shape(name, ids, where)
     layout = _InputLayout(_activation_batch_shape(shape, ids, feature),
                           flat_batch)
-    inputs = {name: sparse}
-    if sequence:
-      if weight is not None:
-        raise ValueError(f"{where}: weights were given for a sequence "
-                         "feature; sequence features take no weights.")
-      return inputs, layout
-    if weight is None:
-      weight = tf.SparseTensor(sparse.indices,
-                               tf.ones_like(sparse.values, tf.float32),
-                               sparse.dense_shape)
-    inputs[self._weight_keys[name]] = weight
-    return inputs, layout
+    if sequence and weight is not None:
+      raise ValueError(f"{where}: weights were given for a sequence "
+                       "feature; sequence features take no weights.")
+    return inputs_lib.GivenIds(sparse, weight), layout
 
   def _check_input_shape(self, name, ids, where):
     """The static shape of `ids`, completed by what `build` was given;

@@ -115,12 +115,10 @@ def local_values(strategy, value, count):
 
 
 def join(pieces):
-  """One global batch from the replicas' pieces, in replica order:
-  SparseTensors (widths may differ) or dense tensors, joined on axis 0."""
+  """One global batch of the replicas' dense pieces (e.g. gradients), in
+  replica order, on axis 0. (Ids join with `inputs.GivenIds.join`.)"""
   if len(pieces) == 1:
     return pieces[0]
-  if isinstance(pieces[0], tf.SparseTensor):
-    return tf.sparse.concat(0, pieces, expand_nonconcat_dims=True)
   return tf.concat(pieces, axis=0)
 
 
