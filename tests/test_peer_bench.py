@@ -226,3 +226,26 @@ def test_the_workload_module_imports_only_numpy():
       [sys.executable, "-c", code], cwd=compare.REPO, capture_output=True,
       text=True, check=True, timeout=60).stdout
   assert json.loads(out.replace("'", '"')) == []
+
+
+def test_a_run_says_how_busy_other_work_kept_the_machine(monkeypatch):
+  # Machine busy 1.0 -> 4.0 CPU s, the side's own 0.5 -> 2.0: other work 1.5
+  # CPU s over the run's wall time.
+  busy, own = iter([1.0, 4.0]), iter([0.5, 2.0])
+  clock = iter([10.0, 13.0])
+  monkeypatch.setattr(compare, "_machine_busy_s", lambda: next(busy))
+  monkeypatch.setattr(compare, "_children_cpu_s", lambda: next(own))
+  monkeypatch.setattr(compare.time, "monotonic", lambda: next(clock))
+  monkeypatch.setattr(compare, "run_side", lambda command, timeout: {})
+  assert compare.run_measured(["side"], 60) == {"others_cpus": 0.5}
+  # Where /proc/stat cannot be read, the run says nothing about it.
+  monkeypatch.setattr(compare, "_machine_busy_s", lambda: None)
+  monkeypatch.setattr(compare, "_children_cpu_s", lambda: 0.0)
+  monkeypatch.setattr(compare.time, "monotonic", lambda: 0.0)
+  assert compare.run_measured(["side"], 60) == {}
+
+
+def test_the_machine_s_busy_time_and_the_children_s_are_read():
+  busy = compare._machine_busy_s()  # pylint: disable=protected-access
+  assert busy is None or busy > 0
+  assert compare._children_cpu_s() >= 0  # pylint: disable=protected-access

@@ -28,8 +28,10 @@ variables); each must equal what workload.py defines, or the script stops
 before timing. Then `--rounds` rounds, each running every side once in
 turn (ours, tf, torchrec); a run's rate is the examples of its steps after
 `--warmup` over their wall time; a side's rate is the median over rounds.
-Ratios: ours / torchrec, ours / tf. The load average is printed before
-and after: numbers from a busy machine are not comparable.
+Ratios: ours / torchrec, ours / tf. Each run also says how busy the
+machine was with other work meanwhile (Linux: CPU time of the whole
+machine, from /proc/stat, less the side's own, over the run's wall time):
+numbers from a busy machine are not comparable, and the summary says so.
 
 Usage: python -m bench.peers.compare [--rounds 3] [--steps 80]
 """
@@ -37,6 +39,7 @@ import argparse
 import json
 import os
 import pathlib
+import resource
 import signal
 import statistics
 import subprocess
@@ -48,6 +51,7 @@ from bench.peers import workload as peer
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SIDES = ("ours", "tf", "torchrec")
 MARK = "PEER_RESULT "
+BUSY = 0.2  # CPUs of other work above which a run was not on an idle machine
 
 
 class SideFailed(RuntimeError):
@@ -83,6 +87,34 @@ def run_side(command, timeout):
     raise SideFailed(f"{' '.join(command)}: exit code {process.returncode}"
                      f"\n{tail}")
   return json.loads(lines[-1][len(MARK):])
+
+
+def _machine_busy_s():
+  """CPU seconds the whole machine has been busy (Linux), else None."""
+  try:
+    with open("/proc/stat", encoding="ascii") as stat:
+      fields = [int(x) for x in stat.readline().split()[1:]]
+  except (OSError, ValueError):
+    return None
+  idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle, iowait
+  return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _children_cpu_s():
+  usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return usage.ru_utime + usage.ru_stime
+
+
+def run_measured(command, timeout):
+  """run_side, and `others_cpus`: the CPUs other work kept busy on average
+  while it ran (the machine's busy time less the side's own), or None."""
+  busy, own, start = _machine_busy_s(), _children_cpu_s(), time.monotonic()
+  result = run_side(command, timeout)
+  after = _machine_busy_s()
+  if busy is not None and after is not None:
+    others = (after - busy) - (_children_cpu_s() - own)
+    result["others_cpus"] = max(0.0, others / (time.monotonic() - start))
+  return result
 
 
 def side_command(side, args, describe=False):
@@ -168,13 +200,14 @@ def main():
     results = {s: [] for s in sides}
     for r in range(args.rounds):
       for side in sides:
-        load = os.getloadavg()[0]
-        result = run_side(side_command(side, args), args.timeout)
+        result = run_measured(side_command(side, args), args.timeout)
         results[side].append(result)
+        others = result.get("others_cpus")
         print(f"  round {r + 1} {side:8s} {result['examples_per_s']:9,.0f} "
               f"examples/s  median step {result['median_step_ms']:6.1f} ms  "
-              f"peak RSS {result['max_rss_mb']:,.0f} MB  (1-min load "
-              f"before {load:.2f})", flush=True)
+              f"peak RSS {result['max_rss_mb']:,.0f} MB  other work "
+              f"{'?' if others is None else f'{others:.2f}'} CPUs",
+              flush=True)
   except SideFailed as error:
     print(f"\nbench-peers: {error}", file=sys.stderr)
     return 1
@@ -189,6 +222,11 @@ def main():
   for other in ("torchrec", "tf"):
     if "ours" in sides and other in sides:
       print(f"  ours / {other:8s} {rate['ours'] / rate[other]:5.2f}x")
+  busiest = max((r.get("others_cpus") or 0.0) for runs in results.values()
+                for r in runs)
+  if busiest > BUSY:
+    print(f"  NOT IDLE: other work kept up to {busiest:.2f} CPUs busy during "
+          "a run; these numbers are not comparable with an idle machine's")
   print(f"\n{_load()} at the end; total wall time "
         f"{time.perf_counter() - begin:.0f} s")
   return 0
