@@ -103,6 +103,18 @@ def test_a_difference_in_any_compared_fact_is_named(data, key, value):
     compare.same_work({"ours": expected, "torchrec": other}, expected)
 
 
+def test_the_rowwise_side_may_differ_in_its_table_optimizer_only(data):
+  expected = peer.expected_work(data[0])
+  rowwise = dict(expected, table_optimizer="rowwise adagrad")
+  lines = compare.same_work({"torchrec-rowwise": rowwise}, expected)
+  assert "torchrec-rowwise same but table optimizer rowwise adagrad" in (
+      lines[1])
+  with pytest.raises(compare.SideFailed, match="torchrec: table_optimizer"):
+    compare.same_work({"torchrec": rowwise}, expected)
+  with pytest.raises(compare.SideFailed, match="torchrec-rowwise: mlp"):
+    compare.same_work({"torchrec-rowwise": dict(rowwise, mlp=3)}, expected)
+
+
 def test_another_batch_is_a_difference(data):
   expected = peer.expected_work(data[0])
   shifted = dict(expected, batches=expected["batches"][1:] +
@@ -116,7 +128,8 @@ def test_facts_beyond_the_compared_ones_are_printed_not_compared(data):
   side = dict(expected, version="x 1.0", update_check="fine",
               table_optimizer_detail="fused")
   lines = compare.same_work({"torchrec": side}, expected)
-  assert any("torchrec same: tables by fused" in l for l in lines)
+  assert any(l.split()[:4] == ["torchrec", "same:", "tables", "by"] and
+             "fused" in l for l in lines)
   assert any("update check: fine" in l for l in lines)
   assert any("version: x 1.0" in l for l in lines)
 
@@ -207,7 +220,9 @@ def test_the_sides_run_from_the_checkout_with_their_pythons():
       steps=80, warmup=20)
   assert compare.side_command("torchrec", args) == [
       "/p/peers", "-m", "bench.peers.torchrec_side", "--threads", "2",
-      "--steps", "80", "--warmup", "20"]
+      "--table-optimizer", "exact", "--steps", "80", "--warmup", "20"]
+  assert compare.side_command("torchrec-rowwise", args, describe=True)[3:] == [
+      "--threads", "2", "--table-optimizer", "rowwise", "--describe"]
   assert compare.side_command("tf", args, describe=True) == [
       "/p/project", "-m", "bench.peers.estimator_side", "--side", "tf",
       "--describe"]

@@ -186,7 +186,9 @@ def describe(model, dense_optimizer, batches, count=peer.CHECKED_BATCHES):
           f"{len(modules)} table-batched module(s), lr "
           f"{modules[0].get_learning_rate():g}, eps "
           f"{modules[0].optimizer_args.eps:g}, accumulators "
-          f"{momentum.numel():,} starting at {float(momentum[0]):g}"),
+          f"{momentum.numel():,} (one per "
+          f"{'element' if momentum.numel() == len(tables) * peer.ROWS * peer.DIM else 'row'}"
+          f") starting at {float(momentum[0]):g}"),
       dense_optimizer_detail="torch.optim.Adagrad(lr 0.05, "
       "initial_accumulator_value 0.1)",
       sharding=f"DistributedModelParallel, world size "
