@@ -11,6 +11,11 @@
 # without setup.py's TF 2.15 pins, and runs there the test files that
 # tests/tf2_tests.txt lists (tests/conftest.py collects only those on a
 # TensorFlow other than 2.15).
+#
+# `make bench-peers` (optional, heavy, not part of `make test`): the TorchRec
+# peer benchmark (bench/peers/compare.py), with TorchRec in its own
+# .venv-peers/ (`make venv-peers`: bench/peers/requirements.txt, then
+# torchrec without its CUDA dependency, bench/peers/requirements-torchrec.txt).
 ifeq ($(origin PYTHON),undefined)
 PYTHON := $(shell command -v python3.11 2>/dev/null || echo python3)
 endif
@@ -27,7 +32,12 @@ VENV_TF_KERAS := .venv-tf-keras
 TF_KERAS_REQUIREMENTS := requirements-tf-keras.txt
 TF_KERAS_PACKAGES := tensorflow tf_keras numpy pytest hypothesis
 
-.PHONY: demo test test-tf2 test-tf-keras venv venv-tf2 venv-tf-keras clean browser
+VENV_PEERS := .venv-peers
+PEERS_REQUIREMENTS := bench/peers/requirements.txt
+PEERS_TORCHREC := bench/peers/requirements-torchrec.txt
+PEERS_PACKAGES := torch fbgemm_gpu numpy
+
+.PHONY: demo test test-tf2 test-tf-keras venv venv-tf2 venv-tf-keras clean browser venv-peers bench-peers
 
 venv:
 	@sh tools/ensure_venv.sh '$(PYTHON)' '$(VENV)' '$(EXTRAS)'
@@ -37,6 +47,12 @@ venv-tf2:
 
 venv-tf-keras:
 	@sh tools/ensure_venv.sh '$(PYTHON)' '$(VENV_TF_KERAS)' 'requirements=$(TF_KERAS_REQUIREMENTS)' '$(TF_KERAS_PACKAGES)'
+
+# torchrec after the rest, without its dependencies (requirements.txt says
+# why); pip returns at once when it is already there.
+venv-peers:
+	@sh tools/ensure_venv.sh '$(PYTHON)' '$(VENV_PEERS)' 'requirements=$(PEERS_REQUIREMENTS)' '$(PEERS_PACKAGES)'
+	@$(VENV_PEERS)/bin/python -m pip install --quiet --no-deps -r $(PEERS_TORCHREC)
 
 demo: venv
 	$(PY) -m examples.train_ctr
@@ -53,6 +69,12 @@ test-tf2: venv-tf2
 # optional, not part of `make test` (requirements-tf-keras.txt says why).
 test-tf-keras: venv-tf-keras
 	TF_USE_LEGACY_KERAS=1 $(VENV_TF_KERAS)/bin/python -m pytest -q tests/test_keras_example.py
+
+# This library, TF 2.15 and TorchRec on the same workload, side by side
+# (bench/peers/compare.py; ours and TF in .venv, TorchRec in .venv-peers).
+# Several minutes; run it on an idle machine.
+bench-peers: venv venv-peers
+	$(PY) -m bench.peers.compare
 
 # Headless Chromium and its driver for the browser test of the profile
 # report (Debian's packages). Never fails: where they cannot be installed,
@@ -71,4 +93,4 @@ browser:
 	fi
 
 clean:
-	rm -rf $(VENV) $(VENV_TF2) $(VENV_TF_KERAS) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VENV_TF2) $(VENV_TF_KERAS) $(VENV_PEERS) build *.egg-info .pytest_cache .hypothesis

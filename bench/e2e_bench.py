@@ -38,6 +38,13 @@ Workloads (throughput: examples/s of steady-state training steps):
   DenseFeatures -> MLP (64, 1). The model's optimizer is Adagrad by default
   (`--wide-optimizer`): TF's sparse Adagrad then updates only the rows a
   batch touches, which is the strongest TF baseline.
+* `peer26`: the workload of the TorchRec peer (bench/peers/workload.py,
+  whose numpy data both use): 26 features, each its own table of
+  100,000 x 16, 1-3 Zipf ids per example (mean 2), combiner 'sum',
+  concatenated (416) -> 256 relu -> 128 relu -> 1, batch 1024, Adagrad
+  (lr 0.05, initial accumulator 0.1) on the tables (the spec's, without
+  clipping: TorchRec's fused Adagrad has none) and the dense variables.
+  bench/peers/compare.py runs it beside TorchRec.
 
 Startup (`startup`): N features over N/10 tables (`shared_embedding_columns`
 groups of 10 identity columns, vocabulary 1,000, dimension 8),
@@ -83,6 +90,7 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 import estimator_spec  # pylint: disable=g-import-not-at-top
 import tpu_embedding_columns  # pylint: disable=g-import-not-at-top
+from bench.peers import workload as peer  # pylint: disable=g-import-not-at-top
 from examples import ctr_data  # pylint: disable=g-import-not-at-top
 from examples import dlrm  # pylint: disable=g-import-not-at-top
 
@@ -108,22 +116,24 @@ def _spec_class(side):
   return tf.compat.v1.estimator.tpu.TPUEstimatorSpec
 
 
-def _embedding_spec(side, columns):
+def _embedding_spec(side, columns, clipping=True):
   """The same EmbeddingConfigSpec (dlrm.build_spec's parameters) of either
-  stack."""
+  stack; without `clipping`, plain Adagrad (lr 0.05, initial accumulator
+  0.1: no weight clipping, no clipping_limit)."""
+  clip = ({"clip_weight_min": -5.0, "clip_weight_max": 5.0} if clipping else
+          {})
+  limit = 10.0 if clipping else None
   if side == OURS:
     return estimator_spec.EmbeddingConfigSpec(
         feature_columns=columns,
         optimization_parameters=estimator_spec.AdagradParameters(
-            learning_rate=0.05, initial_accumulator=0.1,
-            clip_weight_min=-5.0, clip_weight_max=5.0),
-        clipping_limit=10.0)
+            learning_rate=0.05, initial_accumulator=0.1, **clip),
+        clipping_limit=limit)
   return tf.compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec(
       feature_columns=columns,
       optimization_parameters=tf.compat.v1.tpu.experimental.AdagradParameters(
-          learning_rate=0.05, initial_accumulator=0.1,
-          clip_weight_min=-5.0, clip_weight_max=5.0),
-      clipping_limit=10.0)
+          learning_rate=0.05, initial_accumulator=0.1, **clip),
+      clipping_limit=limit)
 
 
 def _estimator(side, model_fn, model_dir, batch_size, spec,
@@ -190,9 +200,7 @@ def _mlp_model_fn(columns, spec_class, optimizer, hidden):
 # --- workloads ---------------------------------------------------------------
 
 
-def _zipf_ids(rng, vocabulary, shape, exponent):
-  ranks = np.minimum(rng.zipf(exponent, size=shape), 10**9).astype(np.int64)
-  return (ranks * 2654435761) % vocabulary
+_zipf_ids = peer.zipf_ids
 
 
 def _identity_data(names, vocabulary, num_examples, exponent, seed):
@@ -293,11 +301,33 @@ def _build_startup(side, job):
           _input_fn(job, features, labels))
 
 
+def _build_peer26(side, job):
+  """The TorchRec peer's workload (bench/peers/workload.py): its data, sizes
+  and optimizers."""
+  features, labels = peer.make_data(job["examples"], seed=job.get("seed", 0))
+  api = _column_api(side)
+  columns = [
+      api.embedding_column(
+          fc.categorical_column_with_identity(name, peer.ROWS),
+          dimension=peer.DIM, combiner="sum") for name in features
+  ]
+  model_fn = _mlp_model_fn(columns, _spec_class(side), "adagrad",
+                           hidden=peer.HIDDEN)
+  return (model_fn, _embedding_spec(side, columns, clipping=False),
+          _input_fn(job, features, labels))
+
+
 _BUILDERS = {"dlrm": _build_dlrm, "wide26": _build_wide,
-             "startup": _build_startup}
+             "startup": _build_startup, "peer26": _build_peer26}
 
 
 # --- one run, in a child process --------------------------------------------
+
+
+def build_parts(job):
+  """(model_fn, EmbeddingConfigSpec, input_fn) of `job`'s workload and side
+  (its stack's classes)."""
+  return _BUILDERS[job["workload"]](job["side"], job)
 
 
 def build_estimator(job):
@@ -306,17 +336,29 @@ def build_estimator(job):
   sampled at that rate into `<model_dir>/profile`)."""
   if job.get("profile_rate"):
     job = dict(job, profile_dir=os.path.join(job["model_dir"], "profile"))
-  model_fn, spec, input_fn = _BUILDERS[job["workload"]](job["side"], job)
+  model_fn, spec, input_fn = build_parts(job)
   estimator = _estimator(job["side"], model_fn, job["model_dir"], job["batch"],
                          spec, job.get("profile_rate"))
   return estimator, input_fn
 
 
 class StepTimes(tf.compat.v1.train.SessionRunHook):
-  """perf_counter() after every step."""
+  """perf_counter() after every step; the graph's trainable variables
+  ({name: size}) and the types of its optimizer ops (`...Apply...`) when
+  the session is built."""
 
   def __init__(self):
     self.times = []
+    self.trainable = {}
+    self.apply_ops = []
+
+  def begin(self):
+    self.trainable = {
+        v.op.name: int(np.prod(v.shape.as_list()))
+        for v in tf.compat.v1.trainable_variables()}
+    self.apply_ops = sorted({
+        op.type for op in tf.compat.v1.get_default_graph().get_operations()
+        if "Apply" in op.type})
 
   def after_run(self, run_context, run_values):
     self.times.append(time.perf_counter())
@@ -335,7 +377,8 @@ def _run(job, queue):
   end = time.perf_counter()
   times = hook.times
   result = {"first_step_s": times[0] - start, "train_s": end - start,
-            "steps": len(times)}
+            "steps": len(times), "trainable": hook.trainable,
+            "apply_ops": hook.apply_ops}
   warmup = job.get("warmup", 0)
   if len(times) > warmup + 1:
     steady = np.diff(times[warmup:])
@@ -419,7 +462,7 @@ def run_in_child(job, time_limit=None, rss_limit_mb=None):
 # --- the benchmark -----------------------------------------------------------
 
 
-WORKLOADS = ("dlrm", "dlrm-full", "dlrm-ex", "wide26", "startup")
+WORKLOADS = ("dlrm", "dlrm-full", "dlrm-ex", "wide26", "peer26", "startup")
 
 
 def _describe(job):
@@ -435,9 +478,21 @@ def _describe(job):
             f"{job['vocab']:,} x {job['dim']}, batch {job['batch']}, MLP "
             f"(64, 1), model optimizer {job['optimizer'].capitalize()}, "
             f"{inputs[job['input']]}")
+  if name == "peer26":
+    return (f"{peer.FEATURES} features, each its own table {peer.ROWS:,} x "
+            f"{peer.DIM}, {peer.MIN_IDS}-{peer.MAX_IDS} ids each, combiner "
+            f"sum, batch {job['batch']}, MLP {peer.HIDDEN + (1,)}, Adagrad on "
+            f"tables and dense variables, {inputs[job['input']]}")
   return (f"{job['features']:,} features over {job['tables']} shared tables "
           f"(vocab {job['vocab']:,}, dim {job['dim']}), batch {job['batch']}, "
           "one step")
+
+
+def peer26_job(steps, warmup):
+  """The `peer26` throughput job (bench/peers/compare.py runs it too)."""
+  return {"workload": "peer26", "batch": peer.BATCH,
+          "examples": peer.BATCHES * peer.BATCH, "input": "batched",
+          "steps": steps, "warmup": warmup}
 
 
 def _startup_job(features):
@@ -512,6 +567,8 @@ def main():
         "batch": 1024, "examples": 32 * 1024, "input": "batched",
         "optimizer": args.wide_optimizer, "steps": warmup + steps,
         "warmup": warmup}, rounds))
+  if "peer26" in chosen:
+    jobs.append(("peer26", peer26_job(warmup + steps, warmup), rounds))
   if "startup" in chosen:
     for count in startup_features.split(","):
       jobs.append((f"start{int(count)}", _startup_job(int(count)), 1))

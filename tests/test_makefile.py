@@ -372,3 +372,32 @@ def test_make_with_an_unsupported_python_stops_with_the_message(tmp_path):
 def test_ci_runs_make_test():
   lines = (REPO / ".ci" / "run").read_text().splitlines()
   assert "make test" in lines
+
+
+@needs_make
+def test_the_peer_benchmark_has_its_own_venv_outside_make_test():
+  venv = _make("-n", "venv-peers").stdout.splitlines()
+  assert len(venv) == 2
+  assert ("'.venv-peers' 'requirements=bench/peers/requirements.txt' "
+          "'torch fbgemm_gpu numpy'") in venv[0]
+  # torchrec without its CUDA fbgemm-gpu dependency, after the rest.
+  assert venv[1] == (".venv-peers/bin/python -m pip install --quiet "
+                     "--no-deps -r bench/peers/requirements-torchrec.txt")
+  bench = _make("-n", "bench-peers").stdout.rstrip().splitlines()
+  assert bench[-1] == ".venv/bin/python -m bench.peers.compare"
+  assert any("'.venv' " in line for line in bench)
+  assert "peers" not in _make("-n", "test").stdout
+  assert ".venv-peers" in _make("-n", "clean").stdout
+  assert ".venv-peers/" in (REPO / ".gitignore").read_text().splitlines()
+
+
+def test_the_peer_requirements_pin_versions_that_go_together():
+  def pins(name):
+    lines = [line.split("#")[0].strip() for line in
+             (REPO / "bench" / "peers" / name).read_text().splitlines()]
+    return [line for line in lines if line]
+  base = pins("requirements.txt")
+  assert {"torch==2.13.0", "fbgemm-gpu-cpu==1.8.0"} <= set(base)
+  assert not any(line.startswith(("torchrec", "fbgemm-gpu=", "tensorflow"))
+                 for line in base)
+  assert pins("requirements-torchrec.txt") == ["torchrec==1.8.0"]

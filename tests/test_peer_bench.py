@@ -1,0 +1,266 @@
+"""The TorchRec peer benchmark's parts that need only numpy and TF
+(bench/peers/): the shared workload data, the same-work check, the
+estimator sides' description of their work, and how compare.py runs a side.
+The TorchRec side itself runs only in .venv-peers (`make bench-peers`,
+where compare.py asserts the same-work check before timing); no test here
+stands in for it.
+"""
+import json
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from bench.peers import compare
+from bench.peers import workload as peer
+
+
+@pytest.fixture(scope="module")
+def data():
+  return peer.make_data()
+
+
+def test_the_data_is_the_same_for_the_same_seed_and_not_for_another():
+  a, labels_a = peer.make_data(2048)
+  b, labels_b = peer.make_data(2048)
+  c, _ = peer.make_data(2048, seed=1)
+  assert list(a) == peer.feature_names() and len(a) == 26
+  for name in a:
+    np.testing.assert_array_equal(a[name], b[name])
+  np.testing.assert_array_equal(labels_a, labels_b)
+  assert any(not np.array_equal(a[n], c[n]) for n in a)
+
+
+def test_each_example_has_one_to_three_ids_in_range_padded_after(data):
+  ids, labels = data
+  assert labels.shape == (32 * 1024, 1) and labels.dtype == np.float32
+  assert set(np.unique(labels)) == {0.0, 1.0}
+  assert 0.05 < labels.mean() < 0.95
+  for name, array in ids.items():
+    assert array.shape == (32 * 1024, 3) and array.dtype == np.int64
+    present = array >= 0
+    lengths = present.sum(axis=1)
+    assert lengths.min() == 1 and lengths.max() == 3, name
+    assert 1.95 < lengths.mean() < 2.05, name
+    # -1 only after an example's ids.
+    np.testing.assert_array_equal(
+        present, np.arange(3)[None, :] < lengths[:, None])
+    assert array[present].max() < peer.ROWS
+
+
+def test_ids_are_zipf_skewed(data):
+  ids, _ = data
+  values = ids["f00"][ids["f00"] >= 0]
+  counts = np.sort(np.bincount(values, minlength=peer.ROWS))[::-1]
+  # The most frequent row (rank 1) takes a large share; most rows are rare.
+  assert counts[0] > 0.1 * values.size
+  assert np.count_nonzero(counts) < values.size / 2
+
+
+def test_jagged_keeps_the_ids_in_example_order():
+  ids = np.array([[5, -1, -1], [7, 7, 2], [0, 9, -1]])
+  values, lengths = peer.jagged(ids)
+  np.testing.assert_array_equal(values, [5, 7, 7, 2, 0, 9])
+  np.testing.assert_array_equal(lengths, [1, 3, 2])
+
+
+def test_the_mlp_parameters_are_counted_layer_by_layer():
+  assert peer.mlp_parameters() == (416 * 256 + 256) + (256 * 128 + 128) + (
+      128 + 1)
+  assert peer.mlp_parameters(3, ()) == 4
+
+
+def test_batch_work_counts_lookups_and_unique_rows():
+  assert peer.batch_work({"b": np.array([3, 3, 4]), "a": np.array([1])}) == {
+      "a": [1, 1], "b": [3, 2]}
+
+
+def test_the_expected_work_follows_the_data(data):
+  ids, _ = data
+  work = peer.expected_work(ids)
+  assert len(work["batches"]) == peer.CHECKED_BATCHES
+  first = ids["f03"][:1024]
+  assert work["batches"][0]["f03"] == [
+      int((first >= 0).sum()), int(np.unique(first[first >= 0]).size)]
+  assert work["tables"]["f25"] == [100_000, 16]
+  assert work["mlp"] == peer.mlp_parameters()
+  line = peer.summary(work)
+  assert line.startswith("26 tables 100,000x16, batch 1024, combiner sum")
+
+
+@pytest.mark.parametrize("key,value", [
+    ("tables", {"f00": [100_000, 8]}), ("batch_size", 512),
+    ("combiner", "mean"), ("mlp", 1), ("table_optimizer", "rowwise adagrad"),
+    ("dense_optimizer", "adam")])
+def test_a_difference_in_any_compared_fact_is_named(data, key, value):
+  expected = peer.expected_work(data[0])
+  assert peer.differences(expected, dict(expected)) == []
+  other = dict(expected, **{key: value})
+  (line,) = peer.differences(other, expected, names=("torchrec", "workload"))
+  assert line.startswith(f"{key}: torchrec ")
+  with pytest.raises(compare.SideFailed, match=f"torchrec: {key}"):
+    compare.same_work({"ours": expected, "torchrec": other}, expected)
+
+
+def test_the_rowwise_side_may_differ_in_its_table_optimizer_only(data):
+  expected = peer.expected_work(data[0])
+  rowwise = dict(expected, table_optimizer="rowwise adagrad")
+  lines = compare.same_work({"torchrec-rowwise": rowwise}, expected)
+  assert "torchrec-rowwise same but table optimizer rowwise adagrad" in (
+      lines[1])
+  with pytest.raises(compare.SideFailed, match="torchrec: table_optimizer"):
+    compare.same_work({"torchrec": rowwise}, expected)
+  with pytest.raises(compare.SideFailed, match="torchrec-rowwise: mlp"):
+    compare.same_work({"torchrec-rowwise": dict(rowwise, mlp=3)}, expected)
+
+
+def test_another_batch_is_a_difference(data):
+  expected = peer.expected_work(data[0])
+  shifted = dict(expected, batches=expected["batches"][1:] +
+                 expected["batches"][:1])
+  assert [l.split(":")[0] for l in peer.differences(shifted, expected)] == [
+      "batches"]
+
+
+def test_facts_beyond_the_compared_ones_are_printed_not_compared(data):
+  expected = peer.expected_work(data[0])
+  side = dict(expected, version="x 1.0", update_check="fine",
+              table_optimizer_detail="fused")
+  lines = compare.same_work({"torchrec": side}, expected)
+  assert any(l.split()[:4] == ["torchrec", "same:", "tables", "by"] and
+             "fused" in l for l in lines)
+  assert any("update check: fine" in l for l in lines)
+  assert any("version: x 1.0" in l for l in lines)
+
+
+def test_the_ours_side_describes_the_work_it_built_and_feeds(data):
+  from bench.peers import estimator_side  # pylint: disable=g-import-not-at-top
+  work = estimator_side.describe("ours")
+  assert peer.differences(work, peer.expected_work(data[0]),
+                          names=("ours", "workload")) == []
+  assert work["apply_ops"] == ["ResourceApplyAdagrad"]
+  assert work["table_parameters_in_graph"] == 0
+  assert "AdagradParameters" in work["table_optimizer_detail"]
+
+
+def test_both_estimator_sides_build_the_peer_workload_alike():
+  from bench import e2e_bench  # pylint: disable=g-import-not-at-top
+  from bench.peers import estimator_side  # pylint: disable=g-import-not-at-top
+  for side in e2e_bench.SIDES:
+    job = dict(e2e_bench.peer26_job(steps=1, warmup=0), side=side)
+    _, spec, _ = e2e_bench.build_parts(job)
+    columns = spec.feature_columns
+    assert [c.categorical_column.name for c in columns] == peer.feature_names()
+    assert {(c.categorical_column.num_buckets, c.dimension, c.combiner)
+            for c in columns} == {(100_000, 16, "sum")}
+    parameters = spec.optimization_parameters
+    assert type(parameters).__name__ == "AdagradParameters"
+    assert (parameters.learning_rate, parameters.initial_accumulator) == (
+        0.05, 0.1)
+    # No clipping: TorchRec's fused Adagrad has none.
+    assert parameters.clip_weight_min is None
+    assert parameters.clip_weight_max is None
+    assert spec.clipping_limit is None
+  read = estimator_side._optimizer_of  # pylint: disable=protected-access
+  ops = ["ResourceApplyAdagrad", "ResourceSparseApplyAdagrad"]
+  assert read(ops, sparse=True) == read(ops, sparse=False) == "adagrad"
+  assert read(["ResourceApplyAdagrad"], sparse=True) == (
+      "other: ResourceApplyAdagrad")
+  assert read([], sparse=False) == "none"
+
+
+def _side(code):
+  return [sys.executable, "-c", code]
+
+
+def test_a_side_s_last_result_line_is_read():
+  result = compare.run_side(_side(
+      "print('noise'); print('PEER_RESULT {\"a\": 1}'); "
+      "print('PEER_RESULT {\"examples_per_s\": 2.5}')"), timeout=60)
+  assert result == {"examples_per_s": 2.5}
+
+
+def test_a_failing_side_stops_with_its_error():
+  with pytest.raises(compare.SideFailed, match="exit code 3[\\s\\S]*boom"):
+    compare.run_side(_side("import sys; sys.stderr.write('boom\\n'); "
+                           "sys.exit(3)"), timeout=60)
+  with pytest.raises(compare.SideFailed, match="exit code 0"):
+    compare.run_side(_side("print('no result')"), timeout=60)
+
+
+def test_a_side_past_its_time_is_killed_with_its_children(tmp_path):
+  marker = tmp_path / "child.pid"
+  code = ("import subprocess, sys, time; "
+          "p = subprocess.Popen([sys.executable, '-c', "
+          "'import time; time.sleep(60)']); "
+          f"open({str(marker)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+  start = time.monotonic()
+  with pytest.raises(compare.SideFailed, match="stopped after 2 s"):
+    compare.run_side(_side(code), timeout=2)
+  assert time.monotonic() - start < 30
+  child = int(marker.read_text())
+  deadline = time.monotonic() + 10
+  while time.monotonic() < deadline and _alive(child):
+    time.sleep(0.1)
+  assert not _alive(child)
+
+
+def _alive(pid):
+  try:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+      return stat.read().split(")")[-1].split()[0] != "Z"
+  except FileNotFoundError:
+    return False
+
+
+def test_the_sides_run_from_the_checkout_with_their_pythons():
+  args = compare.argparse.Namespace(
+      peers_python="/p/peers", project_python="/p/project", threads=2,
+      steps=80, warmup=20)
+  assert compare.side_command("torchrec", args) == [
+      "/p/peers", "-m", "bench.peers.torchrec_side", "--threads", "2",
+      "--table-optimizer", "exact", "--steps", "80", "--warmup", "20"]
+  assert compare.side_command("torchrec-rowwise", args, describe=True)[3:] == [
+      "--threads", "2", "--table-optimizer", "rowwise", "--describe"]
+  assert compare.side_command("tf", args, describe=True) == [
+      "/p/project", "-m", "bench.peers.estimator_side", "--side", "tf",
+      "--describe"]
+  result = compare.run_side(_side(
+      "import json, os; print('PEER_RESULT ' + json.dumps("
+      "[os.getcwd(), os.environ['PYTHONPATH'].split(os.pathsep)[0], "
+      "os.environ['TF_CPP_MIN_LOG_LEVEL']]))"), timeout=60)
+  assert result == [str(compare.REPO), str(compare.REPO), "2"]
+
+
+def test_the_workload_module_imports_only_numpy():
+  code = ("import sys; import bench.peers.workload; "
+          "print(sorted(m for m in ('tensorflow', 'torch', 'estimator_spec') "
+          "if m in sys.modules))")
+  out = compare.subprocess.run(
+      [sys.executable, "-c", code], cwd=compare.REPO, capture_output=True,
+      text=True, check=True, timeout=60).stdout
+  assert json.loads(out.replace("'", '"')) == []
+
+
+def test_a_run_says_how_busy_other_work_kept_the_machine(monkeypatch):
+  # Machine busy 1.0 -> 4.0 CPU s, the side's own 0.5 -> 2.0: other work 1.5
+  # CPU s over the run's wall time.
+  busy, own = iter([1.0, 4.0]), iter([0.5, 2.0])
+  clock = iter([10.0, 13.0])
+  monkeypatch.setattr(compare, "_machine_busy_s", lambda: next(busy))
+  monkeypatch.setattr(compare, "_children_cpu_s", lambda: next(own))
+  monkeypatch.setattr(compare.time, "monotonic", lambda: next(clock))
+  monkeypatch.setattr(compare, "run_side", lambda command, timeout: {})
+  assert compare.run_measured(["side"], 60) == {"others_cpus": 0.5}
+  # Where /proc/stat cannot be read, the run says nothing about it.
+  monkeypatch.setattr(compare, "_machine_busy_s", lambda: None)
+  monkeypatch.setattr(compare, "_children_cpu_s", lambda: 0.0)
+  monkeypatch.setattr(compare.time, "monotonic", lambda: 0.0)
+  assert compare.run_measured(["side"], 60) == {}
+
+
+def test_the_machine_s_busy_time_and_the_children_s_are_read():
+  busy = compare._machine_busy_s()  # pylint: disable=protected-access
+  assert busy is None or busy > 0
+  assert compare._children_cpu_s() >= 0  # pylint: disable=protected-access
