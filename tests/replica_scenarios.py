@@ -99,6 +99,16 @@ def _loss(activations, loss_weights):
   ]) / GLOBAL
 
 
+def _dequeue_and_train(embedding, loss_weights):
+  """dequeue, the loss's gradient, apply_gradients; the activations."""
+  with tf.GradientTape() as tape:
+    activations = embedding.dequeue()
+    tape.watch(activations)
+    loss = _loss(activations, loss_weights)
+  embedding.apply_gradients(tape.gradient(loss, activations))
+  return activations
+
+
 def _state(embedding):
   out = {}
   for table, variable in embedding.embedding_tables.items():
@@ -115,12 +125,7 @@ def reference():
   @tf.function
   def step(features, weights, loss_weights):
     embedding.enqueue(features, weights)
-    with tf.GradientTape() as tape:
-      activations = embedding.dequeue()
-      tape.watch(activations)
-      loss = _loss(activations, loss_weights)
-    embedding.apply_gradients(tape.gradient(loss, activations))
-    return activations
+    return _dequeue_and_train(embedding, loss_weights)
 
   out = {}
   for i in range(STEPS):
@@ -154,12 +159,7 @@ def mirrored(strategy, mode):
   def replica_step(loss_weights, features=None, weights=None):
     if features is not None:
       embedding.enqueue(features, weights)
-    with tf.GradientTape() as tape:
-      activations = embedding.dequeue()
-      tape.watch(activations)
-      loss = _loss(activations, loss_weights)
-    embedding.apply_gradients(tape.gradient(loss, activations))
-    return activations
+    return _dequeue_and_train(embedding, loss_weights)
 
   def step():
     features, weights, loss_weights = next(iterator)

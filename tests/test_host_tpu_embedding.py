@@ -188,14 +188,20 @@ def _state(embedding):
   return state
 
 
-def _run(embedding, steps=2, in_function=False):
+def _train_step(embedding, in_function=False):
+  """step(features, weights, grads): looks up, applies `grads`, returns the
+  activations (traced into a tf.function when `in_function`)."""
+
   def step(features, weights, grads):
     acts = embedding(features, weights)
     embedding.apply_gradients(grads)
     return acts
 
-  if in_function:
-    step = tf.function(step)
+  return tf.function(step) if in_function else step
+
+
+def _run(embedding, steps=2, in_function=False):
+  step = _train_step(embedding, in_function)
   history = []
   for n, batch in enumerate(BATCHES[:steps]):
     features, weights = _tf2_inputs(batch)

@@ -23,6 +23,8 @@ import pytest
 import tensorflow as tf
 
 import estimator_spec as es
+from tests.test_host_tpu_embedding import _state
+from tests.test_host_tpu_embedding import _train_step
 
 emb = tf.tpu.experimental.embedding
 F32 = np.float32
@@ -85,25 +87,9 @@ def _grads(step, high_rank):
   return {k: rng.uniform(-1, 1, shape).astype(F32) for k in "sdq"}
 
 
-def _state(embedding):
-  state = {}
-  for table, variable in embedding.embedding_tables.items():
-    state[table.name] = variable.numpy()
-    for slot, rows in embedding.slot_variables[table].items():
-      state[f"{table.name}/{slot}"] = rows.numpy()
-  return state
-
-
 def _train(high_rank, in_function, steps=2, signature=False):
   embedding = es.HostTPUEmbedding(_config(), emb.Adagrad(0.3))
-
-  def step(features, weights, grads):
-    acts = embedding(features, weights)
-    embedding.apply_gradients(grads)
-    return acts
-
-  if in_function:
-    step = tf.function(step)
+  step = _train_step(embedding, in_function)
   history = []
   for n in range(steps):
     features, weights = _inputs(n, high_rank)

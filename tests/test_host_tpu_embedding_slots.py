@@ -21,6 +21,8 @@ import tensorflow as tf
 import estimator_spec as es
 from estimator_spec import interop
 from estimator_spec.engine import HostEmbeddingEngine
+from tests.test_host_tpu_embedding import _engine_state
+from tests.test_host_tpu_embedding import _state
 
 emb = tf.tpu.experimental.embedding
 F32 = np.float32
@@ -110,23 +112,7 @@ def _reference(spec):
     engine.apply_gradients(result, {k: tf.constant(v)
                                     for k, v in _grads(n).items()},
                            tf.constant(n, tf.int64))
-  state = {}
-  for name, table in engine.tables.items():
-    state[name] = table.read_all().numpy()
-    names = {s.name: s.mid_level
-             for s in engine.config.optimizer_for(name).slot_specs()}
-    for slot, rows in engine.slots[name].items():
-      state[f"{name}/{names[slot]}"] = rows.read_all().numpy()
-  return state
-
-
-def _state(embedding):
-  state = {}
-  for table, variable in embedding.embedding_tables.items():
-    state[table.name] = variable.numpy()
-    for slot, rows in embedding.slot_variables[table].items():
-      state[f"{table.name}/{slot}"] = rows.numpy()
-  return state
+  return _engine_state(engine)
 
 
 def _assert_state(state, reference):
