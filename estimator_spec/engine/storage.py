@@ -54,7 +54,7 @@ class PartitionedRows:
     self.partitioned_variable = variable
     partitions = list(variable) if hasattr(variable,
                                            "_get_variable_list") else [variable]
-    problem = _partition_problem(partitions, layout, dimension)
+    problem = partition_problem(partitions, layout, dimension)
     if problem:
       raise RuntimeError(f"Internal error: partitions of {name}: {problem}")
     self.partitions = partitions
@@ -73,7 +73,7 @@ class PartitionedRows:
     rows.layout = layout
     rows.dimension = dimension
     partitions = list(variables)
-    problem = _partition_problem(partitions, layout, dimension)
+    problem = partition_problem(partitions, layout, dimension)
     if problem:
       raise ValueError(f"{name}: {problem}")
     rows.partitioned_variable = (partitions[0] if len(partitions) == 1 else
@@ -142,9 +142,10 @@ class PartitionedRows:
         tf.range(self.layout.vocabulary_size, dtype=tf.int64), full)
 
 
-def _partition_problem(partitions, layout, dimension):
-  """What keeps `partitions` from storing `layout`'s rows of `dimension`
-  floats (None when they fit)."""
+def partition_problem(partitions, layout, dimension):
+  """What keeps `partitions` (variables, in partition order) from storing
+  `layout`'s rows of `dimension` floats, as a phrase ("partition 0 has
+  shape ..."); None when they fit."""
   if len(partitions) != layout.num_partitions:
     return (f"{len(partitions)} variables for {layout.num_partitions} "
             "partitions")

@@ -18,6 +18,7 @@ from estimator_spec.config import modes
 from estimator_spec.config import spec as spec_lib
 from estimator_spec.engine import engine as engine_lib
 from estimator_spec.engine import inputs as inputs_lib
+from estimator_spec.engine import storage
 from estimator_spec.interop import _mid_level
 from estimator_spec.mid_level import replicas
 
@@ -207,24 +208,20 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       if missing or unknown:
         raise ValueError(f"{where} must return the slots {names}; "
                          f"missing {missing}, unknown {unknown}.")
-      shape = tf.TensorShape([table.layout.vocabulary_size, table.dimension])
       for slot in names:
         value = created[slot]
-        problem = None
-        if not isinstance(value, tf.Variable):
-          problem = f"is a {type(value).__name__}, not a tf.Variable"
-        elif value.dtype.base_dtype != tf.float32:
-          problem = (f"has dtype {value.dtype.base_dtype.name}, not "
-                     "float32")
-        elif value.shape != shape:
-          problem = (f"has shape {value.shape}, not {shape.as_list()} "
-                     "[vocabulary_size, dim]")
-        elif value is variable:
-          problem = "is the table's own variable"
-        elif id(value) in supplied:
-          problem = "is a variable already given for another slot"
+        # The table is one partition: the engine's rule for slot storage.
+        problem = storage.partition_problem([value], table.layout,
+                                            table.dimension)
         if problem:
-          raise ValueError(f"{where}: slot {slot!r} {problem}.")
+          problem = problem.replace("partition 0", "the variable") + (
+              " (float32 [vocabulary_size, dim])")
+        elif value is variable:
+          problem = "the variable is the table's own variable"
+        elif id(value) in supplied:
+          problem = "the variable is already given for another slot"
+        if problem:
+          raise ValueError(f"{where}: slot {slot!r}: {problem}.")
         supplied.add(id(value))
       return {spec.name: created[spec.mid_level] for spec in specs}
 
