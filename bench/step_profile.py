@@ -1,0 +1,509 @@
+"""Where one training step's time goes: TF's own per-op trace of a few
+steady-state steps of an e2e_bench workload, as plain-text tables.
+
+A SessionRunHook runs `--warmup` steps untraced, `--timed` untraced steps
+whose wall time it measures, then `--traced` steps with
+`RunOptions(trace_level=FULL_TRACE)`; the RunMetadata step_stats of the
+traced steps give every executed node's start and end. Each node is
+attributed to its graph op (op type and name; nodes Grappler made are
+matched to the op whose name they extend, else typed from their timeline
+label), and each op to a group:
+
+* ours: the embedding engine's ops are tagged by the engine call that
+  built them (this script wraps the calls while the graph is built; no
+  library code changes): `emb parse` (HostEmbeddingEngine.begin_lookup:
+  ids and weights of every feature flattened, with the conditions of their
+  checks), `emb lookup` (LookupStep.table: unique ids, gather of the
+  table, the combiner), `emb backward` (table_gradients: combiner backward,
+  per-id gradient sums), `emb apply` (_update_table: the optimizer on
+  touched rows, scatter writes), `emb checks` (Assert and CheckNumerics
+  ops, the checks' gates, learning-rate and batch checks).
+* tf (TF's TPUEstimator(use_tpu=False)): the feature columns' ops are told
+  by name: `emb lookup` (the columns' forward: `.../embedding_lookup_sparse`
+  and the sparse-id handling of the DenseFeatures layer), `emb backward`
+  (their `gradients/...`), `emb apply` (the optimizer's sparse update of a
+  table); Assert ops are `emb checks`.
+* both: `input` (the iterator's ops; tf.data's own work runs on its
+  threads, outside the step's trace: only the wait in IteratorGetNext
+  shows), `dense backward` (`gradients/...`), `dense optimizer`
+  (`Adagrad/...`, `training/...`), `dense forward` (the rest of model_fn and
+  the step's bookkeeping).
+
+Times: an op's self time is its op_end_rel_micros - op_start_rel_micros
+(the kernel's compute). With TF's inter-op thread pool (2 threads on this
+machine) ops run in parallel, so summed op time and wall time differ:
+every table gives both the summed op time per step (and its share of the
+step's summed op time, which adds up to 100%) and, per group, the wall
+time during which at least one of its ops ran ("busy"). The step's wall
+time is given untraced (the hook's clock) and traced (FULL_TRACE adds a
+little per op).
+
+Usage: .venv/bin/python -m bench.step_profile [--side ours|tf|both]
+         [--workload peer26] [--warmup 20] [--timed 20] [--traced 5]
+"""
+import argparse
+import collections
+import contextlib
+import functools
+import os
+import re
+import shutil
+import tempfile
+import time
+import warnings
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from bench import e2e_bench  # pylint: disable=g-import-not-at-top
+
+import numpy as np  # pylint: disable=g-import-not-at-top
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+from estimator_spec.engine import engine as engine_lib  # pylint: disable=g-import-not-at-top
+from estimator_spec.estimator import batch_checks  # pylint: disable=g-import-not-at-top
+from tpu_embedding_columns import lookup as column_lookup  # pylint: disable=g-import-not-at-top
+
+EMB_PARSE = "emb parse"
+EMB_LOOKUP = "emb lookup"
+EMB_BACKWARD = "emb backward"
+EMB_APPLY = "emb apply"
+EMB_CHECKS = "emb checks"
+INPUT = "input"
+DENSE_FORWARD = "dense forward"
+DENSE_BACKWARD = "dense backward"
+DENSE_OPTIMIZER = "dense optimizer"
+GROUPS = (EMB_PARSE, EMB_LOOKUP, EMB_BACKWARD, EMB_APPLY, EMB_CHECKS, INPUT,
+          DENSE_FORWARD, DENSE_BACKWARD, DENSE_OPTIMIZER)
+EMBEDDING_GROUPS = (EMB_PARSE, EMB_LOOKUP, EMB_BACKWARD, EMB_APPLY,
+                    EMB_CHECKS)
+SMALL_US = 10  # "small" ops: self time under this (us)
+CHECK_TYPES = ("Assert", "CheckNumerics")
+# DeserializeSparse: the SparseTensors of IteratorGetNext's output.
+INPUT_TYPES = ("IteratorGetNext", "IteratorV2", "MakeIterator",
+               "DeserializeSparse",
+               "IteratorToStringHandle", "IteratorGetNextSync",
+               "AnonymousIteratorV2", "AnonymousIteratorV3")
+
+# --- tagging ours' engine ops by the call that built them --------------------
+
+# (object, attribute, group): the engine calls whose ops get the group; the
+# innermost call wins (a check built inside a lookup is a check).
+_TAGGED_CALLS = (
+    (engine_lib.HostEmbeddingEngine, "begin_lookup", EMB_PARSE),
+    (engine_lib.LookupStep, "table", EMB_LOOKUP),
+    (engine_lib.HostEmbeddingEngine, "table_gradients", EMB_BACKWARD),
+    (engine_lib.HostEmbeddingEngine, "_update_table", EMB_APPLY),
+    (engine_lib.HostEmbeddingEngine, "_learning_rate", EMB_CHECKS),
+    (engine_lib, "_finite", EMB_CHECKS),
+    (column_lookup, "check", EMB_CHECKS),
+    (column_lookup, "gate", EMB_CHECKS),
+    (batch_checks, "check_lookup_batch", EMB_CHECKS),
+)
+
+
+def _op_count(graph):
+  return len(graph._nodes_by_id)  # pylint: disable=protected-access
+
+
+class OpTags:
+  """{op id: group} of the ops built inside the wrapped engine calls (see
+  module docstring), for the graph built while `active()`."""
+
+  def __init__(self):
+    # (first, end, group): ops created first..end-1 (positions in creation
+    # order; ops are never removed from a graph) inside a call of `group`.
+    self._spans = []
+
+  def group_of(self, position):
+    """The group of the op created `position`-th (from 0), or None."""
+    best = None
+    for first, end, group in self._spans:
+      if first <= position < end and (best is None or
+                                      end - first < best[1] - best[0]):
+        best = (first, end, group)
+    return best[2] if best else None
+
+  def _wrap(self, function, group):
+
+    @functools.wraps(function)
+    def wrapped(*args, **kwargs):
+      graph = tf.compat.v1.get_default_graph()
+      first = _op_count(graph)
+      try:
+        return function(*args, **kwargs)
+      finally:
+        self._spans.append((first, _op_count(graph), group))
+
+    return wrapped
+
+  @contextlib.contextmanager
+  def active(self):
+    saved = []
+    try:
+      for owner, attribute, group in _TAGGED_CALLS:
+        original = getattr(owner, attribute)
+        saved.append((owner, attribute, original))
+        setattr(owner, attribute, self._wrap(original, group))
+      yield self
+    finally:
+      for owner, attribute, original in reversed(saved):
+        setattr(owner, attribute, original)
+
+
+# --- grouping ops -------------------------------------------------------------
+
+
+def _is_tf_embedding(name):
+  return "_embedding" in name or "embedding_lookup" in name
+
+
+def group_of(name, op_type, side, tag=None):
+  """The group of an op (see module docstring); `tag`: ours' engine tag."""
+  if op_type in CHECK_TYPES:
+    return EMB_CHECKS
+  if tag is not None:
+    return tag
+  if op_type in INPUT_TYPES or name.startswith("IteratorGetNext"):
+    return INPUT
+  if name.startswith("gradients/"):
+    if side == e2e_bench.TF and _is_tf_embedding(name):
+      return EMB_BACKWARD
+    return DENSE_BACKWARD
+  if name.startswith(("Adagrad/", "training/", "Adam/", "GradientDescent/")):
+    if side == e2e_bench.TF and _is_tf_embedding(name):
+      return EMB_APPLY
+    return DENSE_OPTIMIZER
+  if side == e2e_bench.TF and _is_tf_embedding(name):
+    return EMB_LOOKUP
+  return DENSE_FORWARD
+
+
+_GRAPPLER = re.compile(r"^(?:[A-Za-z]+Optimizer|ConstantFolding|"
+                       r"DependencyOptimizer|Remapper|LoopOptimizer)/")
+_LABEL_TYPE = re.compile(r"=\s*([A-Za-z0-9_]+)\(")
+
+
+class OpIndex:
+  """Node name -> (op name, op type, group) for one graph."""
+
+  def __init__(self, graph, side, tags=None):
+    self.side = side
+    self.ops = {}
+    created = sorted(graph.get_operations(), key=lambda op: op._id)  # pylint: disable=protected-access
+    for position, op in enumerate(created):
+      tag = tags.group_of(position) if tags is not None else None
+      self.ops[op.name] = (op.type, group_of(op.name, op.type, side, tag))
+    self._cache = {}
+
+  def resolve(self, node_name, label):
+    """(op name, op type, group) of an executed node."""
+    key = (node_name, label)
+    if key not in self._cache:
+      self._cache[key] = self._resolve(node_name, label)
+    return self._cache[key]
+
+  def _resolve(self, node_name, label):
+    """(op name, op type, group, how): `how` is 'op' (a graph op),
+    'rewritten' (a node Grappler made from a graph op) or 'name' (no graph
+    op found: grouped by its name alone)."""
+    match = _LABEL_TYPE.search(label or "")
+    label_type = match.group(1) if match else None
+    name = _GRAPPLER.sub("", node_name)
+    if name in self.ops:
+      op_type, group = self.ops[name]
+      op_type = label_type or op_type
+      return name, op_type, self._group(op_type, group), "op"
+    # A node Grappler made (folded, fused, rewritten or split): the op whose
+    # name it extends ('a/b/ConstantFolding/c' -> 'a/b'), or whose name ends
+    # its last part ('ReplaceMulWithSquare_mul_3' -> 'mul_3'), typed by the
+    # node's own label.
+    parts = name.split("/")
+    candidates = []
+    tokens = parts[-1].split("_")
+    for start in range(1, len(tokens)):
+      candidates.append("/".join(parts[:-1] + ["_".join(tokens[start:])]))
+    candidates += ["/".join(parts[:end]) for end in range(len(parts) - 1, 0,
+                                                           -1)]
+    for candidate in candidates:
+      if candidate in self.ops:
+        op_type = label_type or self.ops[candidate][0]
+        return name, op_type, self._group(op_type,
+                                          self.ops[candidate][1]), "rewritten"
+    op_type = label_type or "?"
+    return name, op_type, group_of(name, op_type, self.side), "name"
+
+  @staticmethod
+  def _group(op_type, group):
+    if op_type in CHECK_TYPES:
+      return EMB_CHECKS
+    if op_type in INPUT_TYPES:
+      return INPUT
+    return group
+
+
+# --- tracing ------------------------------------------------------------------
+
+
+class TraceHook(tf.compat.v1.train.SessionRunHook):
+  """Untraced steps (warm-up, then timed), then traced steps (FULL_TRACE);
+  keeps the traced steps' step_stats and every step's wall time."""
+
+  def __init__(self, warmup, timed, traced, side, tags=None):
+    self.warmup, self.timed, self.traced = warmup, timed, traced
+    self.side = side
+    self.tags = tags
+    self.step = 0
+    self.untraced_s = []
+    self.traced_s = []
+    self.step_stats = []
+    self.index = None
+    self._start = None
+
+  def begin(self):
+    self.index = OpIndex(tf.compat.v1.get_default_graph(), self.side,
+                         self.tags)
+
+  def _tracing(self):
+    return self.step >= self.warmup + self.timed
+
+  def before_run(self, run_context):
+    self._start = time.perf_counter()
+    if self._tracing():
+      return tf.compat.v1.train.SessionRunArgs(
+          fetches=None,
+          options=tf.compat.v1.RunOptions(
+              trace_level=tf.compat.v1.RunOptions.FULL_TRACE))
+    return None
+
+  def after_run(self, run_context, run_values):
+    elapsed = time.perf_counter() - self._start
+    if self._tracing():
+      self.traced_s.append(elapsed)
+      self.step_stats.append(run_values.run_metadata.step_stats)
+    elif self.step >= self.warmup:
+      self.untraced_s.append(elapsed)
+    self.step += 1
+
+
+def _union_us(intervals):
+  total, end = 0, None
+  for a, b in sorted(intervals):
+    if end is None or a > end:
+      total += b - a
+      end = b
+    elif b > end:
+      total += b - end
+      end = b
+  return total
+
+
+class Profile:
+  """Per-step totals of the traced steps (see `summarize`)."""
+
+  def __init__(self, side, workload, hook):
+    self.side = side
+    self.workload = workload
+    self.steps = len(hook.step_stats)
+    self.untraced_ms = (float(np.median(hook.untraced_s)) * 1e3
+                        if hook.untraced_s else None)
+    self.traced_ms = float(np.median(hook.traced_s)) * 1e3
+    # {key: [count, self us]} summed over the traced steps
+    self.by_type = collections.defaultdict(lambda: [0, 0])
+    self.by_group = collections.defaultdict(lambda: [0, 0])
+    self.by_group_type = collections.defaultdict(lambda: [0, 0])
+    self.by_scope = collections.defaultdict(lambda: [0, 0])
+    self.group_busy_us = collections.defaultdict(int)
+    self.span_us = 0
+    self.devices = set()
+    self.small = [0, 0]  # op runs of self time < SMALL_US: count, us
+    self.matched = collections.Counter()  # how nodes were matched to ops
+    self.unmatched = collections.Counter()  # names of 'name' nodes
+    for stats in hook.step_stats:
+      intervals = collections.defaultdict(list)
+      starts, ends = [], []
+      for device in stats.dev_stats:
+        self.devices.add(device.device)
+        for node in device.node_stats:
+          if node.node_name in ("_SOURCE", "_SINK"):
+            continue
+          name, op_type, group, how = hook.index.resolve(
+              node.node_name, node.timeline_label)
+          self.matched[how] += 1
+          if how == "name":
+            self.unmatched[name] += 1
+          us = max(0, node.op_end_rel_micros - node.op_start_rel_micros)
+          if us < SMALL_US:
+            self.small[0] += 1
+            self.small[1] += us
+          start = node.all_start_micros + node.op_start_rel_micros
+          end = node.all_start_micros + max(node.op_end_rel_micros,
+                                            node.op_start_rel_micros)
+          starts.append(node.all_start_micros)
+          ends.append(node.all_start_micros + node.all_end_rel_micros)
+          intervals[group].append((start, end))
+          scope = _scope(name)
+          for table, key in ((self.by_type, op_type), (self.by_group, group),
+                             (self.by_group_type, (group, op_type)),
+                             (self.by_scope, (group, scope))):
+            table[key][0] += 1
+            table[key][1] += us
+      for group, spans in intervals.items():
+        self.group_busy_us[group] += _union_us(spans)
+      if starts:
+        self.span_us += max(ends) - min(starts)
+
+  @property
+  def ops_per_step(self):
+    return sum(c for c, _ in self.by_group.values()) / self.steps
+
+  @property
+  def summed_ms(self):
+    return sum(us for _, us in self.by_group.values()) / self.steps / 1e3
+
+  def group_shares(self):
+    """{group: share of summed op time}, adding up to 1."""
+    total = sum(us for _, us in self.by_group.values()) or 1
+    return {g: us / total for g, (_, us) in self.by_group.items()}
+
+
+def _scope(name):
+  """The op's name scope (path without its last part) or, for a top-level
+  op, its name without a `_N` suffix."""
+  if "/" in name:
+    scope = name.rsplit("/", 1)[0]
+    scope = re.sub(r"_\d+(?=/|$)", "_N", scope)
+    return scope[:60]
+  return re.sub(r"_\d+$", "_N", name)
+
+
+def profile(job, warmup=20, timed=20, traced=5):
+  """Trains `job` (an e2e_bench job: workload, side, batch, ...) for
+  warmup + timed + traced steps in a fresh model_dir; returns its
+  `Profile`."""
+  warnings.filterwarnings("ignore", category=UserWarning)
+  tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
+  root = tempfile.mkdtemp(prefix="step_profile_")
+  try:
+    tags = OpTags() if job["side"] == e2e_bench.OURS else None
+    estimator, input_fn = e2e_bench.build_estimator(
+        dict(job, model_dir=os.path.join(root, job["side"])))
+    hook = TraceHook(warmup, timed, traced, job["side"], tags)
+    with (tags.active() if tags else contextlib.nullcontext()):
+      estimator.train(input_fn, steps=warmup + timed + traced, hooks=[hook])
+    return Profile(job["side"], job["workload"], hook)
+  finally:
+    shutil.rmtree(root, ignore_errors=True)
+
+
+# --- text ----------------------------------------------------------------------
+
+
+def _row(cells, widths):
+  return "  ".join(str(c).rjust(w) if i else str(c).ljust(w)
+                   for i, (c, w) in enumerate(zip(cells, widths)))
+
+
+def format_profile(p, top=15, per_group=6, scopes=15):
+  """The tables of one `Profile` as text."""
+  n = p.steps
+  total_us = sum(us for _, us in p.by_group.values()) or 1
+  lines = [
+      f"== {p.workload} / {p.side}: {n} traced steps "
+      f"(devices: {', '.join(sorted(d.rsplit('/', 1)[-1] for d in p.devices))})",
+      f"step wall time: untraced {p.untraced_ms:.1f} ms (median), traced "
+      f"{p.traced_ms:.1f} ms (median), traced span of the ops "
+      f"{p.span_us / n / 1e3:.1f} ms" if p.untraced_ms is not None else
+      f"step wall time: traced {p.traced_ms:.1f} ms (median)",
+      f"ops per step: {p.ops_per_step:.0f}; summed op self time per step: "
+      f"{p.summed_ms:.1f} ms (= {p.summed_ms / (p.span_us / n / 1e3):.2f} x "
+      "the traced span: ops overlap on the inter-op threads)",
+      f"small ops (self time < {SMALL_US} us): {p.small[0] / n:.0f} per step, "
+      f"{p.small[1] / n / 1e3:.2f} ms summed; "
+      f"{os.cpu_count()} threads x span - summed op time: "
+      f"{(os.cpu_count() * p.span_us - total_us) / n / 1e3:.1f} ms "
+      "(idle or executor overhead)",
+      f"nodes matched to graph ops: {p.matched['op'] / n:.0f} by name, "
+      f"{p.matched['rewritten'] / n:.0f} Grappler rewrites, "
+      f"{p.matched['name'] / n:.0f} unmatched (grouped by name: "
+      f"{', '.join(sorted(p.unmatched))[:200] or '-'})",
+      "",
+      "groups (ms/step = summed self time; busy = wall time with one of the "
+      "group's ops running)",
+  ]
+  widths = (16, 8, 10, 7, 10)
+  lines.append(_row(("group", "ops/step", "ms/step", "share", "busy ms"),
+                    widths))
+  embedding = [0, 0]
+  for group in GROUPS + tuple(sorted(set(p.by_group) - set(GROUPS))):
+    if group not in p.by_group:
+      continue
+    count, us = p.by_group[group]
+    if group in EMBEDDING_GROUPS:
+      embedding[0] += count
+      embedding[1] += us
+    lines.append(_row((group, f"{count / n:.0f}", f"{us / n / 1e3:.2f}",
+                       f"{100 * us / total_us:.1f}%",
+                       f"{p.group_busy_us[group] / n / 1e3:.2f}"), widths))
+  lines.append(_row(("(embedding)", f"{embedding[0] / n:.0f}",
+                     f"{embedding[1] / n / 1e3:.2f}",
+                     f"{100 * embedding[1] / total_us:.1f}%", ""), widths))
+  lines.append(_row(("(all)", f"{p.ops_per_step:.0f}",
+                     f"{total_us / n / 1e3:.2f}", "100.0%",
+                     f"{p.span_us / n / 1e3:.2f}"), widths))
+  lines += ["", f"top {top} op types by summed self time"]
+  widths = (28, 8, 10, 7, 8, 30)
+  lines.append(_row(("op type", "ops/step", "ms/step", "share", "us/op",
+                     "mostly in"), widths))
+  ranked = sorted(p.by_type.items(), key=lambda kv: -kv[1][1])
+  for op_type, (count, us) in ranked[:top]:
+    groups = sorted(((g, v[1]) for (g, t), v in p.by_group_type.items()
+                     if t == op_type), key=lambda gv: -gv[1])
+    where = ", ".join(f"{g} {100 * u / max(us, 1):.0f}%" for g, u in groups[:2])
+    lines.append(_row((op_type, f"{count / n:.0f}", f"{us / n / 1e3:.2f}",
+                       f"{100 * us / total_us:.1f}%",
+                       f"{us / max(count, 1):.0f}", where), widths))
+  lines += ["", f"per group: top {per_group} op types"]
+  widths = (16, 28, 8, 10, 7)
+  lines.append(_row(("group", "op type", "ops/step", "ms/step", "share"),
+                    widths))
+  for group in GROUPS:
+    items = sorted(((t, v) for (g, t), v in p.by_group_type.items()
+                    if g == group), key=lambda tv: -tv[1][1])
+    for op_type, (count, us) in items[:per_group]:
+      lines.append(_row((group, op_type, f"{count / n:.0f}",
+                         f"{us / n / 1e3:.2f}",
+                         f"{100 * us / total_us:.1f}%"), widths))
+  lines += ["", f"top {scopes} name scopes (per-table suffixes _N merged)"]
+  widths = (16, 60, 8, 10, 7)
+  lines.append(_row(("group", "scope", "ops/step", "ms/step", "share"),
+                    widths))
+  ranked = sorted(p.by_scope.items(), key=lambda kv: -kv[1][1])
+  for (group, scope), (count, us) in ranked[:scopes]:
+    lines.append(_row((group, scope, f"{count / n:.0f}",
+                       f"{us / n / 1e3:.2f}", f"{100 * us / total_us:.1f}%"),
+                      widths))
+  return "\n".join(lines)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--side", default=e2e_bench.OURS,
+                      choices=e2e_bench.SIDES + ("both",))
+  parser.add_argument("--workload", default="peer26", choices=("peer26",))
+  parser.add_argument("--warmup", type=int, default=20)
+  parser.add_argument("--timed", type=int, default=20)
+  parser.add_argument("--traced", type=int, default=5)
+  parser.add_argument("--top", type=int, default=15)
+  args = parser.parse_args()
+  sides = e2e_bench.SIDES if args.side == "both" else (args.side,)
+  print(f"step_profile: {os.cpu_count()} CPUs, TF {tf.__version__}, "
+        f"load average {os.getloadavg()[0]:.2f}", flush=True)
+  for side in sides:
+    job = dict(e2e_bench.peer26_job(0, 0), side=side)
+    p = profile(job, args.warmup, args.timed, args.traced)
+    print(format_profile(p, top=args.top), flush=True)
+    print(flush=True)
+
+
+if __name__ == "__main__":
+  main()
