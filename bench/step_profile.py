@@ -39,7 +39,7 @@ time is given untraced (the hook's clock) and traced (FULL_TRACE adds a
 little per op).
 
 Usage: .venv/bin/python -m bench.step_profile [--side ours|tf|both]
-         [--workload peer26] [--warmup 20] [--timed 20] [--traced 5]
+         [--workload peer26] [--warmup 20] [--timed 50] [--traced 10]
 """
 import argparse
 import collections
@@ -314,6 +314,7 @@ class Profile:
     self.by_scope = collections.defaultdict(lambda: [0, 0])
     self.group_busy_us = collections.defaultdict(int)
     self.span_us = 0
+    self.busy_us = 0  # wall time with at least one op running
     self.devices = set()
     self.small = [0, 0]  # op runs of self time < SMALL_US: count, us
     self.matched = collections.Counter()  # how nodes were matched to ops
@@ -349,6 +350,8 @@ class Profile:
             table[key][1] += us
       for group, spans in intervals.items():
         self.group_busy_us[group] += _union_us(spans)
+      self.busy_us += _union_us(
+          [span for spans in intervals.values() for span in spans])
       if starts:
         self.span_us += max(ends) - min(starts)
 
@@ -367,12 +370,11 @@ class Profile:
 
 
 def _scope(name):
-  """The op's name scope (path without its last part) or, for a top-level
-  op, its name without a `_N` suffix."""
+  """The op's name scope (path without its last part; numbers, such as
+  per-table and per-feature ones, read N) or, for a top-level op, its name
+  with a `_<number>` suffix read `_N`."""
   if "/" in name:
-    scope = name.rsplit("/", 1)[0]
-    scope = re.sub(r"_\d+(?=/|$)", "_N", scope)
-    return scope[:60]
+    return re.sub(r"\d+", "N", name.rsplit("/", 1)[0])[:60]
   return re.sub(r"_\d+$", "_N", name)
 
 
@@ -419,9 +421,11 @@ def format_profile(p, top=15, per_group=6, scopes=15):
       "the traced span: ops overlap on the inter-op threads)",
       f"small ops (self time < {SMALL_US} us): {p.small[0] / n:.0f} per step, "
       f"{p.small[1] / n / 1e3:.2f} ms summed; "
+      f"wall time of the span with no op running: "
+      f"{(p.span_us - p.busy_us) / n / 1e3:.2f} ms; "
       f"{os.cpu_count()} threads x span - summed op time: "
       f"{(os.cpu_count() * p.span_us - total_us) / n / 1e3:.1f} ms "
-      "(idle or executor overhead)",
+      "(idle threads and executor overhead)",
       f"nodes matched to graph ops: {p.matched['op'] / n:.0f} by name, "
       f"{p.matched['rewritten'] / n:.0f} Grappler rewrites, "
       f"{p.matched['name'] / n:.0f} unmatched (grouped by name: "
@@ -473,8 +477,9 @@ def format_profile(p, top=15, per_group=6, scopes=15):
       lines.append(_row((group, op_type, f"{count / n:.0f}",
                          f"{us / n / 1e3:.2f}",
                          f"{100 * us / total_us:.1f}%"), widths))
-  lines += ["", f"top {scopes} name scopes (per-table suffixes _N merged)"]
-  widths = (16, 60, 8, 10, 7)
+  lines += ["", f"top {scopes} name scopes (numbers read N: per-table and "
+            "per-feature scopes merged)"]
+  widths = (16, 56, 8, 10, 7)
   lines.append(_row(("group", "scope", "ops/step", "ms/step", "share"),
                     widths))
   ranked = sorted(p.by_scope.items(), key=lambda kv: -kv[1][1])
@@ -491,8 +496,8 @@ def main():
                       choices=e2e_bench.SIDES + ("both",))
   parser.add_argument("--workload", default="peer26", choices=("peer26",))
   parser.add_argument("--warmup", type=int, default=20)
-  parser.add_argument("--timed", type=int, default=20)
-  parser.add_argument("--traced", type=int, default=5)
+  parser.add_argument("--timed", type=int, default=50)
+  parser.add_argument("--traced", type=int, default=10)
   parser.add_argument("--top", type=int, default=15)
   args = parser.parse_args()
   sides = e2e_bench.SIDES if args.side == "both" else (args.side,)
@@ -502,7 +507,8 @@ def main():
     job = dict(e2e_bench.peer26_job(0, 0), side=side)
     p = profile(job, args.warmup, args.timed, args.traced)
     print(format_profile(p, top=args.top), flush=True)
-    print(flush=True)
+    print(f"(load average after this side: {os.getloadavg()[0]:.2f})\n",
+          flush=True)
 
 
 if __name__ == "__main__":
