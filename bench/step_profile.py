@@ -12,18 +12,20 @@ label), and each op to a group:
 * ours: the embedding engine's ops are tagged by the engine call that
   built them (this script wraps the calls while the graph is built; no
   library code changes): `emb parse` (HostEmbeddingEngine.begin_lookup:
-  ids and weights of every feature flattened, with the conditions of their
-  checks), `emb lookup` (LookupStep.table: unique ids, gather of the
+  ids and weights of every feature flattened, negative ids dropped), `emb lookup` (LookupStep.table: unique ids, gather of the
   table, the combiner), `emb backward` (table_gradients: combiner backward,
   per-id gradient sums), `emb apply` (_update_table: the optimizer on
-  touched rows, scatter writes), `emb checks` (Assert and CheckNumerics
-  ops, the checks' gates, learning-rate and batch checks).
+  touched rows, scatter writes), `emb checks` (the checks' gates,
+  learning-rate and batch checks).
 * tf (TF's TPUEstimator(use_tpu=False)): the feature columns' ops are told
   by name: `emb lookup` (the columns' forward: `.../embedding_lookup_sparse`
   and the sparse-id handling of the DenseFeatures layer), `emb backward`
   (their `gradients/...`), `emb apply` (the optimizer's sparse update of a
-  table); Assert ops are `emb checks`.
-* both: `input` (the iterator's ops; tf.data's own work runs on its
+  table).
+* both: `emb checks` also holds every Assert and CheckNumerics op and every
+  op that serves checks only (all its consumers are checks: a condition,
+  the reductions it compares, a message), wherever it was built; `input`
+  (the iterator's ops and the DeserializeSparse of its SparseTensors; tf.data's own work runs on its
   threads, outside the step's trace: only the wait in IteratorGetNext
   shows), `dense backward` (`gradients/...`), `dense optimizer`
   (`Adagrad/...`, `training/...`), `dense forward` (the rest of model_fn and
@@ -183,16 +185,37 @@ _GRAPPLER = re.compile(r"^(?:[A-Za-z]+Optimizer|ConstantFolding|"
 _LABEL_TYPE = re.compile(r"=\s*([A-Za-z0-9_]+)\(")
 
 
+def check_only_ops(operations):
+  """Names of the ops that serve checks only: Assert and CheckNumerics, and
+  ops all of whose consumers (data and control) serve checks only (a
+  check's condition, its message, the reductions it compares)."""
+  names = set()
+  # A consumer is created after what it consumes: newest first.
+  for op in sorted(operations, key=lambda o: -o._id):  # pylint: disable=protected-access
+    consumers = [c for out in op.outputs for c in out.consumers()]
+    consumers += op._control_outputs  # pylint: disable=protected-access
+    if op.type in CHECK_TYPES or (consumers and all(
+        c.name in names for c in consumers)):
+      names.add(op.name)
+  return names
+
+
 class OpIndex:
-  """Node name -> (op name, op type, group) for one graph."""
+  """Node name -> (op name, op type, group) for one graph. Ops that serve
+  checks only (`check_only_ops`) are `emb checks` wherever they were
+  built."""
 
   def __init__(self, graph, side, tags=None):
     self.side = side
     self.ops = {}
-    created = sorted(graph.get_operations(), key=lambda op: op._id)  # pylint: disable=protected-access
+    operations = graph.get_operations()
+    checks = check_only_ops(operations)
+    created = sorted(operations, key=lambda op: op._id)  # pylint: disable=protected-access
     for position, op in enumerate(created):
       tag = tags.group_of(position) if tags is not None else None
-      self.ops[op.name] = (op.type, group_of(op.name, op.type, side, tag))
+      group = (EMB_CHECKS if op.name in checks else
+               group_of(op.name, op.type, side, tag))
+      self.ops[op.name] = (op.type, group)
     self._cache = {}
 
   def resolve(self, node_name, label):

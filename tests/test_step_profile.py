@@ -52,7 +52,8 @@ def test_ours_groups_the_engine_ops_by_the_call_that_built_them(ours):
   assert "Unique" in _types_in(ours, sp.EMB_LOOKUP)
   assert "UnsortedSegmentSum" in _types_in(ours, sp.EMB_BACKWARD)
   assert "ResourceScatterUpdate" in _types_in(ours, sp.EMB_APPLY)
-  assert {"Assert", "CheckNumerics"} <= _types_in(ours, sp.EMB_CHECKS)
+  # The checks, with the conditions they compute (ids in range).
+  assert {"Assert", "CheckNumerics", "Less"} <= _types_in(ours, sp.EMB_CHECKS)
   assert "IteratorGetNext" in _types_in(ours, sp.INPUT)
   assert "ResourceApplyAdagrad" in _types_in(ours, sp.DENSE_OPTIMIZER)
   # Each op type of the engine's phases sits in one group only.
@@ -113,3 +114,22 @@ def test_ops_are_grouped_by_name_when_untagged():
   assert sp.group_of("anything", "Assert", e2e_bench.TF) == sp.EMB_CHECKS
   assert sp.group_of("mul_3", "Mul", e2e_bench.OURS,
                      tag=sp.EMB_APPLY) == sp.EMB_APPLY
+
+
+def test_ops_that_only_feed_checks_are_checks():
+  graph = tf.Graph()
+  with graph.as_default():
+    ids = tf.constant([1, 5], tf.int64, name="ids")
+    in_range = tf.less(ids, 10, name="in_range")
+    largest = tf.reduce_max(ids, name="largest")
+    check = tf.raw_ops.Assert(condition=tf.reduce_all(in_range, name="all"),
+                              data=[largest], name="check")
+    with tf.control_dependencies([check]):
+      checked = tf.identity(ids, name="checked")
+    tf.gather(tf.zeros([10]), checked, name="lookup")
+  names = sp.check_only_ops(graph.get_operations())
+  assert {"in_range", "largest", "all", "check"} <= names
+  assert not {"ids", "checked", "lookup"} & names
+  index = sp.OpIndex(graph, e2e_bench.OURS)
+  assert index.resolve("in_range", "")[2] == sp.EMB_CHECKS
+  assert index.resolve("lookup", "")[2] == sp.DENSE_FORWARD
