@@ -28,7 +28,8 @@ label), and each op to a group:
   the reductions it compares, a message), wherever it was built; `input`
   (the iterator's ops and the DeserializeSparse of its SparseTensors;
   tf.data's own work runs on its threads, outside the step's trace: only
-  the wait in IteratorGetNext shows), `dense backward` (`gradients/...`), `dense optimizer`
+  the wait in IteratorGetNext shows), `dense backward` (`gradients/...`),
+  `dense optimizer`
   (`Adagrad/...`, `training/...`), `dense forward` (the rest of model_fn and
   the step's bookkeeping).
 
@@ -62,9 +63,11 @@ from bench import e2e_bench  # pylint: disable=g-import-not-at-top
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-from estimator_spec.engine import engine as engine_lib  # pylint: disable=g-import-not-at-top
-from estimator_spec.estimator import batch_checks  # pylint: disable=g-import-not-at-top
-from tpu_embedding_columns import lookup as column_lookup  # pylint: disable=g-import-not-at-top
+# pylint: disable=g-import-not-at-top
+from estimator_spec.engine import engine as engine_lib
+from estimator_spec.estimator import batch_checks
+from tpu_embedding_columns import lookup as column_lookup
+# pylint: enable=g-import-not-at-top
 
 EMB_PARSE = "emb parse"
 EMB_LOOKUP = "emb lookup"
@@ -192,7 +195,8 @@ def check_only_ops(operations):
   check's condition, its message, the reductions it compares)."""
   names = set()
   # A consumer is created after what it consumes: newest first.
-  for op in sorted(operations, key=lambda o: -o._id):  # pylint: disable=protected-access
+  # pylint: disable-next=protected-access
+  for op in sorted(operations, key=lambda o: -o._id):
     consumers = [c for out in op.outputs for c in out.consumers()]
     consumers += op._control_outputs  # pylint: disable=protected-access
     if op.type in CHECK_TYPES or (consumers and all(
@@ -211,7 +215,8 @@ class OpIndex:
     self.ops = {}
     operations = graph.get_operations()
     checks = check_only_ops(operations)
-    created = sorted(operations, key=lambda op: op._id)  # pylint: disable=protected-access
+    # pylint: disable-next=protected-access
+    created = sorted(operations, key=lambda op: op._id)
     for position, op in enumerate(created):
       tag = tags.group_of(position) if tags is not None else None
       group = (EMB_CHECKS if op.name in checks else
@@ -421,7 +426,7 @@ def profile(job, warmup=20, timed=20, traced=5):
     shutil.rmtree(root, ignore_errors=True)
 
 
-# --- text ----------------------------------------------------------------------
+# --- text ---------------------------------------------------------------------
 
 
 def _row(cells, widths):
@@ -435,7 +440,8 @@ def format_profile(p, top=15, per_group=6, scopes=15):
   total_us = sum(us for _, us in p.by_group.values()) or 1
   lines = [
       f"== {p.workload} / {p.side}: {n} traced steps "
-      f"(devices: {', '.join(sorted(d.rsplit('/', 1)[-1] for d in p.devices))})",
+      f"(devices: "
+      f"{', '.join(sorted(d.rsplit('/', 1)[-1] for d in p.devices))})",
       f"step wall time: untraced {p.untraced_ms:.1f} ms (median), traced "
       f"{p.traced_ms:.1f} ms (median), traced span of the ops "
       f"{p.span_us / n / 1e3:.1f} ms" if p.untraced_ms is not None else
