@@ -112,8 +112,9 @@ def _op_count(graph):
 
 
 class OpTags:
-  """{op id: group} of the ops built inside the wrapped engine calls (see
-  module docstring), for the graph built while `active()`."""
+  """The group of each op built inside a wrapped engine call (see module
+  docstring), by the op's position in creation order, for the one graph
+  built while `active()`."""
 
   def __init__(self):
     # (first, end, group): ops created first..end-1 (positions in creation
