@@ -108,7 +108,7 @@ _TAGGED_CALLS = (
 
 
 def _op_count(graph):
-  return len(graph._nodes_by_id)  # pylint: disable=protected-access
+  return len(graph.get_operations())
 
 
 class OpTags:
@@ -195,11 +195,15 @@ def check_only_ops(operations):
   ops all of whose consumers (data and control) serve checks only (a
   check's condition, its message, the reductions it compares)."""
   names = set()
-  # A consumer is created after what it consumes: newest first.
-  # pylint: disable-next=protected-access
-  for op in sorted(operations, key=lambda o: -o._id):
+  control_consumers = collections.defaultdict(list)
+  for op in operations:
+    for control_input in op.control_inputs:
+      control_consumers[control_input.name].append(op)
+  # `operations` in creation order (`Graph.get_operations`), and a consumer
+  # is created after what it consumes: newest first.
+  for op in reversed(operations):
     consumers = [c for out in op.outputs for c in out.consumers()]
-    consumers += op._control_outputs  # pylint: disable=protected-access
+    consumers += control_consumers[op.name]
     if op.type in CHECK_TYPES or (consumers and all(
         c.name in names for c in consumers)):
       names.add(op.name)
@@ -216,9 +220,8 @@ class OpIndex:
     self.ops = {}
     operations = graph.get_operations()
     checks = check_only_ops(operations)
-    # pylint: disable-next=protected-access
-    created = sorted(operations, key=lambda op: op._id)
-    for position, op in enumerate(created):
+    # get_operations() lists the ops in creation order.
+    for position, op in enumerate(operations):
       tag = tags.group_of(position) if tags is not None else None
       group = (EMB_CHECKS if op.name in checks else
                group_of(op.name, op.type, side, tag))

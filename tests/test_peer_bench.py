@@ -162,7 +162,7 @@ def test_both_estimator_sides_build_the_peer_workload_alike():
     assert parameters.clip_weight_min is None
     assert parameters.clip_weight_max is None
     assert spec.clipping_limit is None
-  read = estimator_side._optimizer_of  # pylint: disable=protected-access
+  read = estimator_side.optimizer_of
   ops = ["ResourceApplyAdagrad", "ResourceSparseApplyAdagrad"]
   assert read(ops, sparse=True) == read(ops, sparse=False) == "adagrad"
   assert read(["ResourceApplyAdagrad"], sparse=True) == (
@@ -248,19 +248,19 @@ def test_a_run_says_how_busy_other_work_kept_the_machine(monkeypatch):
   # CPU s over the run's wall time.
   busy, own = iter([1.0, 4.0]), iter([0.5, 2.0])
   clock = iter([10.0, 13.0])
-  monkeypatch.setattr(compare, "_machine_busy_s", lambda: next(busy))
-  monkeypatch.setattr(compare, "_children_cpu_s", lambda: next(own))
+  monkeypatch.setattr(compare, "machine_busy_s", lambda: next(busy))
+  monkeypatch.setattr(compare, "children_cpu_s", lambda: next(own))
   monkeypatch.setattr(compare.time, "monotonic", lambda: next(clock))
   monkeypatch.setattr(compare, "run_side", lambda command, timeout: {})
   assert compare.run_measured(["side"], 60) == {"others_cpus": 0.5}
   # Where /proc/stat cannot be read, the run says nothing about it.
-  monkeypatch.setattr(compare, "_machine_busy_s", lambda: None)
-  monkeypatch.setattr(compare, "_children_cpu_s", lambda: 0.0)
+  monkeypatch.setattr(compare, "machine_busy_s", lambda: None)
+  monkeypatch.setattr(compare, "children_cpu_s", lambda: 0.0)
   monkeypatch.setattr(compare.time, "monotonic", lambda: 0.0)
   assert compare.run_measured(["side"], 60) == {}
 
 
 def test_the_machine_s_busy_time_and_the_children_s_are_read():
-  busy = compare._machine_busy_s()  # pylint: disable=protected-access
+  busy = compare.machine_busy_s()
   assert busy is None or busy > 0
-  assert compare._children_cpu_s() >= 0  # pylint: disable=protected-access
+  assert compare.children_cpu_s() >= 0

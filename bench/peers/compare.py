@@ -97,7 +97,7 @@ def run_side(command, timeout):
   return json.loads(lines[-1][len(MARK):])
 
 
-def _machine_busy_s():
+def machine_busy_s():
   """CPU seconds the whole machine has been busy (Linux), else None."""
   try:
     with open("/proc/stat", encoding="ascii") as stat:
@@ -108,7 +108,7 @@ def _machine_busy_s():
   return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
-def _children_cpu_s():
+def children_cpu_s():
   usage = resource.getrusage(resource.RUSAGE_CHILDREN)
   return usage.ru_utime + usage.ru_stime
 
@@ -116,11 +116,11 @@ def _children_cpu_s():
 def run_measured(command, timeout):
   """run_side, and `others_cpus`: the CPUs other work kept busy on average
   while it ran (the machine's busy time less the side's own), or None."""
-  busy, own, start = _machine_busy_s(), _children_cpu_s(), time.monotonic()
+  busy, own, start = machine_busy_s(), children_cpu_s(), time.monotonic()
   result = run_side(command, timeout)
-  after = _machine_busy_s()
+  after = machine_busy_s()
   if busy is not None and after is not None:
-    others = (after - busy) - (_children_cpu_s() - own)
+    others = (after - busy) - (children_cpu_s() - own)
     result["others_cpus"] = max(0.0, others / (time.monotonic() - start))
   return result
 

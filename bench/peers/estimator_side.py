@@ -33,7 +33,7 @@ def _threads():
           f"(default: all {os.cpu_count()} CPUs)")
 
 
-def _optimizer_of(apply_ops, sparse):
+def optimizer_of(apply_ops, sparse):
   """'adagrad' when the graph updates with Adagrad ops of that kind
   (sparse: the table rows a batch touches; dense: whole variables)."""
   found = [t for t in apply_ops
@@ -71,7 +71,7 @@ def describe(side, batches=peer.CHECKED_BATCHES):
   else:
     # TF's CPU path skips the spec: the tables are graph variables that
     # the model's optimizer updates (sparsely, the rows a batch touches).
-    table_optimizer = _optimizer_of(graph["apply_ops"], sparse=True)
+    table_optimizer = optimizer_of(graph["apply_ops"], sparse=True)
     how = ("the model's optimizer on the tables as graph variables "
            "(TF's CPU path skips the spec's "
            f"{type(parameters).__name__})")
@@ -79,7 +79,7 @@ def describe(side, batches=peer.CHECKED_BATCHES):
       tables=tables, batches=fed, batch_size=batch_size,
       combiner=combiners[0] if len(combiners) == 1 else combiners, mlp=mlp,
       table_optimizer=table_optimizer,
-      dense_optimizer=_optimizer_of(graph["apply_ops"], sparse=False),
+      dense_optimizer=optimizer_of(graph["apply_ops"], sparse=False),
       table_optimizer_detail=how,
       dense_optimizer_detail="tf.compat.v1.train.AdagradOptimizer(0.05, "
       "initial_accumulator_value=0.1)",
