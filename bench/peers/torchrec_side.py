@@ -33,9 +33,11 @@ A run's rate: examples of the steps after `--warmup` over their wall time
 last.
 """
 import argparse
+from importlib import metadata
 import json
 import logging
 import os
+import resource
 import socket
 import sys
 import time
@@ -45,17 +47,18 @@ import numpy as np
 
 from bench.peers import workload as peer
 
-# TorchRec's planner and DDP warn about single-host defaults at length.
+# TorchRec's planner and DDP warn about single-host defaults at length
+# (some of it while they are imported, hence before the imports below).
 warnings.filterwarnings("ignore")
 logging.disable(logging.WARNING)
 
-import torch  # pylint: disable=g-import-not-at-top
-import torch.distributed as dist  # pylint: disable=g-import-not-at-top
-from torch import nn  # pylint: disable=g-import-not-at-top
-import torchrec  # pylint: disable=g-import-not-at-top
-from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder  # pylint: disable=g-import-not-at-top
-from torchrec.distributed.model_parallel import DistributedModelParallel  # pylint: disable=g-import-not-at-top
-from fbgemm_gpu.split_embedding_configs import EmbOptimType  # pylint: disable=g-import-not-at-top
+import torch
+import torch.distributed as dist
+from torch import nn
+import torchrec
+from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+from torchrec.distributed.model_parallel import DistributedModelParallel
+from fbgemm_gpu.split_embedding_configs import EmbOptimType
 
 OPTIMIZERS = {"exact": EmbOptimType.EXACT_ADAGRAD,
               "rowwise": EmbOptimType.EXACT_ROWWISE_ADAGRAD}
@@ -68,13 +71,15 @@ class PeerModel(nn.Module):
 
   def __init__(self, names):
     super().__init__()
+    # Kept for `describe` (the sharded module replaces `ebc`).
+    self.table_configs = [
+        torchrec.EmbeddingBagConfig(
+            name=f"table_{name}", embedding_dim=peer.DIM,
+            num_embeddings=peer.ROWS, feature_names=[name],
+            pooling=torchrec.PoolingType.SUM) for name in names
+    ]
     self.ebc = torchrec.EmbeddingBagCollection(
-        tables=[
-            torchrec.EmbeddingBagConfig(
-                name=f"table_{name}", embedding_dim=peer.DIM,
-                num_embeddings=peer.ROWS, feature_names=[name],
-                pooling=torchrec.PoolingType.SUM) for name in names
-        ],
+        tables=self.table_configs,
         device=torch.device("meta"))  # DMP materializes the shards
     layers, width = [], len(names) * peer.DIM
     for out in peer.HIDDEN:
@@ -114,9 +119,11 @@ def _batches(data, labels):
 
 def _table_modules(model):
   """FBGEMM's table-batched embedding modules inside the sharded EBC."""
+  # TorchRec offers no public handle on them (they are not among the
+  # model's modules()): its lookups hold them.
   sharded = model.module.ebc
-  return [group.emb_module for lookup in sharded._lookups  # pylint: disable=protected-access
-          for group in lookup._emb_modules]  # pylint: disable=protected-access
+  return [group.emb_module for lookup in sharded._lookups
+          for group in lookup._emb_modules]
 
 
 def build(optimizer):
@@ -148,7 +155,6 @@ def _threads():
 
 
 def _version():
-  from importlib import metadata  # pylint: disable=g-import-not-at-top
   return (f"torch {torch.__version__}, fbgemm-gpu-cpu "
           f"{metadata.version('fbgemm-gpu-cpu')}, torchrec "
           f"{metadata.version('torchrec')}")
@@ -157,7 +163,7 @@ def _version():
 def describe(model, dense_optimizer, batches, count=peer.CHECKED_BATCHES):
   """The work as built: tables from the sharded module's weights, ids from
   the KeyedJaggedTensors fed, the MLP's parameters, the optimizers."""
-  configs = model.module.ebc._embedding_bag_configs  # pylint: disable=protected-access
+  configs = model.module.table_configs
   weights = dict(model.named_parameters())
   tables, combiners = {}, set()
   for config in configs:
@@ -245,7 +251,6 @@ def timed(model, dense_optimizer, batches, steps, warmup):
     _step(model, dense_optimizer, loss_fn, kjt, labels)
     times.append(time.perf_counter())
   steady = np.diff(times[warmup:])
-  import resource  # pylint: disable=g-import-not-at-top
   return {"examples_per_s": peer.BATCH * len(steady) / float(steady.sum()),
           "median_step_ms": float(np.median(steady)) * 1e3,
           "max_rss_mb": resource.getrusage(
