@@ -85,20 +85,20 @@ def structure_checks(sparse_ids, sparse_weights, where):
   """Run-time checks of a feature's SparseTensors, before any use of them:
   every index lies inside the ids' dense_shape, and the weights (if any) sit
   at exactly the ids' positions. `where` names the feature and table."""
-  indices = sparse_ids.indices
   # The example and position of each id (the dimensions a lookup reads),
   # reduced first, then compared: cheaper than comparing every index. Empty
   # indices reduce to the dtype's extremes and pass.
   rank = tf.compat.dimension_value(sparse_ids.dense_shape.shape[0])
-  read = [indices[:, 0]] if rank == 1 else [indices[:, 0], indices[:, 1]]
-  largest = tf.stack([tf.reduce_max(column) for column in read])
-  smallest = tf.stack([tf.reduce_min(column) for column in read])
+  indices = sparse_ids.indices
+  shape = sparse_ids.dense_shape
+  if rank is None or rank > 2:
+    indices, shape = indices[:, :2], shape[:2]
+  largest = tf.reduce_max(indices, axis=0)
+  smallest = tf.reduce_min(indices, axis=0)
   checks = [
       check(
-          tf.logical_and(
-              tf.reduce_all(tf.less(largest,
-                                    sparse_ids.dense_shape[:len(read)])),
-              tf.reduce_all(tf.greater_equal(smallest, 0))),
+          tf.logical_and(tf.reduce_all(tf.less(largest, shape)),
+                         tf.reduce_all(tf.greater_equal(smallest, 0))),
           f"{where}: SparseTensor indices are out of bounds of its "
           "dense_shape (an id would land in another example or position); "
           "make dense_shape cover every index. dense_shape and the largest "
@@ -110,7 +110,8 @@ def structure_checks(sparse_ids, sparse_weights, where):
         f"{where}: weights do not match the ids (different number of "
         "values).")
     with tf.control_dependencies([count]):
-      same = tf.reduce_all(tf.equal(sparse_weights.indices, indices))
+      same = tf.reduce_all(tf.equal(sparse_weights.indices,
+                                    sparse_ids.indices))
     checks += [
         count,
         check(
@@ -160,33 +161,50 @@ def flatten_ids(sparse_ids, sparse_weights, vocabulary_size, *, feature,
                               for t in (ids, example, position))
     if weights is not None:
       weights = tf.gather(weights, keep)
-  vocabulary = tf.constant(vocabulary_size, tf.int64)
+  # The range check compares the batch's smallest and largest id (the
+  # numbers its message prints) rather than every id. Empty ids reduce to
+  # the dtype's extremes and pass.
+  smallest, largest = tf.reduce_min(ids), tf.reduce_max(ids)
+  in_range = tf.less(largest, vocabulary_size)
   if drop_negative:
-    in_range = tf.less(ids, vocabulary)
     message = f"id out of range [0, {vocabulary_size})"
   else:
-    in_range = tf.logical_and(tf.less(ids, vocabulary),
-                              tf.greater_equal(ids, 0))
+    in_range = tf.logical_and(in_range, tf.greater_equal(smallest, 0))
     message = (f"id out of range [0, {vocabulary_size}) (negative ids are "
                "refused with use_safe_embedding_lookup=False)")
   with tf.control_dependencies(checks):
     checks.append(
         check(in_range, f"{where}: {message}; smallest and largest id of "
-              "the batch:", [tf.reduce_min(ids), tf.reduce_max(ids)]))
+              "the batch:", [smallest, largest]))
   with tf.control_dependencies(checks):
     ids = tf.identity(ids)
     if weights is not None:
       weights = tf.identity(weights)
   if drop_negative and not ids_non_negative:
-    keep = tf.reshape(tf.where(tf.math.greater_equal(ids, 0)), [-1])
-    ids, example, position = (tf.gather(t, keep)
-                              for t in (ids, example, position))
-    if weights is not None:
-      weights = tf.gather(weights, keep)
+    ids, example, position, weights = _drop_negative(
+        smallest, ids, example, position, weights)
   static_batch = (tf.compat.dimension_value(sparse_ids.shape[0])
                   if sparse_ids.shape.rank else None)
   return FlatIds(example, position, ids, weights, sparse_ids.dense_shape[0],
                  static_batch)
+
+
+def _drop_negative(smallest, ids, example, position, weights):
+  """(ids, example, position, weights) without the entries of negative ids;
+  copied only when the batch has one (`smallest` < 0)."""
+  kept = [ids, example, position] + ([weights] if weights is not None else [])
+
+  def drop():
+    keep = tf.reshape(tf.where(tf.math.greater_equal(ids, 0)), [-1])
+    return [tf.gather(t, keep) for t in kept]
+
+  if tf.executing_eagerly():
+    kept = drop() if smallest < 0 else kept
+  else:
+    kept = tf.cond(tf.less(smallest, 0), drop, lambda: kept)
+  if weights is None:
+    kept.append(None)
+  return kept
 
 
 # Categorical columns whose ids are never negative: hashing, crossing and
