@@ -45,6 +45,16 @@ Workloads (throughput: examples/s of steady-state training steps):
   (lr 0.05, initial accumulator 0.1) on the tables (the spec's, without
   clipping: TorchRec's fused Adagrad has none) and the dense variables.
   bench/peers/compare.py runs it beside TorchRec.
+* `peer26-fed`: the peer26 model with its 416 embedding activations given
+  as an input (a float feature; no lookup, no table update), the rest
+  unchanged. With peer26 in the same run, the summary prints the
+  embedding's cost: peer26's median step time minus this one's, as a share
+  of this one's.
+* `vocab`: peer26 with its 26 features sharing 2 tables (13 each) of
+  `--vocab-rows` rows each (default 10^5, 10^6, 10^7; one round each):
+  whether the step time stays flat as tables grow, and peak RSS against the
+  bytes of all variables (tables, slots, dense model and its slots), both
+  as measured and above the child's RSS before it built a graph.
 
 Startup (`startup`): N features over N/10 tables (`shared_embedding_columns`
 groups of 10 identity columns, vocabulary 1,000, dimension 8),
@@ -175,11 +185,16 @@ def _without_cross_shard_optimizer(model_fn):
 
 
 def _mlp_model_fn(columns, spec_class, optimizer, hidden):
-  """DenseFeatures(columns) -> relu layers `hidden` -> logit, log loss."""
+  """DenseFeatures(columns) -> relu layers `hidden` -> logit, log loss.
+  columns None: the features dict holds the layer's output ready made,
+  under "activations" (the same model with its embeddings fed)."""
 
   def model_fn(features, labels, mode, params):
     del params
-    x = tf.compat.v1.keras.layers.DenseFeatures(columns)(features)
+    if columns is None:
+      x = features["activations"]
+    else:
+      x = tf.compat.v1.keras.layers.DenseFeatures(columns)(features)
     for i, width in enumerate(hidden):
       x = tf.compat.v1.layers.dense(x, width, activation=tf.nn.relu,
                                     name=f"hidden_{i}")
@@ -303,14 +318,40 @@ def _build_startup(side, job):
 
 def _build_peer26(side, job):
   """The TorchRec peer's workload (bench/peers/workload.py): its data, sizes
-  and optimizers."""
-  features, labels = peer.make_data(job["examples"], seed=job.get("seed", 0))
+  and optimizers. Job keys beyond the peer's: `rows` (per table; default
+  the peer's 100,000), `tables` (the 26 features share this many tables,
+  in equal groups; default 26, one each) and `fed` (the same model with
+  its embedding activations given as an input: no lookup, no update)."""
+  rows, tables = job.get("rows", peer.ROWS), job.get("tables", peer.FEATURES)
+  features, labels = peer.make_data(job["examples"], rows=rows,
+                                    seed=job.get("seed", 0))
+  if job.get("fed"):
+    # What DenseFeatures would give: [N, 26 x 16], at a table's scale.
+    rng = np.random.RandomState(job.get("seed", 0))
+    fed = {"activations": rng.normal(0.0, 0.05, size=(
+        len(labels), peer.FEATURES * peer.DIM)).astype(np.float32)}
+    model_fn = _mlp_model_fn(None, _spec_class(side), "adagrad",
+                             hidden=peer.HIDDEN)
+    return model_fn, None, _input_fn(job, fed, labels)
   api = _column_api(side)
-  columns = [
-      api.embedding_column(
-          fc.categorical_column_with_identity(name, peer.ROWS),
-          dimension=peer.DIM, combiner="sum") for name in features
-  ]
+  categorical = [fc.categorical_column_with_identity(name, rows)
+                 for name in features]
+  if tables == peer.FEATURES:
+    columns = [
+        api.embedding_column(column, dimension=peer.DIM, combiner="sum")
+        for column in categorical
+    ]
+  else:
+    if peer.FEATURES % tables:
+      raise ValueError(f"peer26: {peer.FEATURES} features do not split "
+                       f"into {tables} equal tables")
+    size = peer.FEATURES // tables
+    columns = []
+    for t in range(tables):
+      columns.extend(
+          api.shared_embedding_columns(
+              categorical[t * size:(t + 1) * size], dimension=peer.DIM,
+              combiner="sum", shared_embedding_collection_name=f"table_{t}"))
   model_fn = _mlp_model_fn(columns, _spec_class(side), "adagrad",
                            hidden=peer.HIDDEN)
   return (model_fn, _embedding_spec(side, columns, clipping=False),
@@ -344,18 +385,23 @@ def build_estimator(job):
 
 class StepTimes(tf.compat.v1.train.SessionRunHook):
   """perf_counter() after every step; the graph's trainable variables
-  ({name: size}) and the types of its optimizer ops (`...Apply...`) when
-  the session is built."""
+  ({name: size}), the bytes of all its variables (tables, slots, dense
+  model and its optimizer's slots) and the types of its optimizer ops
+  (`...Apply...`) when the session is built."""
 
   def __init__(self):
     self.times = []
     self.trainable = {}
+    self.state_bytes = 0
     self.apply_ops = []
 
   def begin(self):
     self.trainable = {
         v.op.name: int(np.prod(v.shape.as_list()))
         for v in tf.compat.v1.trainable_variables()}
+    self.state_bytes = sum(
+        int(np.prod(v.shape.as_list())) * v.dtype.base_dtype.size
+        for v in tf.compat.v1.global_variables())
     self.apply_ops = sorted({
         op.type for op in tf.compat.v1.get_default_graph().get_operations()
         if "Apply" in op.type})
@@ -369,6 +415,8 @@ def _run(job, queue):
   parent (through `queue`) when train() is called."""
   warnings.filterwarnings("ignore", category=UserWarning)
   tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
+  # RSS before any graph exists: TF's runtime, the data and this script.
+  base_rss_mb = _rss_mb(os.getpid(), "VmRSS")
   estimator, input_fn = build_estimator(job)
   hook = StepTimes()
   queue.put({"event": "train", "at": time.monotonic()})
@@ -378,6 +426,8 @@ def _run(job, queue):
   times = hook.times
   result = {"first_step_s": times[0] - start, "train_s": end - start,
             "steps": len(times), "trainable": hook.trainable,
+            "base_rss_mb": base_rss_mb,
+            "state_mb": hook.state_bytes / 2**20,
             "apply_ops": hook.apply_ops}
   warmup = job.get("warmup", 0)
   if len(times) > warmup + 1:
@@ -400,10 +450,16 @@ def _child(job, queue):
 
 def _peak_rss_mb(pid):
   """VmHWM of a live process (Linux), else None."""
+  return _rss_mb(pid, "VmHWM")
+
+
+def _rss_mb(pid, field):
+  """`field` (VmRSS: now, VmHWM: peak) of a live process (Linux), in MB;
+  None when unknown."""
   try:
     with open(f"/proc/{pid}/status", encoding="ascii") as status:
       for line in status:
-        if line.startswith("VmHWM:"):
+        if line.startswith(field + ":"):
           return int(line.split()[1]) / 1024.0
   except (OSError, ValueError):
     pass
@@ -462,7 +518,8 @@ def run_in_child(job, time_limit=None, rss_limit_mb=None):
 # --- the benchmark -----------------------------------------------------------
 
 
-WORKLOADS = ("dlrm", "dlrm-full", "dlrm-ex", "wide26", "peer26", "startup")
+WORKLOADS = ("dlrm", "dlrm-full", "dlrm-ex", "wide26", "peer26",
+             "peer26-fed", "vocab", "startup")
 
 
 def _describe(job):
@@ -478,8 +535,17 @@ def _describe(job):
             f"{job['vocab']:,} x {job['dim']}, batch {job['batch']}, MLP "
             f"(64, 1), model optimizer {job['optimizer'].capitalize()}, "
             f"{inputs[job['input']]}")
+  if name == "peer26" and job.get("fed"):
+    return (f"the peer26 model with its {peer.FEATURES} x {peer.DIM} "
+            f"embedding activations fed as an input (no lookup, no update), "
+            f"batch {job['batch']}, MLP {peer.HIDDEN + (1,)}, Adagrad, "
+            f"{inputs[job['input']]}")
   if name == "peer26":
-    return (f"{peer.FEATURES} features, each its own table {peer.ROWS:,} x "
+    rows, tables = job.get("rows", peer.ROWS), job.get("tables",
+                                                        peer.FEATURES)
+    where = ("each its own table" if tables == peer.FEATURES else
+             f"sharing {tables} tables")
+    return (f"{peer.FEATURES} features, {where} of {rows:,} x "
             f"{peer.DIM}, {peer.MIN_IDS}-{peer.MAX_IDS} ids each, combiner "
             f"sum, batch {job['batch']}, MLP {peer.HIDDEN + (1,)}, Adagrad on "
             f"tables and dense variables, {inputs[job['input']]}")
@@ -530,6 +596,9 @@ def main():
                       "stopped and reported as '> limit'")
   parser.add_argument("--rss-limit-mb", type=float, default=8000.0,
                       help="a child process above this peak RSS is stopped")
+  parser.add_argument("--vocab-rows", default="100000,1000000,10000000",
+                      help="rows per table of the `vocab` workloads (the "
+                      "peer26 model, its 26 features sharing 2 tables)")
   parser.add_argument("--workloads", default=",".join(WORKLOADS),
                       help="comma-separated, from the default")
   args = parser.parse_args()
@@ -569,6 +638,16 @@ def main():
         "warmup": warmup}, rounds))
   if "peer26" in chosen:
     jobs.append(("peer26", peer26_job(warmup + steps, warmup), rounds))
+  if "peer26-fed" in chosen:
+    jobs.append(("peer26-fed", dict(peer26_job(warmup + steps, warmup),
+                                    fed=True), rounds))
+  if "vocab" in chosen:
+    rows_list = [int(r) for r in args.vocab_rows.split(",") if r]
+    if args.quick:
+      rows_list = rows_list[:1]
+    for rows in rows_list:
+      jobs.append((f"vocab{rows:.0e}".replace("+0", ""), dict(
+          peer26_job(warmup + steps, warmup), rows=rows, tables=2), 1))
   if "startup" in chosen:
     for count in startup_features.split(","):
       jobs.append((f"start{int(count)}", _startup_job(int(count)), 1))
@@ -630,7 +709,51 @@ def main():
     print(f"{label:9s} {rate[OURS]:8,.0f} ex/s {rate[TF]:8,.0f} ex/s "
           f"{rate[OURS] / rate[TF]:6.2f}x  {rss[OURS]:11,.0f} "
           f"{rss[TF]:10,.0f}")
+  _print_embedding_cost(results)
+  _print_memory(jobs, results)
   print(f"\ntotal wall time {time.perf_counter() - begin:.0f} s")
+
+
+def _median_step_ms(runs):
+  steps = [r["median_step_ms"] for r in runs if "stopped" not in r]
+  return statistics.median(steps) if steps else float("nan")
+
+
+def _print_embedding_cost(results):
+  """The embedding's cost beside the dense model: peer26's step time minus
+  the step time of the same model with its activations fed (peer26-fed),
+  over the latter."""
+  if "peer26" not in results or "peer26-fed" not in results:
+    return
+  print("\nEmbedding cost (peer26 step - peer26-fed step, over the fed "
+        "step; median step times):")
+  for side in SIDES:
+    full = _median_step_ms(results["peer26"][side])
+    fed = _median_step_ms(results["peer26-fed"][side])
+    print(f"  {side:4s} {full:6.2f} ms - {fed:6.2f} ms = {full - fed:6.2f} ms"
+          f" = {100 * (full - fed) / fed:5.0f}% of the fed model's step")
+
+
+def _print_memory(jobs, results):
+  """Peak RSS against the variables' bytes (tables, slots, dense model and
+  its slots), for the `vocab` runs: as measured, and above the child's RSS
+  before it built a graph (TF's runtime and the numpy data)."""
+  labels = [label for label, job, _ in jobs if job.get("tables") == 2]
+  if not labels:
+    return
+  print("\nMemory (vocab runs): variables' MB, peak RSS MB, peak / "
+        "variables, (peak - RSS before the graph) / variables")
+  for label in labels:
+    for side in SIDES:
+      run = results[label][side][0]
+      if "stopped" in run:
+        print(f"  {label:9s} {side:4s} stopped: {run['stopped']}")
+        continue
+      state, peak = run["state_mb"], run["max_rss_mb"]
+      print(f"  {label:9s} {side:4s} variables {state:9,.0f}  peak "
+            f"{peak:9,.0f}  {peak / state:5.2f}x  "
+            f"{(peak - run['base_rss_mb']) / state:5.2f}x above "
+            f"{run['base_rss_mb']:,.0f} MB before the graph")
 
 
 if __name__ == "__main__":

@@ -264,3 +264,72 @@ def test_the_machine_s_busy_time_and_the_children_s_are_read():
   busy = compare.machine_busy_s()
   assert busy is None or busy > 0
   assert compare.children_cpu_s() >= 0
+
+
+class _Queue(list):
+  put = list.append
+
+
+def _dense_model_bytes():
+  # Weights and biases of 416-256-128-1, each with an Adagrad accumulator,
+  # and the int64 global step.
+  return peer.mlp_parameters() * 4 * 2 + 8
+
+
+@pytest.mark.parametrize("side", ["ours", "tf"])
+def test_the_fed_twin_trains_the_same_dense_model_without_tables(
+    side, tmp_path):
+  from bench import e2e_bench  # pylint: disable=g-import-not-at-top
+  job = dict(e2e_bench.peer26_job(steps=3, warmup=1), side=side, fed=True,
+             examples=2 * peer.BATCH)
+  _, spec, _ = e2e_bench.build_parts(job)
+  assert spec is None
+  job["model_dir"] = str(tmp_path)
+  result = e2e_bench._run(job, _Queue())  # pylint: disable=protected-access
+  assert result["steps"] == 3 and result["examples_per_s"] > 0
+  assert result["state_mb"] * 2**20 == _dense_model_bytes()
+  assert sorted(result["trainable"]) == sorted(
+      f"{layer}/{part}" for layer in ("hidden_0", "hidden_1", "logit")
+      for part in ("kernel", "bias"))
+  assert result["base_rss_mb"] > 0
+
+
+def test_the_vocab_runs_share_two_tables_and_count_their_slots(tmp_path):
+  from bench import e2e_bench  # pylint: disable=g-import-not-at-top
+  job = dict(e2e_bench.peer26_job(steps=2, warmup=0), side="ours",
+             rows=1000, tables=2, examples=peer.BATCH)
+  _, spec, _ = e2e_bench.build_parts(job)
+  columns = spec.feature_columns
+  assert [c.categorical_column.name for c in columns] == peer.feature_names()
+  assert {c.shared_embedding_collection_name for c in columns} == {
+      "table_0", "table_1"}
+  assert {c.categorical_column.num_buckets for c in columns} == {1000}
+  job["model_dir"] = str(tmp_path)
+  result = e2e_bench._run(job, _Queue())  # pylint: disable=protected-access
+  # Two tables of 1,000 x 16 and their Adagrad accumulators, beside the
+  # dense model.
+  tables = 2 * 1000 * peer.DIM * 4 * 2
+  assert result["state_mb"] * 2**20 == tables + _dense_model_bytes()
+  with pytest.raises(ValueError, match="do not split into 4 equal"):
+    e2e_bench.build_parts(dict(job, tables=4))
+
+
+def test_the_summary_prints_the_embedding_cost_and_memory(capsys):
+  from bench import e2e_bench  # pylint: disable=g-import-not-at-top
+  run = lambda ms: {"median_step_ms": ms}
+  e2e_bench._print_embedding_cost({  # pylint: disable=protected-access
+      "peer26": {"ours": [run(10.0), run(12.0), run(11.0)],
+                 "tf": [run(24.0)]},
+      "peer26-fed": {"ours": [run(4.0), run(4.4), run(4.2)],
+                     "tf": [run(4.0)]}})
+  memory = {"state_mb": 2000.0, "max_rss_mb": 3000.0, "base_rss_mb": 600.0}
+  e2e_bench._print_memory(  # pylint: disable=protected-access
+      [("vocab1e7", {"tables": 2}, 1), ("peer26", {}, 1)],
+      {"vocab1e7": {"ours": [memory], "tf": [{"stopped": "peak RSS"}]}})
+  out = capsys.readouterr().out
+  assert "ours  11.00 ms -   4.20 ms =   6.80 ms =   162% of the fed" in out
+  assert "tf    24.00 ms -   4.00 ms =  20.00 ms =   500%" in out
+  assert ("vocab1e7  ours variables     2,000  peak     3,000   1.50x   "
+          "1.20x above 600 MB") in out
+  assert "vocab1e7  tf   stopped: peak RSS" in out
+  assert "peer26 " not in out.split("Memory")[1]
