@@ -288,8 +288,8 @@ class HostEmbeddingEngine:
       for spec in optimizer.slot_specs():
         slots[spec.name] = storage.create_table(
             spec.variable_name(var_name), table.vocabulary_size,
-            table.dimension, tf.compat.v1.constant_initializer(
-                spec.initial_value), self.num_shards, strategy, device_fn)
+            table.dimension, storage.FillInitializer(spec.initial_value),
+            self.num_shards, strategy, device_fn)
     # Recorded only once complete (a supplier that raises leaves the table
     # to be created again).
     self.tables[name] = rows

@@ -142,6 +142,24 @@ class PartitionedRows:
         tf.range(self.layout.vocabulary_size, dtype=tf.int64), full)
 
 
+class FillInitializer:
+  """Every entry `value`, made by a Fill op when the variable is
+  initialized (slots' initial values). A constant initializer (or a Fill of
+  constants, which graph optimization folds into one) gives a Const op
+  holding a full-size tensor that the session keeps alive after the
+  assignment: twice the slot's memory for a large table. The value enters
+  through a PlaceholderWithDefault, which is never folded."""
+
+  def __init__(self, value):
+    self.value = float(value)
+
+  def __call__(self, shape, dtype=tf.float32, partition_info=None):
+    del partition_info  # Every partition holds the same value.
+    value = tf.compat.v1.placeholder_with_default(
+        tf.constant(self.value, dtype), [])
+    return tf.fill(shape, value)
+
+
 def partition_problem(partitions, layout, dimension):
   """What keeps `partitions` (variables, in partition order) from storing
   `layout`'s rows of `dimension` floats, as a phrase ("partition 0 has
