@@ -232,3 +232,38 @@ def test_eager_step_with_a_non_finite_learning_rate_raises_and_writes_nothing():
   after = _state(engine, lambda t: {k: v.numpy() for k, v in t.items()})
   for key in before:
     np.testing.assert_array_equal(after[key], before[key], err_msg=key)
+
+
+@pytest.mark.parametrize("num_shards", [1, 3])
+def test_slots_start_from_a_fill_that_graph_optimization_cannot_fold(
+    num_shards):
+  # A full-size constant in the slots' initializers (a constant initializer,
+  # or a Fill of constants that Grappler folds into one) stays alive in the
+  # session after the assignment: twice a slot's memory. The initial value
+  # enters the Fill through a PlaceholderWithDefault instead.
+  config = es.EmbeddingConfig(
+      _spec(es.AdagradParameters(0.1, initial_accumulator=0.3)),
+      batch_size=BATCH)
+  with tf.Graph().as_default() as graph:
+    engine = HostEmbeddingEngine(config, num_shards=num_shards)
+    engine.create_variables()
+    for op in graph.get_operations():
+      if op.type == "Const":
+        shape = tf.TensorShape(op.get_attr("value").tensor_shape)
+        assert shape.num_elements() <= 2, (op.name, shape)
+    fills = [op for op in graph.get_operations() if op.type == "Fill"]
+    slots = [rows for name in engine.slots
+             for rows in engine.slots[name].values()]
+    # Tables 't' (VOCAB rows) and 's' (5 rows): one slot each, in
+    # min(rows, num_shards) partitions.
+    assert len(fills) == sum(len(rows.partitions) for rows in slots) == (
+        2 * num_shards)
+    assert {op.inputs[1].op.type for op in fills} == {"PlaceholderWithDefault"}
+    with v1.Session() as sess:
+      sess.run(v1.global_variables_initializer())
+      values = _state(engine, sess.run)
+  for name, rows in (("t", VOCAB), ("s", 5)):
+    (slot,) = engine.slots[name]
+    np.testing.assert_array_equal(values[f"{name}/{slot}"],
+                                  np.full((rows, DIM if name == "t" else 2),
+                                          0.3, F32))
