@@ -16,7 +16,11 @@ def check(condition, message, data=()):
   """One Assert op: fails with `message` (and `data`) when the boolean
   tensor `condition` is not all true. (tf.debugging.assert_* build a guard
   cond and static-shape machinery per call; this runs as a single op.)"""
-  condition = tf.reduce_all(condition)
+  rank = condition.shape.rank
+  if rank is None:
+    condition = tf.reduce_all(condition)
+  elif rank:
+    condition = tf.reduce_all(condition, axis=list(range(rank)))
   return tf.raw_ops.Assert(condition=condition,
                            data=[tf.constant(message)] + list(data),
                            summarize=8)
@@ -97,8 +101,8 @@ def structure_checks(sparse_ids, sparse_weights, where):
   smallest = tf.reduce_min(indices, axis=0)
   checks = [
       check(
-          tf.logical_and(tf.reduce_all(tf.less(largest, shape)),
-                         tf.reduce_all(tf.greater_equal(smallest, 0))),
+          tf.logical_and(tf.less(largest, shape),
+                         tf.greater_equal(smallest, 0)),
           f"{where}: SparseTensor indices are out of bounds of its "
           "dense_shape (an id would land in another example or position); "
           "make dense_shape cover every index. dense_shape and the largest "
@@ -152,15 +156,18 @@ def flatten_ids(sparse_ids, sparse_weights, vocabulary_size, *, feature,
   weights = None
   if sparse_weights is not None:
     weights = tf.cast(sparse_weights.values, tf.float32)
-  example = indices[:, 0]
   rank = tf.compat.dimension_value(sparse_ids.dense_shape.shape[0])
-  position = indices[:, 1] if rank != 1 else tf.zeros_like(example)
+  if rank is None:
+    example, position = indices[:, 0], indices[:, 1]
+  elif rank == 1:
+    (example,) = tf.unstack(indices, num=1, axis=1)
+    position = tf.zeros_like(example)
+  else:
+    example, position = tf.unstack(indices, num=rank, axis=1)[:2]
   if max_positions is not None:
-    keep = tf.reshape(tf.where(tf.math.less(position, max_positions)), [-1])
-    ids, example, position = (tf.gather(t, keep)
-                              for t in (ids, example, position))
-    if weights is not None:
-      weights = tf.gather(weights, keep)
+    ids, example, position, weights = _kept(
+        tf.math.less(position, max_positions), ids, example, position,
+        weights)
   # The range check compares the batch's smallest and largest id (the
   # numbers its message prints) rather than every id. Empty ids reduce to
   # the dtype's extremes and pass.
@@ -181,30 +188,21 @@ def flatten_ids(sparse_ids, sparse_weights, vocabulary_size, *, feature,
     if weights is not None:
       weights = tf.identity(weights)
   if drop_negative and not ids_non_negative:
-    ids, example, position, weights = _drop_negative(
-        smallest, ids, example, position, weights)
+    ids, example, position, weights = _kept(
+        tf.math.greater_equal(ids, 0), ids, example, position, weights)
   static_batch = (tf.compat.dimension_value(sparse_ids.shape[0])
                   if sparse_ids.shape.rank else None)
   return FlatIds(example, position, ids, weights, sparse_ids.dense_shape[0],
                  static_batch)
 
 
-def _drop_negative(smallest, ids, example, position, weights):
-  """(ids, example, position, weights) without the entries of negative ids;
-  copied only when the batch has one (`smallest` < 0)."""
-  kept = [ids, example, position] + ([weights] if weights is not None else [])
-
-  def drop():
-    keep = tf.reshape(tf.where(tf.math.greater_equal(ids, 0)), [-1])
-    return [tf.gather(t, keep) for t in kept]
-
-  if tf.executing_eagerly():
-    kept = drop() if smallest < 0 else kept
-  else:
-    kept = tf.cond(tf.less(smallest, 0), drop, lambda: kept)
-  if weights is None:
-    kept.append(None)
-  return kept
+def _kept(keep, *tensors):
+  """`tensors` (None passes through) at the entries where the boolean
+  vector `keep` is true."""
+  where = tf.squeeze(tf.where(keep), axis=1)
+  axis = tf.constant(0)
+  return [None if t is None else tf.gather(t, where, axis=axis)
+          for t in tensors]
 
 
 # Categorical columns whose ids are never negative: hashing, crossing and
