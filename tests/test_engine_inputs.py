@@ -1249,3 +1249,72 @@ def test_shard_device_fn_places_partitions():
         device = tf.DeviceSpec.from_string(partition.device)
         assert (device.job, device.task) == ("ps", i), partition.device
         assert (tf.DeviceSpec.from_string(partition.op.device).task == i)
+
+
+def _three_features_engine(safe=True):
+  """Features a, b (table t, 10 rows) and c (table u, 4 rows), dict form;
+  the engine, its sparse placeholders and lookup result."""
+  config = make_config(
+      {"a": es.FeatureConfig("t"), "b": es.FeatureConfig("t"),
+       "c": es.FeatureConfig("u")},
+      {"t": es.TableConfig(10, 2, combiner="sum"),
+       "u": es.TableConfig(4, 2, combiner="mean")})
+  engine = HostEmbeddingEngine(config)
+  ph = {k: v1.sparse_placeholder(tf.int64, [None, None]) for k in "abc"}
+  return engine, ph, engine.lookup(ph)
+
+
+def test_one_failing_check_names_every_feature_at_fault_and_no_other():
+  with tf.Graph().as_default():
+    _, ph, result = _three_features_engine()
+    good = {"a": [[1], [2, 3]], "b": [[4], []], "c": [[0, 1], [3]]}
+    with v1.Session() as sess:
+      init_session(sess)
+
+      def run(**rows):
+        values = dict(good, **rows)
+        sess.run(result.activations,
+                 {ph[k]: sparse_value(v, np.int64) for k, v in values.items()})
+
+      run()
+      with pytest.raises(tf.errors.InvalidArgumentError) as info:
+        run(a=[[10], [2]], c=[[4], [0]])
+      message = info.value.message
+      assert "'a' (table 't'): id out of range [0, 10)" in message.replace(
+          "\\'", "'")
+      assert "'c' (table 'u'): id out of range [0, 4)" in message.replace(
+          "\\'", "'")
+      assert "'b'" not in message.replace("\\'", "'")
+      # The failing features' smallest ids, then their largest.
+      assert "[2 0] [10 4]" in message
+      bad_shape = tf.compat.v1.SparseTensorValue(
+          np.array([[0, 0], [2, 0]], np.int64), np.array([1, 2], np.int64),
+          np.array([2, 1], np.int64))
+      with pytest.raises(tf.errors.InvalidArgumentError,
+                         match=named("b", "t") + ".*out of bounds of its"):
+        sess.run(result.activations, {
+            ph["a"]: sparse_value(good["a"], np.int64), ph["b"]: bad_shape,
+            ph["c"]: sparse_value(good["c"], np.int64)})
+
+
+@pytest.mark.parametrize("negative_in", ["", "a", "c", "ac"])
+def test_negative_ids_drop_in_the_features_that_have_them_only(negative_in):
+  rows = {"a": [[1, -1], [2, 3]], "b": [[4], [5, 5]], "c": [[0, 1], [-2]]}
+  rows = {k: [[i for i in row if i >= 0 or k in negative_in] for row in r]
+          for k, r in rows.items()}
+  with tf.Graph().as_default():
+    engine, ph, result = _three_features_engine()
+    with v1.Session() as sess:
+      init_session(sess)
+      t, u = sess.run([engine.tables["t"].read_all(),
+                       engine.tables["u"].read_all()])
+      activations = sess.run(result.activations, {
+          ph[k]: sparse_value(v, np.int64) for k, v in rows.items()})
+  want = {}
+  for k, table, mean in (("a", t, False), ("b", t, False), ("c", u, True)):
+    kept = [[i for i in row if i >= 0] for row in rows[k]]
+    want[k] = np.stack([
+        (table[r].mean(0) if mean else table[r].sum(0)) if r else
+        np.zeros(2, F32) for r in kept])
+  for k in "abc":
+    close(activations[k], want[k], k)

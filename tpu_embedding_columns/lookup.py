@@ -13,7 +13,7 @@ COMBINERS = ("sum", "mean", "sqrtn")
 
 
 def check(condition, message, data=()):
-  """One Assert op: fails with `message` (and `data`) when the boolean
+  """One Assert op: fails with `message` (if any) and `data` when the boolean
   tensor `condition` is not all true. (tf.debugging.assert_* build a guard
   cond and static-shape machinery per call; this runs as a single op.)"""
   rank = condition.shape.rank
@@ -21,8 +21,8 @@ def check(condition, message, data=()):
     condition = tf.reduce_all(condition)
   elif rank:
     condition = tf.reduce_all(condition, axis=list(range(rank)))
-  return tf.raw_ops.Assert(condition=condition,
-                           data=[tf.constant(message)] + list(data),
+  head = [tf.constant(message)] if message else []
+  return tf.raw_ops.Assert(condition=condition, data=head + list(data),
                            summarize=8)
 
 
@@ -85,124 +85,246 @@ class FlatIds:
     self.static_batch_size = static_batch_size
 
 
+class IdSource:
+  """One feature's ids for `flatten_many`: a SparseTensor of integer `ids`
+  and float `weights` at their positions (or None); the table's
+  `vocabulary_size`; `where` names the feature and table in messages.
+  `drop_negative`: negative ids are dropped (`use_safe_embedding_lookup`),
+  else refused; `ids_non_negative`: none can be negative (see
+  `never_negative`); `max_positions`: ids at positions >= it are dropped
+  first (sequence length, tensor-core width); None: none are."""
+
+  def __init__(self, ids, weights, vocabulary_size, where, *,
+               drop_negative=True, ids_non_negative=False,
+               max_positions=None):
+    if not isinstance(ids, tf.SparseTensor):
+      raise TypeError(
+          f"{where}: ids must arrive as a SparseTensor here; got "
+          f"{type(ids).__name__}.")
+    if not ids.dtype.is_integer:
+      raise TypeError(
+          f"{where}: ids must be integers; got dtype {ids.dtype.name}. Pass "
+          "the raw feature through the categorical column so that it is "
+          "turned into ids.")
+    self.ids = ids
+    self.weights = weights
+    self.vocabulary_size = vocabulary_size
+    self.where = where
+    self.drop_negative = drop_negative
+    self.ids_non_negative = ids_non_negative
+    self.max_positions = max_positions
+
+  def example_and_position(self):
+    """[n, 2] int64: the example and position of each id (the dimensions a
+    lookup reads), and the dense_shape over them ([2])."""
+    indices, shape = self.ids.indices, self.ids.dense_shape
+    rank = tf.compat.dimension_value(shape.shape[0])
+    if rank == 2:
+      return indices, shape
+    if rank == 1:
+      return (tf.pad(indices, [[0, 0], [0, 1]]),
+              tf.concat([shape, tf.ones([1], tf.int64)], 0))
+    return indices[:, :2], shape[:2]
+
+
 def structure_checks(sparse_ids, sparse_weights, where):
   """Run-time checks of a feature's SparseTensors, before any use of them:
   every index lies inside the ids' dense_shape, and the weights (if any) sit
   at exactly the ids' positions. `where` names the feature and table."""
-  # The example and position of each id (the dimensions a lookup reads),
-  # reduced first, then compared: cheaper than comparing every index. Empty
-  # indices reduce to the dtype's extremes and pass.
-  rank = tf.compat.dimension_value(sparse_ids.dense_shape.shape[0])
-  indices = sparse_ids.indices
-  shape = sparse_ids.dense_shape
-  if rank is None or rank > 2:
-    indices, shape = indices[:, :2], shape[:2]
-  largest = tf.reduce_max(indices, axis=0)
-  smallest = tf.reduce_min(indices, axis=0)
-  checks = [
-      check(
-          tf.logical_and(tf.less(largest, shape),
-                         tf.greater_equal(smallest, 0)),
-          f"{where}: SparseTensor indices are out of bounds of its "
-          "dense_shape (an id would land in another example or position); "
-          "make dense_shape cover every index. dense_shape and the largest "
-          "example and position:", [sparse_ids.dense_shape, largest])
-  ]
-  if sparse_weights is not None:
-    count = check(
-        tf.equal(tf.size(sparse_weights.values), tf.size(sparse_ids.values)),
-        f"{where}: weights do not match the ids (different number of "
-        "values).")
-    with tf.control_dependencies([count]):
-      same = tf.reduce_all(tf.equal(sparse_weights.indices,
-                                    sparse_ids.indices))
-    checks += [
-        count,
-        check(
-            same, f"{where}: weights are at other positions than the ids "
-            "(their SparseTensors' indices differ); give weights at exactly "
-            "the ids' positions.")
-    ]
-  return checks
+  return _Joined([IdSource(sparse_ids, sparse_weights, None,
+                           where)]).structure_checks()
 
 
 def flatten_ids(sparse_ids, sparse_weights, vocabulary_size, *, feature,
                 table, drop_negative, ids_non_negative=False,
                 max_positions=None):
-  """Validates a SparseTensor of ids (and weights) and returns `FlatIds`.
+  """`flatten_many` of one feature's ids (and weights): its `FlatIds`."""
+  return flatten_many([
+      IdSource(sparse_ids, sparse_weights, vocabulary_size,
+               f"Feature {feature!r} (table {table!r})",
+               drop_negative=drop_negative, ids_non_negative=ids_non_negative,
+               max_positions=max_positions)
+  ])[0]
 
-  Ids at positions >= `max_positions` (sequence length, tensor-core width)
-  are dropped first: they are never looked up, so they are never checked.
-  Negative ids are then dropped when `drop_negative` (the behaviour of
-  `use_safe_embedding_lookup=True`), else refused; ids >= vocabulary_size are
-  always refused. Weights are cast to float32. Errors are raised when the
-  graph runs and name the feature and the table; `structure_checks` run
-  too. `ids_non_negative`: the ids come from a transformation that never
-  yields negative ids (see `never_negative`), so none are dropped.
+
+def flatten_many(sources):
+  """Validates the ids (and weights) of several features together and
+  returns the `FlatIds` of each `IdSource`, in order.
+
+  Per feature: ids at positions >= `max_positions` are dropped first (they
+  are never looked up, so they are never checked); negative ids are then
+  dropped when `drop_negative`, else refused; ids >= the vocabulary size are
+  always refused; weights are cast to float32. The checks run when the graph
+  runs, in this order: indices inside the dense_shape and weights at the
+  ids' positions (`structure_checks`), then ids in range. Each is one Assert
+  over every feature's extremes, whose failure names every feature (and
+  table) at fault.
   """
-  where = f"Feature {feature!r} (table {table!r})"
-  if not isinstance(sparse_ids, tf.SparseTensor):
-    raise TypeError(
-        f"{where}: ids must arrive as a SparseTensor here; got "
-        f"{type(sparse_ids).__name__}.")
-  if not sparse_ids.dtype.is_integer:
-    raise TypeError(
-        f"{where}: ids must be integers; got dtype {sparse_ids.dtype.name}. "
-        "Pass the raw feature through the categorical column so that it is "
-        "turned into ids.")
-  checks = structure_checks(sparse_ids, sparse_weights, where)
-  indices = sparse_ids.indices
-  ids = tf.cast(sparse_ids.values, tf.int64)
-  weights = None
-  if sparse_weights is not None:
-    weights = tf.cast(sparse_weights.values, tf.float32)
-  rank = tf.compat.dimension_value(sparse_ids.dense_shape.shape[0])
-  if rank is None:
-    example, position = indices[:, 0], indices[:, 1]
-  elif rank == 1:
-    (example,) = tf.unstack(indices, num=1, axis=1)
-    position = tf.zeros_like(example)
-  else:
-    example, position = tf.unstack(indices, num=rank, axis=1)[:2]
-  if max_positions is not None:
-    ids, example, position, weights = _kept(
-        tf.math.less(position, max_positions), ids, example, position,
-        weights)
-  # The range check compares the batch's smallest and largest id (the
-  # numbers its message prints) rather than every id. Empty ids reduce to
-  # the dtype's extremes and pass.
-  smallest, largest = tf.reduce_min(ids), tf.reduce_max(ids)
-  in_range = tf.less(largest, vocabulary_size)
-  if drop_negative:
-    message = f"id out of range [0, {vocabulary_size})"
-  else:
-    in_range = tf.logical_and(in_range, tf.greater_equal(smallest, 0))
-    message = (f"id out of range [0, {vocabulary_size}) (negative ids are "
-               "refused with use_safe_embedding_lookup=False)")
+  joined = _Joined(sources)
+  checks = joined.structure_checks()
+  joined.truncate()
   with tf.control_dependencies(checks):
-    checks.append(
-        check(in_range, f"{where}: {message}; smallest and largest id of "
-              "the batch:", [smallest, largest]))
-  with tf.control_dependencies(checks):
-    ids = tf.identity(ids)
-    if weights is not None:
-      weights = tf.identity(weights)
-  if drop_negative and not ids_non_negative:
-    ids, example, position, weights = _kept(
-        tf.math.greater_equal(ids, 0), ids, example, position, weights)
-  static_batch = (tf.compat.dimension_value(sparse_ids.shape[0])
-                  if sparse_ids.shape.rank else None)
-  return FlatIds(example, position, ids, weights, sparse_ids.dense_shape[0],
-                 static_batch)
+    checks.append(joined.range_check())
+  return joined.flat_ids(checks)
 
 
-def _kept(keep, *tensors):
-  """`tensors` (None passes through) at the entries where the boolean
-  vector `keep` is true."""
-  where = tf.squeeze(tf.where(keep), axis=1)
-  axis = tf.constant(0)
-  return [None if t is None else tf.gather(t, where, axis=axis)
-          for t in tensors]
+class _Joined:
+  """Several features' ids, each kept in its own tensors (`indices` [n, 2]:
+  example and position; `ids` int64; `weights` float32 or None), checked
+  together: each check compares every feature's extremes (one small
+  reduction per feature) in one Assert."""
+
+  def __init__(self, sources):
+    self.sources = list(sources)
+    if not self.sources:
+      raise ValueError("flatten_many: no features given.")
+    pairs = [s.example_and_position() for s in self.sources]
+    self.indices = [indices for indices, _ in pairs]
+    # [features, 2]: each feature's dense_shape over (example, position).
+    self.shapes = tf.stack([shape for _, shape in pairs])
+    self.ids = [tf.cast(s.ids.values, tf.int64) for s in self.sources]
+    self.weights = [None if s.weights is None else
+                    tf.cast(s.weights.values, tf.float32)
+                    for s in self.sources]
+
+  def _check(self, ok, messages, data):
+    """One Assert for all features: `ok` (bool [features]) must hold; on
+    failure it prints the failing features' messages and their rows of
+    `data` ([features, ...] tensors)."""
+    if len(self.sources) == 1:
+      return check(ok, messages[0], data)
+    failing = tf.squeeze(tf.where(tf.logical_not(ok)), axis=1)
+    return check(ok, None,
+                 [tf.gather(tf.constant(messages), failing)] +
+                 [tf.gather(item, failing) for item in data])
+
+  def structure_checks(self):
+    """Every index inside its feature's dense_shape (one Assert for all
+    features); weights at the ids' positions (per weighted feature)."""
+    # Reduced first, then compared: cheaper than comparing every index.
+    # A feature without ids reduces to the dtype's extremes and passes.
+    largest = tf.stack([tf.reduce_max(t, axis=0) for t in self.indices])
+    smallest = tf.stack([tf.reduce_min(t, axis=0) for t in self.indices])
+    ok = tf.reduce_all(tf.logical_and(tf.less(largest, self.shapes),
+                                      tf.greater_equal(smallest, 0)), axis=1)
+    checks = [
+        self._check(ok, [
+            f"{s.where}: SparseTensor indices are out of bounds of its "
+            "dense_shape (an id would land in another example or "
+            "position); make dense_shape cover every index. dense_shape "
+            "and the largest example and position:" for s in self.sources
+        ], [self.shapes, largest])
+    ]
+    for s in self.sources:
+      if s.weights is None:
+        continue
+      count = check(
+          tf.equal(tf.size(s.weights.values), tf.size(s.ids.values)),
+          f"{s.where}: weights do not match the ids (different number of "
+          "values).")
+      with tf.control_dependencies([count]):
+        same = tf.reduce_all(tf.equal(s.weights.indices, s.ids.indices))
+      checks += [
+          count,
+          check(
+              same, f"{s.where}: weights are at other positions than the "
+              "ids (their SparseTensors' indices differ); give weights at "
+              "exactly the ids' positions.")
+      ]
+    return checks
+
+  def _keep(self, k, keep):
+    """Keeps feature k's ids (and their indices and weights) where the bool
+    vector `keep` is true."""
+    where = tf.squeeze(tf.where(keep), axis=1)
+    axis = tf.constant(0)
+    self.indices[k], self.ids[k] = (tf.gather(t, where, axis=axis)
+                                    for t in (self.indices[k], self.ids[k]))
+    if self.weights[k] is not None:
+      self.weights[k] = tf.gather(self.weights[k], where, axis=axis)
+
+  def truncate(self):
+    """Drops the ids at positions >= their feature's `max_positions`."""
+    for k, s in enumerate(self.sources):
+      if s.max_positions is not None:
+        self._keep(k, tf.less(self.indices[k][:, 1], s.max_positions))
+
+  def range_check(self):
+    """One Assert: every id in [0, vocabulary) (below the vocabulary, for
+    features that drop negative ids)."""
+    # The batch's smallest and largest id per feature (the numbers the
+    # message prints) are compared, not every id. A feature without ids
+    # reduces to the dtype's extremes and passes.
+    self.smallest = tf.stack([tf.reduce_min(ids) for ids in self.ids])
+    largest = tf.stack([tf.reduce_max(ids) for ids in self.ids])
+    ok = tf.less(largest, tf.constant(
+        [s.vocabulary_size for s in self.sources], tf.int64))
+    refuse = [not s.drop_negative for s in self.sources]
+    if any(refuse):
+      ok = tf.logical_and(ok, tf.logical_or(
+          tf.greater_equal(self.smallest, 0),
+          tf.logical_not(tf.constant(refuse))))
+    messages = []
+    for s in self.sources:
+      message = f"id out of range [0, {s.vocabulary_size})"
+      if not s.drop_negative:
+        message += (" (negative ids are refused with "
+                    "use_safe_embedding_lookup=False)")
+      messages.append(f"{s.where}: {message}; smallest and largest id of "
+                      "the batch:")
+    return self._check(ok, messages, [self.smallest, largest])
+
+  def flat_ids(self, checks):
+    """The `FlatIds` of every source, in order: the ids and weights pass
+    through `checks`; negative ids are dropped where the source says so."""
+    with tf.control_dependencies(checks):
+      self.ids = [tf.identity(ids) for ids in self.ids]
+      self.weights = [None if w is None else tf.identity(w)
+                      for w in self.weights]
+    dropping = [k for k, s in enumerate(self.sources)
+                if s.drop_negative and not s.ids_non_negative]
+    if dropping:
+      self._drop_negative(dropping)
+    flats = []
+    for k, s in enumerate(self.sources):
+      example, position = tf.unstack(self.indices[k], num=2, axis=1)
+      flats.append(FlatIds(
+          example, position, self.ids[k], self.weights[k],
+          s.ids.dense_shape[0],
+          tf.compat.dimension_value(s.ids.shape[0])
+          if s.ids.shape.rank else None))
+    return flats
+
+  def _drop_negative(self, dropping):
+    """Drops the negative ids of features `dropping` (indices); copies
+    nothing when none of them has one (one cond for all of them)."""
+    weighted = [k for k in dropping if self.weights[k] is not None]
+
+    def state():
+      return ([self.indices[k] for k in dropping],
+              [self.ids[k] for k in dropping],
+              [self.weights[k] for k in weighted])
+
+    def drop():
+      for k in dropping:
+        self._keep(k, tf.greater_equal(self.ids[k], 0))
+      return state()
+
+    if len(self.sources) == 1:
+      # A cond costs more to build than one feature's copies cost to run.
+      drop()
+      return
+    negative = tf.reduce_any(tf.less(tf.gather(self.smallest, dropping), 0))
+    if tf.executing_eagerly():
+      if bool(negative):
+        drop()
+      return
+    kept = state()
+    indices, ids, weights = tf.cond(negative, drop, lambda: kept)
+    for k, i, v in zip(dropping, indices, ids):
+      self.indices[k], self.ids[k] = i, v
+    for k, w in zip(weighted, weights):
+      self.weights[k] = w
 
 
 # Categorical columns whose ids are never negative: hashing, crossing and

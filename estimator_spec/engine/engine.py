@@ -359,11 +359,8 @@ class HostEmbeddingEngine:
       raise TypeError(
           "HostEmbeddingEngine.lookup: `features` must be a dict; got "
           f"{type(features).__name__}.")
-    parsed = collections.OrderedDict()
-    for name, feature in self.model.features.items():
-      parsed[name] = inputs_lib.parse_feature(
-          feature, self.model.tables[feature.table],
-          self.config.spec.column_for(name), features)
+    parsed = inputs_lib.parse_features(self.model, self.config.spec,
+                                       features)
     if not self.same_batch_size:
       return LookupStep(self, parsed, [], None)
     batch_size, checks = inputs_lib.check_batch_sizes(parsed)

@@ -2,7 +2,7 @@
 
 `read_feature` decides, when the graph is built, what the TPU infeed takes
 from a features dict for one feature; the infeed (`enqueue.split_inputs`)
-and the host engine (`parse_feature`) both use it, so they accept and
+and the host engine (`parse_features`) both use it, so they accept and
 refuse exactly the same inputs (SEMANTICS.md section 3):
 
 * integer ids are taken as given, as TF's TPU input path takes them: a
@@ -19,10 +19,11 @@ refuse exactly the same inputs (SEMANTICS.md section 3):
   mid-level API gives them (`HostTPUEmbedding`): a SparseTensor with its
   own optional weights, or one id per example.
 
-`parse_feature` then validates when the graph runs (indices inside the
+`parse_features` then validates when the graph runs (indices inside the
 dense_shape, weights at the ids' positions, ids in range after dropping
 sequence positions past `max_sequence_length`) and flattens the ids.
 """
+import collections
 import dataclasses
 from typing import Any, Optional, Tuple
 
@@ -239,47 +240,60 @@ class FeatureIds:
   lengths: Optional[Any] = None
 
 
-def parse_feature(feature, table, column, features):
-  """Returns the `FeatureIds` of `feature` (a model.Feature) from `features`.
+def parse_features(model, spec, features):
+  """{name: `FeatureIds`} of every feature of `model` (a config model), in
+  the model's order, from `features`; `spec` gives each feature's column
+  (`spec.column_for`), None in the dict form.
 
   Python-side problems (missing keys, wrong types, ranks or forms) raise
-  here, at graph-building time; the rest is checked when the graph runs.
+  here, at graph-building time; the rest is checked when the graph runs,
+  for all features together (`tpu_embedding_columns.lookup.flatten_many`).
   """
-  where = f"Feature {feature.name!r} (table {table.name!r})"
-  given = read_feature(feature, table, column, features, where)
-  if given.single:
-    return _single_ids(feature, table, given.ids, given=given.given)
-  drop_negative = column.use_safe_embedding_lookup if column else True
-  flat = column_lookup.flatten_ids(
-      given.ids, given.weights, table.vocabulary_size, feature=feature.name,
-      table=table.name, drop_negative=drop_negative,
-      ids_non_negative=given.transformed and column_lookup.never_negative(
-          column.categorical_column),
-      max_positions=feature.max_sequence_length or None)
-  lengths = None
-  if feature.max_sequence_length:
-    lengths = column_lookup.sequence_lengths(given.ids,
-                                             feature.max_sequence_length)
-  return FeatureIds(feature.name, table.name, flat,
-                    feature.max_sequence_length, table.combiner, lengths)
-
-
-def _single_ids(feature, table, ids, given=False):
-  """A dense rank-1 tensor, one id per example: with combiner None
-  (negative ids refused, at most one id per example checked), or `given`
-  (a `GivenIds`: negative ids dropped; the row itself, as 'sum' gives)."""
-  batch = tf.shape(ids, out_type=tf.int64)[0]
-  sparse = tf.SparseTensor(
-      tf.stack([tf.range(batch), tf.zeros([batch], tf.int64)], axis=1),
-      tf.cast(ids, tf.int64), tf.stack([batch, 1]))
-  flat = column_lookup.flatten_ids(
-      sparse, None, table.vocabulary_size, feature=feature.name,
-      table=table.name, drop_negative=given)
-  static = tf.compat.dimension_value(ids.shape[0])
-  if static is not None:
-    flat.static_batch_size = static
-  return FeatureIds(feature.name, table.name, flat, 0,
-                    "sum" if given else None, None)
+  sources, details = [], []
+  for feature in model.features.values():
+    table = model.tables[feature.table]
+    column = spec.column_for(feature.name)
+    where = f"Feature {feature.name!r} (table {table.name!r})"
+    given = read_feature(feature, table, column, features, where)
+    if given.single:
+      # One id per example: with combiner None (negative ids refused, at
+      # most one id per example checked by the combiner's plan), or from
+      # a `GivenIds` (negative ids dropped; the row itself, as 'sum'
+      # gives).
+      ids = given.ids
+      batch = tf.shape(ids, out_type=tf.int64)[0]
+      sparse = tf.SparseTensor(
+          tf.stack([tf.range(batch), tf.zeros([batch], tf.int64)], axis=1),
+          tf.cast(ids, tf.int64), tf.stack([batch, 1]))
+      sources.append(
+          column_lookup.IdSource(sparse, None, table.vocabulary_size, where,
+                                 drop_negative=given.given))
+      details.append((feature, table, "sum" if given.given else None, 0,
+                      None, tf.compat.dimension_value(ids.shape[0])))
+      continue
+    drop_negative = column.use_safe_embedding_lookup if column else True
+    sources.append(
+        column_lookup.IdSource(
+            given.ids, given.weights, table.vocabulary_size, where,
+            drop_negative=drop_negative,
+            ids_non_negative=given.transformed and
+            column_lookup.never_negative(column.categorical_column),
+            max_positions=feature.max_sequence_length or None))
+    lengths = None
+    if feature.max_sequence_length:
+      lengths = column_lookup.sequence_lengths(given.ids,
+                                               feature.max_sequence_length)
+    details.append((feature, table, table.combiner,
+                    feature.max_sequence_length, lengths, None))
+  parsed = collections.OrderedDict()
+  flats = column_lookup.flatten_many(sources) if sources else []
+  for flat, (feature, table, combiner, length, lengths, static) in zip(
+      flats, details):
+    if static is not None:
+      flat.static_batch_size = static
+    parsed[feature.name] = FeatureIds(feature.name, table.name, flat, length,
+                                      combiner, lengths)
+  return parsed
 
 
 def check_batch_sizes(parsed):
