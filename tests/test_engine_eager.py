@@ -211,8 +211,9 @@ def test_eager_step_with_a_non_finite_gradient_raises_and_writes_nothing():
   engine, before, result, grads = _one_eager_step(
       _spec(OPTIMIZERS["adagrad"]()), grads)
   with pytest.raises(tf.errors.InvalidArgumentError,
-                     match=r"Gradient of features 'h' \(table 's'\) is not "
-                     "finite; no table was updated"):
+                     # (the Assert's message escapes the quotes)
+                     match=r"Gradient of features \\?'h\\?' \(table "
+                     r"\\?'s\\?'\) is not finite; no table was updated"):
     engine.apply_gradients(result, grads, tf.constant(0, tf.int64))
   after = _state(engine, lambda t: {k: v.numpy() for k, v in t.items()})
   for key in before:
@@ -267,3 +268,22 @@ def test_slots_start_from_a_fill_that_graph_optimization_cannot_fold(
     np.testing.assert_array_equal(values[f"{name}/{slot}"],
                                   np.full((rows, DIM if name == "t" else 2),
                                           0.3, F32))
+
+
+@pytest.mark.parametrize("bad", [("h",), ("f", "h")])
+def test_one_gradient_check_names_every_table_at_fault_and_no_other(bad):
+  grads = _activation_grads(0)
+  for feature in bad:
+    grads[feature][0, 1] = np.nan
+  engine, before, result, grads = _one_eager_step(
+      _spec(OPTIMIZERS["adagrad"]()), grads)
+  with pytest.raises(tf.errors.InvalidArgumentError) as info:
+    engine.apply_gradients(result, grads, tf.constant(0, tf.int64))
+  message = info.value.message.replace("\\'", "'")
+  named_t = "Gradient of features 'f', 'g' (table 't') is not finite"
+  named_s = "Gradient of features 'h' (table 's') is not finite"
+  assert named_s in message
+  assert (named_t in message) == ("f" in bad)
+  after = _state(engine, lambda t: {k: v.numpy() for k, v in t.items()})
+  for key in before:
+    np.testing.assert_array_equal(after[key], before[key], err_msg=key)

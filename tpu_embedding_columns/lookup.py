@@ -26,6 +26,18 @@ def check(condition, message, data=()):
                            summarize=8)
 
 
+def check_each(ok, messages, data=()):
+  """One Assert for several items (features, tables): every entry of `ok`
+  (bool [items]) must hold; on failure it prints the failing items'
+  `messages` (one per item) and their rows of `data` ([items, ...]
+  tensors)."""
+  if len(messages) == 1:
+    return check(ok, messages[0], data)
+  failing = tf.squeeze(tf.where(tf.logical_not(ok)), axis=1)
+  return check(ok, None, [tf.gather(tf.constant(messages), failing)] +
+               [tf.gather(item, failing) for item in data])
+
+
 def gate(checks):
   """One op that depends on every check: ops that must wait for many checks
   depend on this (one control edge each) instead of on all of them."""
@@ -187,17 +199,6 @@ class _Joined:
                     tf.cast(s.weights.values, tf.float32)
                     for s in self.sources]
 
-  def _check(self, ok, messages, data):
-    """One Assert for all features: `ok` (bool [features]) must hold; on
-    failure it prints the failing features' messages and their rows of
-    `data` ([features, ...] tensors)."""
-    if len(self.sources) == 1:
-      return check(ok, messages[0], data)
-    failing = tf.squeeze(tf.where(tf.logical_not(ok)), axis=1)
-    return check(ok, None,
-                 [tf.gather(tf.constant(messages), failing)] +
-                 [tf.gather(item, failing) for item in data])
-
   def structure_checks(self):
     """Every index inside its feature's dense_shape (one Assert for all
     features); weights at the ids' positions (per weighted feature)."""
@@ -208,7 +209,7 @@ class _Joined:
     ok = tf.reduce_all(tf.logical_and(tf.less(largest, self.shapes),
                                       tf.greater_equal(smallest, 0)), axis=1)
     checks = [
-        self._check(ok, [
+        check_each(ok, [
             f"{s.where}: SparseTensor indices are out of bounds of its "
             "dense_shape (an id would land in another example or "
             "position); make dense_shape cover every index. dense_shape "
@@ -272,7 +273,7 @@ class _Joined:
                     "use_safe_embedding_lookup=False)")
       messages.append(f"{s.where}: {message}; smallest and largest id of "
                       "the batch:")
-    return self._check(ok, messages, [self.smallest, largest])
+    return check_each(ok, messages, [self.smallest, largest])
 
   def flat_ids(self, checks):
     """The `FlatIds` of every source, in order: the ids and weights pass

@@ -450,6 +450,7 @@ class HostEmbeddingEngine:
     # gradients it makes.
     scalar_checks = checks[len(result.checks):]
     accumulated = collections.OrderedDict()
+    finite, messages = [], []
     for name, lookup in result.tables.items():
       contributions = []
       for item in lookup.features:
@@ -466,17 +467,17 @@ class HostEmbeddingEngine:
                     axis=0), tf.shape(lookup.unique_ids)[0])
       if multiplier is not None:
         summed = summed * multiplier
-      # One check per table, on what would be written: a non-finite
-      # gradient of any feature that reaches the table shows up here.
+      # Checked per table, on what would be written: a non-finite gradient
+      # of any feature that reaches the table shows up here.
+      finite.append(tf.reduce_all(tf.math.is_finite(summed)))
       names = ", ".join(repr(i.name) for i in lookup.features)
-      with tf.control_dependencies(scalar_checks):
-        # The checked tensor itself joins the checks (a control dependency
-        # on it waits for its op in a graph; eagerly it has already run).
-        checks.append(
-            tf.debugging.check_numerics(
-                summed, f"Gradient of features {names} (table {name!r}) is "
-                "not finite; no table was updated."))
+      messages.append(f"Gradient of features {names} (table {name!r}) is "
+                      "not finite; no table was updated.")
       accumulated[name] = summed
+    if finite:
+      # One Assert for all tables, naming each table at fault.
+      with tf.control_dependencies(scalar_checks):
+        checks.append(column_lookup.check_each(tf.stack(finite), messages))
     ids = collections.OrderedDict(
         (name, lookup.unique_ids) for name, lookup in result.tables.items())
     return StepGradients(ids, accumulated, rates, column_lookup.gate(checks))
