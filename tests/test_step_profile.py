@@ -52,12 +52,13 @@ def test_ours_groups_the_engine_ops_by_the_call_that_built_them(ours):
   assert "Unique" in _types_in(ours, sp.EMB_LOOKUP)
   assert "UnsortedSegmentSum" in _types_in(ours, sp.EMB_BACKWARD)
   assert "ResourceScatterUpdate" in _types_in(ours, sp.EMB_APPLY)
-  # The checks, with the conditions they compute (ids in range).
-  assert {"Assert", "CheckNumerics", "Less"} <= _types_in(ours, sp.EMB_CHECKS)
+  # The checks, with the conditions they compute (ids in range, finite
+  # gradients).
+  assert {"Assert", "IsFinite", "Less"} <= _types_in(ours, sp.EMB_CHECKS)
   assert "IteratorGetNext" in _types_in(ours, sp.INPUT)
   assert "ResourceApplyAdagrad" in _types_in(ours, sp.DENSE_OPTIMIZER)
   # Each op type of the engine's phases sits in one group only.
-  for op_type in ("Unique", "ResourceScatterUpdate", "CheckNumerics",
+  for op_type in ("Unique", "ResourceScatterUpdate", "IsFinite",
                   "IteratorGetNext"):
     assert len({g for (g, t) in ours.by_group_type if t == op_type}) == 1
 
