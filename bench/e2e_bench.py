@@ -410,7 +410,7 @@ class StepTimes(tf.compat.v1.train.SessionRunHook):
     self.times.append(time.perf_counter())
 
 
-def _run(job, queue):
+def run_job(job, queue):
   """Builds the estimator of `job` and trains job['steps'] steps; tells the
   parent (through `queue`) when train() is called."""
   warnings.filterwarnings("ignore", category=UserWarning)
@@ -440,7 +440,7 @@ def _run(job, queue):
 
 def _child(job, queue):
   try:
-    result = _run(job, queue)
+    result = run_job(job, queue)
     result["max_rss_mb"] = resource.getrusage(
         resource.RUSAGE_SELF).ru_maxrss / 1024.0
     queue.put(dict(result, event="result"))
@@ -709,8 +709,8 @@ def main():
     print(f"{label:9s} {rate[OURS]:8,.0f} ex/s {rate[TF]:8,.0f} ex/s "
           f"{rate[OURS] / rate[TF]:6.2f}x  {rss[OURS]:11,.0f} "
           f"{rss[TF]:10,.0f}")
-  _print_embedding_cost(results)
-  _print_memory(jobs, results)
+  print_embedding_cost(results)
+  print_memory(jobs, results)
   print(f"\ntotal wall time {time.perf_counter() - begin:.0f} s")
 
 
@@ -719,7 +719,7 @@ def _median_step_ms(runs):
   return statistics.median(steps) if steps else float("nan")
 
 
-def _print_embedding_cost(results):
+def print_embedding_cost(results):
   """The embedding's cost beside the dense model: peer26's step time minus
   the step time of the same model with its activations fed (peer26-fed),
   over the latter."""
@@ -734,7 +734,7 @@ def _print_embedding_cost(results):
           f" = {100 * (full - fed) / fed:5.0f}% of the fed model's step")
 
 
-def _print_memory(jobs, results):
+def print_memory(jobs, results):
   """Peak RSS against the variables' bytes (tables, slots, dense model and
   its slots), for the `vocab` runs: as measured, and above the child's RSS
   before it built a graph (TF's runtime and the numpy data)."""

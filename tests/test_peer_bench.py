@@ -285,7 +285,7 @@ def test_the_fed_twin_trains_the_same_dense_model_without_tables(
   _, spec, _ = e2e_bench.build_parts(job)
   assert spec is None
   job["model_dir"] = str(tmp_path)
-  result = e2e_bench._run(job, _Queue())  # pylint: disable=protected-access
+  result = e2e_bench.run_job(job, _Queue())
   assert result["steps"] == 3 and result["examples_per_s"] > 0
   assert result["state_mb"] * 2**20 == _dense_model_bytes()
   assert sorted(result["trainable"]) == sorted(
@@ -305,7 +305,7 @@ def test_the_vocab_runs_share_two_tables_and_count_their_slots(tmp_path):
       "table_0", "table_1"}
   assert {c.categorical_column.num_buckets for c in columns} == {1000}
   job["model_dir"] = str(tmp_path)
-  result = e2e_bench._run(job, _Queue())  # pylint: disable=protected-access
+  result = e2e_bench.run_job(job, _Queue())
   # Two tables of 1,000 x 16 and their Adagrad accumulators, beside the
   # dense model.
   tables = 2 * 1000 * peer.DIM * 4 * 2
@@ -317,13 +317,13 @@ def test_the_vocab_runs_share_two_tables_and_count_their_slots(tmp_path):
 def test_the_summary_prints_the_embedding_cost_and_memory(capsys):
   from bench import e2e_bench  # pylint: disable=g-import-not-at-top
   run = lambda ms: {"median_step_ms": ms}
-  e2e_bench._print_embedding_cost({  # pylint: disable=protected-access
+  e2e_bench.print_embedding_cost({
       "peer26": {"ours": [run(10.0), run(12.0), run(11.0)],
                  "tf": [run(24.0)]},
       "peer26-fed": {"ours": [run(4.0), run(4.4), run(4.2)],
                      "tf": [run(4.0)]}})
   memory = {"state_mb": 2000.0, "max_rss_mb": 3000.0, "base_rss_mb": 600.0}
-  e2e_bench._print_memory(  # pylint: disable=protected-access
+  e2e_bench.print_memory(
       [("vocab1e7", {"tables": 2}, 1), ("peer26", {}, 1)],
       {"vocab1e7": {"ours": [memory], "tf": [{"stopped": "peak RSS"}]}})
   out = capsys.readouterr().out
