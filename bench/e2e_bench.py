@@ -738,7 +738,7 @@ def print_memory(jobs, results):
   """Peak RSS against the variables' bytes (tables, slots, dense model and
   its slots), for the `vocab` runs: as measured, and above the child's RSS
   before it built a graph (TF's runtime and the numpy data)."""
-  labels = [label for label, job, _ in jobs if job.get("tables") == 2]
+  labels = [label for label, _, _ in jobs if label.startswith("vocab")]
   if not labels:
     return
   print("\nMemory (vocab runs): variables' MB, peak RSS MB, peak / "

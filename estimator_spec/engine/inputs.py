@@ -83,10 +83,7 @@ class GivenIds:
     """The same ids as a SparseTensor [batch, 1] when one per example."""
     if not self.one_per_example:
       return self
-    batch = self.rows
-    return GivenIds(tf.SparseTensor(
-        tf.stack([tf.range(batch), tf.zeros([batch], tf.int64)], axis=1),
-        tf.cast(self.ids, tf.int64), tf.stack([batch, 1])))
+    return GivenIds(one_per_example_as_sparse(self.ids))
 
   @staticmethod
   def join(pieces):
@@ -109,6 +106,15 @@ class GivenIds:
     ]
     return GivenIds(ids, tf.sparse.concat(0, weights,
                                           expand_nonconcat_dims=True))
+
+
+def one_per_example_as_sparse(ids):
+  """A dense [batch] tensor of ids, one per example, as a SparseTensor
+  [batch, 1] of int64 ids."""
+  batch = tf.shape(ids, out_type=tf.int64)[0]
+  return tf.SparseTensor(
+      tf.stack([tf.range(batch), tf.zeros([batch], tf.int64)], axis=1),
+      tf.cast(ids, tf.int64), tf.stack([batch, 1]))
 
 
 def read_feature(feature, table, column, features, where):
@@ -260,16 +266,12 @@ def parse_features(model, spec, features):
       # most one id per example checked by the combiner's plan), or from
       # a `GivenIds` (negative ids dropped; the row itself, as 'sum'
       # gives).
-      ids = given.ids
-      batch = tf.shape(ids, out_type=tf.int64)[0]
-      sparse = tf.SparseTensor(
-          tf.stack([tf.range(batch), tf.zeros([batch], tf.int64)], axis=1),
-          tf.cast(ids, tf.int64), tf.stack([batch, 1]))
       sources.append(
-          column_lookup.IdSource(sparse, None, table.vocabulary_size, where,
+          column_lookup.IdSource(one_per_example_as_sparse(given.ids), None,
+                                 table.vocabulary_size, where,
                                  drop_negative=given.given))
       details.append((feature, table, "sum" if given.given else None, 0,
-                      None, tf.compat.dimension_value(ids.shape[0])))
+                      None, tf.compat.dimension_value(given.ids.shape[0])))
       continue
     drop_negative = column.use_safe_embedding_lookup if column else True
     sources.append(
