@@ -10,6 +10,8 @@ setup(
     ),
     python_requires=">=3.11,<3.12",
     packages=find_packages(include=["tpu_embedding_columns*", "estimator_spec*"]),
+    # The engine's kernels are compiled from this source on first use.
+    package_data={"estimator_spec.engine.kernels": ["*.cc"]},
     install_requires=[
         "tensorflow-cpu==2.15.*",
         "tensorflow-estimator==2.15.*",

@@ -16,8 +16,8 @@ label), and each op to a group:
   `emb lookup` (LookupStep.table: unique ids, gather of the table, the
   combiner), `emb backward` (table_gradients: combiner backward,
   per-id gradient sums), `emb apply` (_update_table: the optimizer on
-  touched rows, scatter writes), `emb checks` (the checks' gates,
-  learning-rate and batch checks).
+  touched rows and its writes: the compiled row update, or scatters),
+  `emb checks` (the checks' gates, learning-rate and batch checks).
 * tf (TF's TPUEstimator(use_tpu=False)): the feature columns' ops are told
   by name: `emb lookup` (the columns' forward: `.../embedding_lookup_sparse`
   and the sparse-id handling of the DenseFeatures layer), `emb backward`

@@ -57,7 +57,7 @@ OPTIMIZERS = {
 }
 
 
-def _spec(optimizer, strategy="div", pipeline=False, learning_rate_fn=None,
+def spec_of(optimizer, strategy="div", pipeline=False, learning_rate_fn=None,
           multiplier=None, clipping_limit=None):
   return es.EmbeddingConfigSpec(
       feature_to_config_dict={"f": es.FeatureConfig("t"),
@@ -79,14 +79,14 @@ def _initial(name, shape):
   return np.random.RandomState(seed).uniform(-1, 1, shape).astype(F32)
 
 
-def _activation_grads(step, scale=1.0):
+def activation_grads(step, scale=1.0):
   rng = np.random.RandomState(50 + step)
   return {"f": rng.uniform(-1, 1, (BATCH, DIM)).astype(F32) * F32(scale),
           "g": rng.uniform(-1, 1, (BATCH, DIM)).astype(F32) * F32(scale),
           "h": rng.uniform(-1, 1, (BATCH, 2)).astype(F32) * F32(scale)}
 
 
-def _state(engine, read):
+def state(engine, read):
   """{table or table/slot: array} of every table and slot."""
   tensors = {}
   for name, table in engine.tables.items():
@@ -96,7 +96,7 @@ def _state(engine, read):
   return read(tensors)
 
 
-def _set_initial_tables(engine, run):
+def set_initial_tables(engine, run):
   for name, table in engine.tables.items():
     shape = (table.layout.vocabulary_size, engine.model.tables[name].dimension)
     run(table.assign_all(_initial(name, shape)))
@@ -119,15 +119,15 @@ def run_graph(spec, num_shards, steps=len(BATCHES)):
     with v1.Session() as sess:
       sess.run([v1.global_variables_initializer(),
                 v1.local_variables_initializer()])
-      _set_initial_tables(engine, sess.run)
+      set_initial_tables(engine, sess.run)
       for n, batch in enumerate(BATCHES[:steps]):
         feed = {ph[k]: sparse_value(batch[k], np.int64) for k in "fgh"}
-        feed.update({grad_ph[k]: v for k, v in _activation_grads(n).items()})
+        feed.update({grad_ph[k]: v for k, v in activation_grads(n).items()})
         feed[step] = n
         sess.run(train, feed)
-        history.append(_state(engine, sess.run))
+        history.append(state(engine, sess.run))
       sess.run(flush)
-      history.append(_state(engine, sess.run))
+      history.append(state(engine, sess.run))
   return history
 
 
@@ -142,16 +142,16 @@ def run_eager(spec, num_shards, steps=len(BATCHES)):
   config = es.EmbeddingConfig(spec, batch_size=BATCH)
   engine = HostEmbeddingEngine(config, num_shards=num_shards)
   engine.create_variables()
-  _set_initial_tables(engine, lambda op: op)
+  set_initial_tables(engine, lambda op: op)
   history = []
   for n, batch in enumerate(BATCHES[:steps]):
     result = engine.lookup(_eager_features(batch))
-    grads = {k: tf.constant(v) for k, v in _activation_grads(n).items()}
+    grads = {k: tf.constant(v) for k, v in activation_grads(n).items()}
     engine.apply_gradients(result, grads, tf.constant(n, tf.int64))
-    history.append(_state(engine, lambda t: {k: v.numpy()
+    history.append(state(engine, lambda t: {k: v.numpy()
                                              for k, v in t.items()}))
   engine.flush()
-  history.append(_state(engine, lambda t: {k: v.numpy()
+  history.append(state(engine, lambda t: {k: v.numpy()
                                            for k, v in t.items()}))
   return history
 
@@ -167,7 +167,7 @@ def _assert_same(eager, graph):
 
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
 def test_eager_steps_equal_the_graph(optimizer):
-  spec = _spec(OPTIMIZERS[optimizer]())
+  spec = spec_of(OPTIMIZERS[optimizer]())
   graph = run_graph(spec, 1)
   eager = run_eager(spec, 1)
   _assert_same(eager, graph)
@@ -177,7 +177,7 @@ def test_eager_steps_equal_the_graph(optimizer):
 @pytest.mark.parametrize("strategy", ["div", "mod"])
 @pytest.mark.parametrize("pipeline", [False, True], ids=["", "pipelined"])
 def test_eager_partitions_and_pipelining_equal_the_graph(strategy, pipeline):
-  spec = _spec(OPTIMIZERS["adagrad_clipped"](), strategy, pipeline,
+  spec = spec_of(OPTIMIZERS["adagrad_clipped"](), strategy, pipeline,
                learning_rate_fn=lambda step: 0.3 / (1.0 + tf.cast(
                    step, tf.float32)),
                multiplier=lambda step: 2.0 - tf.cast(step, tf.float32) / 4.0)
@@ -191,7 +191,7 @@ def test_eager_partitions_and_pipelining_equal_the_graph(strategy, pipeline):
 
 
 def test_eager_adam_every_row_over_partitions_equals_the_graph():
-  spec = _spec(OPTIMIZERS["adam_every_row"](), "mod", clipping_limit=0.5)
+  spec = spec_of(OPTIMIZERS["adam_every_row"](), "mod", clipping_limit=0.5)
   _assert_same(run_eager(spec, 2), run_graph(spec, 2))
 
 
@@ -199,38 +199,38 @@ def _one_eager_step(spec, grads):
   config = es.EmbeddingConfig(spec, batch_size=BATCH)
   engine = HostEmbeddingEngine(config, num_shards=2)
   engine.create_variables()
-  _set_initial_tables(engine, lambda op: op)
-  before = _state(engine, lambda t: {k: v.numpy() for k, v in t.items()})
+  set_initial_tables(engine, lambda op: op)
+  before = state(engine, lambda t: {k: v.numpy() for k, v in t.items()})
   result = engine.lookup(_eager_features(BATCHES[0]))
   return engine, before, result, {k: tf.constant(v) for k, v in grads.items()}
 
 
 def test_eager_step_with_a_non_finite_gradient_raises_and_writes_nothing():
-  grads = _activation_grads(0)
+  grads = activation_grads(0)
   grads["h"][1, 0] = np.inf
   engine, before, result, grads = _one_eager_step(
-      _spec(OPTIMIZERS["adagrad"]()), grads)
+      spec_of(OPTIMIZERS["adagrad"]()), grads)
   with pytest.raises(tf.errors.InvalidArgumentError,
                      # (the Assert's message escapes the quotes)
                      match=r"Gradient of features \\?'h\\?' \(table "
                      r"\\?'s\\?'\) is not finite; no table was updated"):
     engine.apply_gradients(result, grads, tf.constant(0, tf.int64))
-  after = _state(engine, lambda t: {k: v.numpy() for k, v in t.items()})
+  after = state(engine, lambda t: {k: v.numpy() for k, v in t.items()})
   for key in before:
     np.testing.assert_array_equal(after[key], before[key], err_msg=key)
 
 
 def test_eager_step_with_a_non_finite_learning_rate_raises_and_writes_nothing():
-  spec = _spec(OPTIMIZERS["adagrad"](),
+  spec = spec_of(OPTIMIZERS["adagrad"](),
                learning_rate_fn=lambda step: tf.math.log(
                    tf.cast(step, tf.float32) - 1.0))
-  engine, before, result, grads = _one_eager_step(spec, _activation_grads(0))
+  engine, before, result, grads = _one_eager_step(spec, activation_grads(0))
   with pytest.raises(tf.errors.InvalidArgumentError,
                      # (the Assert's message escapes the quotes)
                      match=r"learning_rate_fn of table \\?'s\\?' returned a "
                      "value that is not finite"):
     engine.apply_gradients(result, grads, tf.constant(0, tf.int64))
-  after = _state(engine, lambda t: {k: v.numpy() for k, v in t.items()})
+  after = state(engine, lambda t: {k: v.numpy() for k, v in t.items()})
   for key in before:
     np.testing.assert_array_equal(after[key], before[key], err_msg=key)
 
@@ -243,7 +243,7 @@ def test_slots_start_from_a_fill_that_graph_optimization_cannot_fold(
   # session after the assignment: twice a slot's memory. The initial value
   # enters the Fill through a PlaceholderWithDefault instead.
   config = es.EmbeddingConfig(
-      _spec(es.AdagradParameters(0.1, initial_accumulator=0.3)),
+      spec_of(es.AdagradParameters(0.1, initial_accumulator=0.3)),
       batch_size=BATCH)
   with tf.Graph().as_default() as graph:
     engine = HostEmbeddingEngine(config, num_shards=num_shards)
@@ -262,7 +262,7 @@ def test_slots_start_from_a_fill_that_graph_optimization_cannot_fold(
     assert {op.inputs[1].op.type for op in fills} == {"PlaceholderWithDefault"}
     with v1.Session() as sess:
       sess.run(v1.global_variables_initializer())
-      values = _state(engine, sess.run)
+      values = state(engine, sess.run)
   for name, rows in (("t", VOCAB), ("s", 5)):
     (slot,) = engine.slots[name]
     np.testing.assert_array_equal(values[f"{name}/{slot}"],
@@ -272,11 +272,11 @@ def test_slots_start_from_a_fill_that_graph_optimization_cannot_fold(
 
 @pytest.mark.parametrize("bad", [("h",), ("f", "h")])
 def test_one_gradient_check_names_every_table_at_fault_and_no_other(bad):
-  grads = _activation_grads(0)
+  grads = activation_grads(0)
   for feature in bad:
     grads[feature][0, 1] = np.nan
   engine, before, result, grads = _one_eager_step(
-      _spec(OPTIMIZERS["adagrad"]()), grads)
+      spec_of(OPTIMIZERS["adagrad"]()), grads)
   with pytest.raises(tf.errors.InvalidArgumentError) as info:
     engine.apply_gradients(result, grads, tf.constant(0, tf.int64))
   message = info.value.message.replace("\\'", "'")
@@ -284,6 +284,6 @@ def test_one_gradient_check_names_every_table_at_fault_and_no_other(bad):
   named_s = "Gradient of features 'h' (table 's') is not finite"
   assert named_s in message
   assert (named_t in message) == ("f" in bad)
-  after = _state(engine, lambda t: {k: v.numpy() for k, v in t.items()})
+  after = state(engine, lambda t: {k: v.numpy() for k, v in t.items()})
   for key in before:
     np.testing.assert_array_equal(after[key], before[key], err_msg=key)

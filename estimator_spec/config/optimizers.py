@@ -131,6 +131,10 @@ class OptimizationParameters:
     """True if a step changes rows that were not looked up (non-lazy Adam)."""
     return False
 
+  # The host engine's compiled row update computing this rule
+  # (estimator_spec/engine/kernels/row_updates.cc), or None.
+  row_kernel = None
+
   def fused_update(self, table, slots, ids, grads, lr):
     """The update rule (`update_rows` followed by the writes) as ONE of
     TensorFlow's sparse-apply kernels on the variables, which reads and
@@ -189,6 +193,8 @@ class AdagradParameters(OptimizationParameters):
   def update_rows(self, w, slots, g, lr):
     accumulator = slots["accumulator"] + g * g
     return w - lr * g / tf.sqrt(accumulator), {"accumulator": accumulator}
+
+  row_kernel = "adagrad"
 
   def fused_update(self, table, slots, ids, grads, lr):
     # accum += g * g; var -= lr * g / (sqrt(accum) + 0): the rule above.
@@ -571,6 +577,8 @@ class StochasticGradientDescentParameters(OptimizationParameters):
   def update_rows(self, w, slots, g, lr):
     del slots
     return w - lr * g, {}
+
+  row_kernel = "sgd"
 
   def fused_update(self, table, slots, ids, grads, lr):
     del slots

@@ -30,12 +30,14 @@ synchronous cluster step sends it to the chief, which calls
 import collections
 import contextlib
 
+import numpy as np
 import tensorflow as tf
 
 from tpu_embedding_columns import columns
 from tpu_embedding_columns import lookup as column_lookup
 
 from estimator_spec.engine import inputs as inputs_lib
+from estimator_spec.engine import kernels
 from estimator_spec.engine import storage
 
 
@@ -371,7 +373,13 @@ class HostEmbeddingEngine:
     unique_ids, index = tf.unique(ids)
     sizes = [tf.shape(item.flat.ids)[0] for item in items]
     parts = tf.split(index, tf.stack(sizes), num=len(items))
-    rows = self._table_variables(table.name).gather(unique_ids)
+    # Training graphs use the compiled gather where it is available, for
+    # partitions in this process; other graphs (evaluation, prediction,
+    # export) and other tasks' partitions (whose processes need not have
+    # loaded the kernels) get plain TensorFlow ops.
+    rows = self._table_variables(table.name).gather(
+        unique_ids,
+        compiled=self.config.is_training and not self.remote_partitions)
     plans = {
         item.name: column_lookup.make_plan(
             item.flat, item.combiner, table.dimension,
@@ -567,6 +575,10 @@ class HostEmbeddingEngine:
       ])
     optimizer = self.config.optimizer_for(name)
     slots = self.slots[name]
+    kernel = _row_kernel(optimizer, table)
+    if kernel is not None:
+      return self._kernel_update(kernel, name, optimizer, ids, grads, lr,
+                                 rows)
     if rows is None:
       rows = table.gather(ids)
     if optimizer.updates_every_row:
@@ -581,6 +593,34 @@ class HostEmbeddingEngine:
     writes = [table.scatter_update(ids, new_rows)]
     writes.extend(slots[k].scatter_update(ids, v) for k, v in new_slots.items())
     return tf.group(*writes)
+
+  def _kernel_update(self, kernel, name, optimizer, ids, grads, lr, rows):
+    """SEMANTICS.md 4.4-4.7 on table `name` as the compiled row update
+    `kernel`, one op per partition: rows and slots change in place, with no
+    gather of the slots and no scatter back."""
+    table = self.tables[name]
+    slots = [self.slots[name][spec.name] for spec in optimizer.slot_specs()]
+    lower, upper = self.model.gradient_clip_bounds(optimizer)
+    factor = _decay_factor(optimizer, lr)
+    low, high = optimizer.clip_weight_min, optimizer.clip_weight_max
+
+    def scalar(value, default):
+      return tf.cast(default if value is None else value, tf.float32)
+
+    # The rows are written in place: after this step's lookup read them.
+    with tf.control_dependencies([] if rows is None else [rows]):
+      return tf.group(*[
+          kernel(table.partitions[p].handle,
+                 *[slot.partitions[p].handle for slot in slots],
+                 indices=local, grad=part_grads, lr=lr,
+                 grad_lo=scalar(lower, -np.inf), grad_hi=scalar(upper, np.inf),
+                 factor=scalar(factor, 0.0), weight_lo=scalar(low, -np.inf),
+                 weight_hi=scalar(high, np.inf),
+                 clip_gradients=lower is not None or upper is not None,
+                 decay=factor is not None,
+                 clip_weights=low is not None or high is not None)
+          for p, (local, part_grads) in enumerate(table.split(ids, grads))
+      ])
 
   def update_partition(self, name, partition, local_ids, grads, lr):
     """SEMANTICS.md 4.4-4.8 on partition `partition` of table `name`, which
@@ -652,6 +692,20 @@ class StepGradients:
     self.gate = gate
 
 
+def _row_kernel(optimizer, table):
+  """The compiled row update op for `optimizer` on `table` (partitions in
+  this process, on CPU), or None: then the graph ops compute the update."""
+  if optimizer.row_kernel is None or optimizer.updates_every_row:
+    return None
+  if any("GPU" in p.device.upper() for p in table.partitions):
+    return None
+  ops = kernels.row_updates()
+  if ops is None:
+    return None
+  return {"adagrad": ops.host_embedding_adagrad_rows,
+          "sgd": ops.host_embedding_sgd_rows}[optimizer.row_kernel]
+
+
 def _rule_only(model, optimizer):
   """Whether SEMANTICS.md 4.4-4.7 reduce to the optimizer's own rule (no
   gradient clipping, weight decay or weight clipping)."""
@@ -670,12 +724,21 @@ def _clipped_and_decayed(model, optimizer, rows, grads, lr):
     grads = tf.clip_by_value(
         grads, -float("inf") if lower is None else lower,
         float("inf") if upper is None else upper)
-  decay = optimizer.weight_decay_factor
-  if decay:
-    factor = decay * lr if (
-        optimizer.multiply_weight_decay_factor_by_learning_rate) else decay
+  factor = _decay_factor(optimizer, lr)
+  if factor is not None:
     rows = rows - factor * rows
   return rows, grads
+
+
+def _decay_factor(optimizer, lr):
+  """SEMANTICS.md 4.5's d (times the learning rate `lr` when the optimizer
+  says so), or None without weight decay."""
+  decay = optimizer.weight_decay_factor
+  if not decay:
+    return None
+  if optimizer.multiply_weight_decay_factor_by_learning_rate:
+    return decay * lr
+  return decay
 
 
 def _new_rows(model, optimizer, rows, slot_rows, grads, lr):

@@ -13,6 +13,7 @@ import re
 import tensorflow as tf
 
 from estimator_spec.config import sharding
+from estimator_spec.engine import kernels
 
 
 def partition_device_fn(shard_device_fn):
@@ -90,16 +91,18 @@ class PartitionedRows:
         gather=tf.gather)
     return tf.cast(partition, tf.int32), local
 
-  def gather(self, ids):
-    """Rows [len(ids), D] for distinct or repeated global `ids`."""
+  def gather(self, ids, compiled=False):
+    """Rows [len(ids), D] for distinct or repeated global `ids`; by the
+    engine's compiled gather when `compiled` and it is available."""
     if len(self.partitions) == 1:
-      return tf.gather(self.partitions[0], ids)
+      return _gather(self.partitions[0], ids, self.dimension, compiled)
     partition, local = self._route(ids)
     n = len(self.partitions)
     positions = tf.dynamic_partition(
         tf.range(tf.shape(partition)[0]), partition, n)
     locals_ = tf.dynamic_partition(local, partition, n)
-    pieces = [tf.gather(p, l) for p, l in zip(self.partitions, locals_)]
+    pieces = [_gather(p, l, self.dimension, compiled)
+              for p, l in zip(self.partitions, locals_)]
     rows = tf.dynamic_stitch(positions, pieces)
     rows.set_shape([None, self.dimension])
     return rows
@@ -140,6 +143,17 @@ class PartitionedRows:
       return self.partitions[0].assign(full).op
     return self.scatter_update(
         tf.range(self.layout.vocabulary_size, dtype=tf.int64), full)
+
+
+def _gather(variable, ids, dimension, compiled):
+  """tf.gather of a partition's rows, or the engine's compiled gather (same
+  values; rows fetched ahead) when `compiled` and it is available."""
+  ops = kernels.row_updates() if compiled else None
+  if ops is None or "GPU" in variable.device.upper():
+    return tf.gather(variable, ids)
+  rows = ops.host_embedding_gather_rows(variable.handle, ids)
+  rows.set_shape([None, dimension])
+  return rows
 
 
 class FillInitializer:

@@ -1,0 +1,154 @@
+"""The engine's compiled row updates (row_updates.cc), built on first use.
+
+`row_updates()` returns the loaded op module, or None where the engine must
+use its graph-op path instead. The C++ source is compiled with the C++
+compiler against the TensorFlow of the running process (its headers and
+framework library, which the TensorFlow wheel ships), once per source,
+TensorFlow version and compiler: the shared library is cached in
+`$HOST_EMBEDDING_KERNEL_CACHE`, else `$XDG_CACHE_HOME/tpu-embedding-estimator/
+kernels`, else `~/.cache/tpu-embedding-estimator/kernels`. A build takes a
+few seconds; processes building at once each write their own file and
+rename it into place.
+
+`HOST_EMBEDDING_KERNELS` chooses:
+  * `auto` (default): use the kernels when they build and load; otherwise
+    warn once (with the compiler's message) and use the graph-op path.
+  * `1`: the kernels are required; a failed build raises `KernelBuildError`.
+  * `0`: never use them (the graph-op path computes the same numbers).
+The compiler is `$CXX`, else `c++`.
+"""
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import warnings
+
+import tensorflow as tf
+
+ENV = "HOST_EMBEDDING_KERNELS"
+CACHE_ENV = "HOST_EMBEDDING_KERNEL_CACHE"
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                      "row_updates.cc")
+# No contraction into fused multiply-adds and no errno from sqrt (which
+# would keep the loops scalar): every float operation stays the one IEEE
+# operation the graph-op path computes.
+FLAGS = ("-shared", "-fPIC", "-O3", "-fno-math-errno", "-ffp-contract=off",
+         "-w")
+
+_lock = threading.Lock()
+_state = {}
+
+
+class KernelBuildError(RuntimeError):
+  """The engine's kernels could not be built or loaded."""
+
+
+def mode():
+  """`auto`, `1` or `0`, from $HOST_EMBEDDING_KERNELS."""
+  value = os.environ.get(ENV, "auto").strip().lower() or "auto"
+  if value not in ("auto", "1", "0"):
+    raise ValueError(
+        f"${ENV}={os.environ[ENV]!r}: use 'auto' (kernels when they build), "
+        "'1' (kernels required) or '0' (graph ops only).")
+  return value
+
+
+# Called while tf.function traces the engine: AutoGraph must not convert
+# the build (subprocess calls).
+@tf.autograph.experimental.do_not_convert
+def row_updates():
+  """The loaded op module (`host_embedding_adagrad_rows`,
+  `host_embedding_sgd_rows`), or None when $HOST_EMBEDDING_KERNELS is 0 or
+  (in `auto`) the build failed."""
+  chosen = mode()
+  if chosen == "0":
+    return None
+  with _lock:
+    if "module" not in _state:
+      try:
+        _state["module"] = tf.load_op_library(build())
+        _state["error"] = None
+      except (KernelBuildError, OSError, tf.errors.OpError) as error:
+        _state["module"] = None
+        _state["error"] = error
+        if chosen == "auto":
+          warnings.warn(
+              "The host embedding engine's compiled row updates are not "
+              f"available ({error}); it uses TensorFlow ops instead (same "
+              f"results, slower). Set {ENV}=0 to silence this.",
+              RuntimeWarning, stacklevel=2)
+    if _state["module"] is None and chosen == "1":
+      raise KernelBuildError(
+          f"{ENV}=1 requires the compiled row updates: {_state['error']}")
+    return _state["module"]
+
+
+def cache_dir():
+  """Where built libraries are kept."""
+  if os.environ.get(CACHE_ENV):
+    return os.environ[CACHE_ENV]
+  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
+      os.path.expanduser("~"), ".cache")
+  return os.path.join(base, "tpu-embedding-estimator", "kernels")
+
+
+def _compiler():
+  compiler = os.environ.get("CXX") or "c++"
+  path = shutil.which(compiler)
+  if path is None:
+    raise KernelBuildError(
+        f"no C++ compiler: {compiler!r} is not on PATH (set $CXX)")
+  return path
+
+
+def build():
+  """The path of the shared library for this process's TensorFlow, built
+  now if the cache does not hold it."""
+  compiler = _compiler()
+  try:
+    version = subprocess.run([compiler, "--version"], capture_output=True,
+                             text=True, timeout=60, check=True).stdout
+  except (OSError, subprocess.SubprocessError) as error:
+    raise KernelBuildError(f"{compiler} --version failed: {error}") from error
+  compile_flags = list(tf.sysconfig.get_compile_flags())
+  link_flags = list(tf.sysconfig.get_link_flags())
+  with open(SOURCE, "rb") as f:
+    source = f.read()
+  key = hashlib.sha256(b"\0".join([
+      source, tf.__version__.encode(), version.encode(),
+      " ".join(FLAGS + tuple(compile_flags) + tuple(link_flags)).encode(),
+      sys.platform.encode()
+  ])).hexdigest()[:20]
+  directory = cache_dir()
+  target = os.path.join(directory, f"row_updates-{key}.so")
+  if os.path.exists(target):
+    return target
+  try:
+    os.makedirs(directory, exist_ok=True)
+    handle, scratch = tempfile.mkstemp(prefix=".row_updates-", suffix=".so",
+                                       dir=directory)
+    os.close(handle)
+  except OSError as error:
+    raise KernelBuildError(
+        f"cannot write to the kernel cache {directory} ({error}); set "
+        f"${CACHE_ENV} to a writable directory") from error
+  command = ([compiler] + list(FLAGS) + compile_flags +
+             [SOURCE, "-o", scratch] + link_flags)
+  try:
+    result = subprocess.run(command, capture_output=True, text=True,
+                            timeout=600)
+    if result.returncode != 0:
+      lines = [line for line in result.stderr.splitlines() if line.strip()]
+      raise KernelBuildError(
+          f"{os.path.basename(compiler)} failed on {SOURCE}: " +
+          " | ".join(lines[-5:]))
+    os.replace(scratch, target)
+  except subprocess.TimeoutExpired as error:
+    raise KernelBuildError(f"building {SOURCE} timed out") from error
+  finally:
+    if os.path.exists(scratch):
+      os.remove(scratch)
+  return target

@@ -1,0 +1,292 @@
+"""The engine's compiled row updates and gather (estimator_spec/engine/
+kernels): built from the repository's C++ source on first use, they give
+the same tables and slots as the TensorFlow-op path bit for bit, and the
+engine falls back to that path (or refuses, when told to require them) if
+they cannot be built.
+
+Runs in both environments (TF 2.15 and current TensorFlow): each builds
+its own library.
+"""
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import subprocess  # pylint: disable=g-import-not-at-top
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.protobuf import rewriter_config_pb2
+
+import estimator_spec as es
+from estimator_spec.engine import HostEmbeddingEngine
+from estimator_spec.engine import kernels
+from tests import test_engine_eager as steps
+from tests.ragged import sparse_value
+
+v1 = tf.compat.v1
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KERNEL_OPS = {"HostEmbeddingAdagradRows", "HostEmbeddingSgdRows",
+              "HostEmbeddingGatherRows"}
+
+OPTIMIZERS = {
+    "adagrad": lambda: es.AdagradParameters(0.1, initial_accumulator=0.2),
+    "adagrad_all_steps": lambda: es.AdagradParameters(
+        0.1, clip_gradient_min=-0.3, clip_gradient_max=0.25,
+        weight_decay_factor=0.05, clip_weight_min=-0.9, clip_weight_max=0.8),
+    "adagrad_lower_bounds": lambda: es.AdagradParameters(
+        0.3, clip_gradient_min=-0.2, weight_decay_factor=0.1,
+        multiply_weight_decay_factor_by_learning_rate=True,
+        clip_weight_min=-0.7),
+    "sgd": lambda: es.StochasticGradientDescentParameters(0.2),
+    "sgd_all_steps": lambda: es.StochasticGradientDescentParameters(
+        0.2, weight_decay_factor=0.1,
+        multiply_weight_decay_factor_by_learning_rate=True,
+        clip_gradient_max=0.2, clip_weight_max=0.6),
+}
+
+
+@pytest.fixture(autouse=True)
+def _kernels_required(monkeypatch):
+  # In these tests the kernels must build: a failure is a failure, not a
+  # silent fallback.
+  monkeypatch.setenv(kernels.ENV, "1")
+
+
+def _graph_run(spec, num_shards, monkeypatch, use_kernels):
+  """(tables and slots after each step and after flush, op types of the
+  graph), with the compiled kernels on or off."""
+  monkeypatch.setenv(kernels.ENV, "1" if use_kernels else "0")
+  config = es.EmbeddingConfig(spec, batch_size=steps.BATCH)
+  history = []
+  with tf.Graph().as_default() as graph:
+    engine = HostEmbeddingEngine(config, num_shards=num_shards)
+    ph = {k: v1.sparse_placeholder(tf.int64, [None, None]) for k in "fgh"}
+    grad_ph = {"f": v1.placeholder(tf.float32, [None, steps.DIM]),
+               "g": v1.placeholder(tf.float32, [None, steps.DIM]),
+               "h": v1.placeholder(tf.float32, [None, 2])}
+    step = v1.placeholder(tf.int64, [])
+    result = engine.lookup(ph)
+    train = engine.apply_gradients(result, grad_ph, step)
+    flush = engine.flush()
+    # Grappler's arithmetic optimizer turns x / sqrt(y) into x * rsqrt(y),
+    # which can differ in the last bit: off, the graph ops compute the
+    # division that SEMANTICS.md and the kernels do.
+    session_config = v1.ConfigProto()
+    session_config.graph_options.rewrite_options.arithmetic_optimization = (
+        rewriter_config_pb2.RewriterConfig.OFF)
+    with v1.Session(config=session_config) as sess:
+      sess.run([v1.global_variables_initializer(),
+                v1.local_variables_initializer()])
+      steps.set_initial_tables(engine, sess.run)
+      for n, batch in enumerate(steps.BATCHES):
+        feed = {ph[k]: sparse_value(batch[k], np.int64) for k in "fgh"}
+        feed.update({grad_ph[k]: v
+                     for k, v in steps.activation_grads(n).items()})
+        feed[step] = n
+        sess.run(train, feed)
+        history.append(steps.state(engine, sess.run))
+      sess.run(flush)
+      history.append(steps.state(engine, sess.run))
+    op_types = _op_types(graph)
+  return history, op_types
+
+
+def _op_types(graph):
+  """Op types of `graph`, with those of its functions (a tf.cond's
+  branches)."""
+  graph_def = graph.as_graph_def()
+  types = {node.op for node in graph_def.node}
+  for function in graph_def.library.function:
+    types.update(node.op for node in function.node_def)
+  return types
+
+
+def _assert_identical(got, want):
+  assert len(got) == len(want)
+  for n, (g, w) in enumerate(zip(got, want)):
+    assert sorted(g) == sorted(w)
+    for key in w:
+      np.testing.assert_array_equal(g[key], w[key],
+                                    err_msg=f"{key} after step {n}")
+
+
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("strategy,shards", [("div", 1), ("div", 3),
+                                             ("mod", 3)])
+def test_kernels_equal_the_graph_ops_bit_for_bit(optimizer, strategy, shards,
+                                                 monkeypatch):
+  spec = steps.spec_of(OPTIMIZERS[optimizer](), strategy,
+                       clipping_limit=0.28 if "all" in optimizer else None)
+  with_kernels, kernel_types = _graph_run(spec, shards, monkeypatch, True)
+  without, plain_types = _graph_run(spec, shards, monkeypatch, False)
+  _assert_identical(with_kernels, without)
+  rule = ("HostEmbeddingAdagradRows" if optimizer.startswith("adagrad") else
+          "HostEmbeddingSgdRows")
+  assert {rule, "HostEmbeddingGatherRows"} <= kernel_types
+  assert not KERNEL_OPS & plain_types
+  if shards == 1:
+    # The graph-op path scatters the new rows back; the kernels write in
+    # place. (With partitions the test's own initial assignment scatters.)
+    assert "ResourceScatterUpdate" in plain_types
+    assert "ResourceScatterUpdate" not in kernel_types
+  assert not np.array_equal(with_kernels[-1]["t"], with_kernels[0]["t"])
+
+
+def test_kernels_with_pipelining_and_a_learning_rate_function(monkeypatch):
+  spec = steps.spec_of(
+      OPTIMIZERS["adagrad_all_steps"](), "mod", pipeline=True,
+      learning_rate_fn=lambda step: 0.3 / (1.0 + tf.cast(step, tf.float32)),
+      multiplier=lambda step: 2.0 - tf.cast(step, tf.float32) / 4.0)
+  with_kernels, kernel_types = _graph_run(spec, 2, monkeypatch, True)
+  without, _ = _graph_run(spec, 2, monkeypatch, False)
+  _assert_identical(with_kernels, without)
+  assert "HostEmbeddingAdagradRows" in kernel_types
+
+
+def test_optimizers_without_a_kernel_keep_the_graph_ops(monkeypatch):
+  spec = steps.spec_of(es.AdamParameters(0.05))
+  _, types = _graph_run(spec, 1, monkeypatch, True)
+  assert not {"HostEmbeddingAdagradRows", "HostEmbeddingSgdRows"} & types
+  assert "ResourceScatterUpdate" in types
+
+
+def test_eager_steps_with_kernels_equal_the_graph_ops(monkeypatch):
+  spec = steps.spec_of(OPTIMIZERS["adagrad_all_steps"](), "div")
+  monkeypatch.setenv(kernels.ENV, "1")
+  eager = steps.run_eager(spec, 2)
+  monkeypatch.setenv(kernels.ENV, "0")
+  plain = steps.run_eager(spec, 2)
+  _assert_identical(eager, plain)
+
+
+def test_evaluation_graphs_use_plain_tensorflow_ops():
+  spec = steps.spec_of(OPTIMIZERS["adagrad"]())
+  config = es.EmbeddingConfig(spec, batch_size=steps.BATCH, mode="eval")
+  with tf.Graph().as_default() as graph:
+    engine = HostEmbeddingEngine(config)
+    engine.lookup({k: v1.sparse_placeholder(tf.int64, [None, None])
+                   for k in "fgh"})
+    types = _op_types(graph)
+  assert not KERNEL_OPS & types
+  assert "ResourceGather" in types
+
+
+def _variable(values):
+  return tf.Variable(np.asarray(values, np.float32))
+
+
+def test_an_update_does_not_change_a_value_read_before_it():
+  ops = kernels.row_updates()
+  table = _variable(np.ones((4, 2)))
+  accumulator = _variable(np.full((4, 2), 0.5))
+  before = table.read_value()      # may share the variable's buffer
+  ops.host_embedding_adagrad_rows(
+      table.handle, accumulator.handle, indices=tf.constant([2], tf.int64),
+      grad=tf.constant([[1.0, -1.0]]), lr=tf.constant(0.5),
+      grad_lo=tf.constant(-np.inf), grad_hi=tf.constant(np.inf),
+      factor=tf.constant(0.0), weight_lo=tf.constant(-np.inf),
+      weight_hi=tf.constant(np.inf), clip_gradients=False, decay=False,
+      clip_weights=False)
+  np.testing.assert_array_equal(before.numpy(), np.ones((4, 2), np.float32))
+  want = np.ones((4, 2), np.float32)
+  want[2] = np.float32(1) - np.float32(0.5) * np.array(
+      [1, -1], np.float32) / np.sqrt(np.float32(1.5))
+  np.testing.assert_array_equal(table.numpy(), want)
+  np.testing.assert_array_equal(accumulator.numpy()[2], [1.5, 1.5])
+
+
+def test_a_row_index_out_of_range_is_refused_and_nothing_written():
+  ops = kernels.row_updates()
+  table = _variable(np.ones((4, 2)))
+  accumulator = _variable(np.full((4, 2), 0.5))
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"row index 4 at 1 is outside \[0, 4\)"):
+    ops.host_embedding_adagrad_rows(
+        table.handle, accumulator.handle,
+        indices=tf.constant([0, 4], tf.int64), grad=tf.ones([2, 2]),
+        lr=tf.constant(0.5), grad_lo=tf.constant(-np.inf),
+        grad_hi=tf.constant(np.inf), factor=tf.constant(0.0),
+        weight_lo=tf.constant(-np.inf), weight_hi=tf.constant(np.inf),
+        clip_gradients=False, decay=False, clip_weights=False)
+  np.testing.assert_array_equal(table.numpy(), np.ones((4, 2)))
+  np.testing.assert_array_equal(accumulator.numpy(), np.full((4, 2), 0.5))
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"row index -1 at 0 is outside \[0, 4\)"):
+    ops.host_embedding_gather_rows(table.handle, tf.constant([-1], tf.int32))
+
+
+@pytest.mark.parametrize("dtype", [tf.int32, tf.int64])
+def test_the_gather_equals_tf_gather(dtype):
+  ops = kernels.row_updates()
+  values = np.random.RandomState(0).randn(50, 3).astype(np.float32)
+  table = _variable(values)
+  ids = tf.constant([7, 0, 49, 7, 7, 12] * 10, dtype)
+  np.testing.assert_array_equal(
+      ops.host_embedding_gather_rows(table.handle, ids).numpy(),
+      tf.gather(table, ids).numpy())
+  assert ops.host_embedding_gather_rows(
+      table.handle, tf.constant([], dtype)).shape == (0, 3)
+
+
+def _python(code, env):
+  return subprocess.run(
+      [sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT,
+      env=dict(os.environ, PYTHONPATH=ROOT, **env), capture_output=True,
+      text=True, timeout=300, check=False)
+
+
+def test_without_a_compiler_the_engine_warns_and_uses_graph_ops(tmp_path):
+  code = """
+      import warnings
+      import tensorflow as tf
+      from estimator_spec.engine import kernels
+      with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        print("module", kernels.row_updates())
+      print("warnings", [str(w.message) for w in caught])
+  """
+  env = {"CXX": "no-such-compiler", kernels.ENV: "auto",
+         kernels.CACHE_ENV: str(tmp_path / "cache")}
+  result = _python(code, env)
+  assert result.returncode == 0, result.stderr
+  assert "module None" in result.stdout
+  assert "'no-such-compiler' is not on PATH" in result.stdout
+  assert "uses TensorFlow ops instead" in result.stdout
+
+  result = _python(code, dict(env, **{kernels.ENV: "1"}))
+  assert result.returncode != 0
+  assert "KernelBuildError" in result.stderr
+  assert "HOST_EMBEDDING_KERNELS=1 requires the compiled row updates" in (
+      result.stderr)
+
+  result = _python(code, dict(env, **{kernels.ENV: "yes"}))
+  assert result.returncode != 0
+  assert "use 'auto'" in result.stderr
+
+
+@pytest.mark.slow
+def test_processes_building_at_once_share_one_cached_library(tmp_path):
+  cache = tmp_path / "cache"
+  code = """
+      from estimator_spec.engine import kernels
+      print("built", kernels.build())
+  """
+  env = {kernels.CACHE_ENV: str(cache)}
+  procs = [subprocess.Popen(
+      [sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT,
+      env=dict(os.environ, PYTHONPATH=ROOT, **env), stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True) for _ in range(2)]
+  outputs = []
+  for proc in procs:
+    try:
+      out, err = proc.communicate(timeout=300)
+    finally:
+      proc.kill()
+    assert proc.returncode == 0, err
+    outputs.append(out.strip())
+  assert outputs[0] == outputs[1]
+  assert sorted(os.listdir(cache)) == [os.path.basename(
+      outputs[0].split()[-1])]
