@@ -42,15 +42,34 @@ from estimator_spec.engine import storage
 
 
 class TableLookup:
-  """What the backward pass of one table needs from its forward pass."""
+  """What the backward pass of one table needs from its forward pass.
 
-  def __init__(self, table, unique_ids, rows, features, plans, index_parts):
+  `rows` is what the forward pass read from the table: the rows of
+  `unique_ids` (`unique_rows` True), or the row of every id of every
+  feature in feature order (False; the table's update then reads the rows
+  itself). Writes of the step wait for it."""
+
+  def __init__(self, table, unique_ids, rows, features, plans, index_parts,
+               unique_rows=True):
     self.table = table
     self.unique_ids = unique_ids
     self.rows = rows
+    self.unique_rows = unique_rows
     self.features = features      # [FeatureIds]
     self.plans = plans            # {feature: Plan}
     self.index_parts = index_parts  # {feature: index into unique_ids}
+
+  def feature_rows(self):
+    """{feature: the rows of its ids [n, D]}."""
+    names = [item.name for item in self.features]
+    if self.unique_rows:
+      return {name: tf.gather(self.rows, self.index_parts[name])
+              for name in names}
+    if len(names) == 1:
+      return {names[0]: self.rows}
+    sizes = [tf.shape(item.flat.ids)[0] for item in self.features]
+    return dict(zip(names, tf.split(self.rows, tf.stack(sizes),
+                                    num=len(names))))
 
 
 class LookupResult:
@@ -123,9 +142,9 @@ class LookupStep:
       with tf.control_dependencies([self._gate] if self._gate else []):
         lookup = self._engine._lookup_table(
             table, [self._parsed[f] for f in table.features])
+        rows = lookup.feature_rows()
         for item in lookup.features:
-          rows = tf.gather(lookup.rows, lookup.index_parts[item.name])
-          activation = lookup.plans[item.name].combine(rows)
+          activation = lookup.plans[item.name].combine(rows[item.name])
           static_batch = (self.static_batch_size if self.batch_size is not None
                           else item.flat.static_batch_size)
           activation.set_shape([static_batch] +
@@ -373,13 +392,19 @@ class HostEmbeddingEngine:
     unique_ids, index = tf.unique(ids)
     sizes = [tf.shape(item.flat.ids)[0] for item in items]
     parts = tf.split(index, tf.stack(sizes), num=len(items))
+    variables = self._table_variables(table.name)
     # Training graphs use the compiled gather where it is available, for
     # partitions in this process; other graphs (evaluation, prediction,
     # export) and other tasks' partitions (whose processes need not have
     # loaded the kernels) get plain TensorFlow ops.
-    rows = self._table_variables(table.name).gather(
-        unique_ids,
-        compiled=self.config.is_training and not self.remote_partitions)
+    compiled = self.config.is_training and not self.remote_partitions
+    # A table its compiled row update trains needs no rows of the distinct
+    # ids: the forward pass reads the row of every id at once, and the
+    # distinct ids (for the backward pass) are found beside it.
+    unique_rows = not (compiled and _row_kernel(
+        self.config.optimizer_for(table.name), variables) is not None)
+    rows = variables.gather(unique_ids if unique_rows else ids,
+                            compiled=compiled)
     plans = {
         item.name: column_lookup.make_plan(
             item.flat, item.combiner, table.dimension,
@@ -387,7 +412,8 @@ class HostEmbeddingEngine:
         for item in items
     }
     return TableLookup(table, unique_ids, rows, items, plans,
-                       dict(zip([item.name for item in items], parts)))
+                       dict(zip([item.name for item in items], parts)),
+                       unique_rows)
 
   # --- backward --------------------------------------------------------------
 
@@ -407,11 +433,14 @@ class HostEmbeddingEngine:
     step = self.table_gradients(result, gradients, global_step)
     with tf.control_dependencies([step.gate]):
       if self._pending is None:
-        updates = [
-            self._update_table(name, step.ids[name], step.grads[name],
-                               step.rates[name], rows=lookup.rows)
-            for name, lookup in result.tables.items()
-        ]
+        updates = []
+        for name, lookup in result.tables.items():
+          # Rows written in place (the compiled updates) are written after
+          # this step's lookup read them.
+          with tf.control_dependencies([lookup.rows]):
+            updates.append(self._update_table(
+                name, step.ids[name], step.grads[name], step.rates[name],
+                rows=lookup.rows if lookup.unique_rows else None))
         return tf.group(*updates, name="embedding_update")
       # Pipelining: apply the held update of the previous step now that this
       # step's lookups are done, then hold this step's update.
@@ -577,8 +606,7 @@ class HostEmbeddingEngine:
     slots = self.slots[name]
     kernel = _row_kernel(optimizer, table)
     if kernel is not None:
-      return self._kernel_update(kernel, name, optimizer, ids, grads, lr,
-                                 rows)
+      return self._kernel_update(kernel, name, optimizer, ids, grads, lr)
     if rows is None:
       rows = table.gather(ids)
     if optimizer.updates_every_row:
@@ -594,10 +622,11 @@ class HostEmbeddingEngine:
     writes.extend(slots[k].scatter_update(ids, v) for k, v in new_slots.items())
     return tf.group(*writes)
 
-  def _kernel_update(self, kernel, name, optimizer, ids, grads, lr, rows):
+  def _kernel_update(self, kernel, name, optimizer, ids, grads, lr):
     """SEMANTICS.md 4.4-4.7 on table `name` as the compiled row update
     `kernel`, one op per partition: rows and slots change in place, with no
-    gather of the slots and no scatter back."""
+    gather of the slots and no scatter back (the caller orders it after the
+    step's reads of the table)."""
     table = self.tables[name]
     slots = [self.slots[name][spec.name] for spec in optimizer.slot_specs()]
     lower, upper = self.model.gradient_clip_bounds(optimizer)
@@ -607,20 +636,18 @@ class HostEmbeddingEngine:
     def scalar(value, default):
       return tf.cast(default if value is None else value, tf.float32)
 
-    # The rows are written in place: after this step's lookup read them.
-    with tf.control_dependencies([] if rows is None else [rows]):
-      return tf.group(*[
-          kernel(table.partitions[p].handle,
-                 *[slot.partitions[p].handle for slot in slots],
-                 indices=local, grad=part_grads, lr=lr,
-                 grad_lo=scalar(lower, -np.inf), grad_hi=scalar(upper, np.inf),
-                 factor=scalar(factor, 0.0), weight_lo=scalar(low, -np.inf),
-                 weight_hi=scalar(high, np.inf),
-                 clip_gradients=lower is not None or upper is not None,
-                 decay=factor is not None,
-                 clip_weights=low is not None or high is not None)
-          for p, (local, part_grads) in enumerate(table.split(ids, grads))
-      ])
+    return tf.group(*[
+        kernel(table.partitions[p].handle,
+               *[slot.partitions[p].handle for slot in slots],
+               indices=local, grad=part_grads, lr=lr,
+               grad_lo=scalar(lower, -np.inf), grad_hi=scalar(upper, np.inf),
+               factor=scalar(factor, 0.0), weight_lo=scalar(low, -np.inf),
+               weight_hi=scalar(high, np.inf),
+               clip_gradients=lower is not None or upper is not None,
+               decay=factor is not None,
+               clip_weights=low is not None or high is not None)
+        for p, (local, part_grads) in enumerate(table.split(ids, grads))
+    ])
 
   def update_partition(self, name, partition, local_ids, grads, lr):
     """SEMANTICS.md 4.4-4.8 on partition `partition` of table `name`, which
