@@ -29,7 +29,7 @@ from tests.ragged import sparse_value
 v1 = tf.compat.v1
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNEL_OPS = {"HostEmbeddingAdagradRows", "HostEmbeddingSgdRows",
-              "HostEmbeddingGatherRows"}
+              "HostEmbeddingGatherRows", "HostEmbeddingIdGradients"}
 
 OPTIMIZERS = {
     "adagrad": lambda: es.AdagradParameters(0.1, initial_accumulator=0.2),
@@ -55,6 +55,16 @@ def _kernels_required(monkeypatch):
   monkeypatch.setenv(kernels.ENV, "1")
 
 
+def _exact_session_config():
+  """Grappler's arithmetic optimizer turns x / sqrt(y) into x * rsqrt(y),
+  which can differ in the last bit: off, the graph ops compute the division
+  that SEMANTICS.md and the kernels do."""
+  session_config = v1.ConfigProto()
+  session_config.graph_options.rewrite_options.arithmetic_optimization = (
+      rewriter_config_pb2.RewriterConfig.OFF)
+  return session_config
+
+
 def _graph_run(spec, num_shards, monkeypatch, use_kernels):
   """(tables and slots after each step and after flush, op types of the
   graph), with the compiled kernels on or off."""
@@ -71,13 +81,7 @@ def _graph_run(spec, num_shards, monkeypatch, use_kernels):
     result = engine.lookup(ph)
     train = engine.apply_gradients(result, grad_ph, step)
     flush = engine.flush()
-    # Grappler's arithmetic optimizer turns x / sqrt(y) into x * rsqrt(y),
-    # which can differ in the last bit: off, the graph ops compute the
-    # division that SEMANTICS.md and the kernels do.
-    session_config = v1.ConfigProto()
-    session_config.graph_options.rewrite_options.arithmetic_optimization = (
-        rewriter_config_pb2.RewriterConfig.OFF)
-    with v1.Session(config=session_config) as sess:
+    with v1.Session(config=_exact_session_config()) as sess:
       sess.run([v1.global_variables_initializer(),
                 v1.local_variables_initializer()])
       steps.set_initial_tables(engine, sess.run)
@@ -144,6 +148,64 @@ def test_kernels_with_pipelining_and_a_learning_rate_function(monkeypatch):
   without, _ = _graph_run(spec, 2, monkeypatch, False)
   _assert_identical(with_kernels, without)
   assert "HostEmbeddingAdagradRows" in kernel_types
+
+
+MIXED_BATCHES = [
+    {"f": [[1, 3, 3], [], [7]], "fw": [[0.5, 2.0, 1.5], [], [3.0]],
+     "q": [[2, 9, 2], [4], []], "u": [[5], [6], [0]]},
+    {"f": [[0], [5, 5], [1, 2]], "fw": [[1.0], [0.25, 4.0], [2.0, 0.5]],
+     "q": [[], [1, 1], [3, 8, 8]], "u": [[2], [2], [7]]},
+]
+
+
+def _mixed_run(monkeypatch, use_kernels):
+  """Weighted sqrtn, sequence and one-id features sharing one table and a
+  mean feature alone, two steps: tables and slots after each."""
+  monkeypatch.setenv(kernels.ENV, "1" if use_kernels else "0")
+  spec = es.EmbeddingConfigSpec(
+      feature_to_config_dict={
+          "f": es.FeatureConfig("t", weight_key="fw"),
+          "q": es.FeatureConfig("t", max_sequence_length=2),
+          "u": es.FeatureConfig("s")},
+      table_to_config_dict={
+          "t": es.TableConfig(10, 3, combiner="sqrtn"),
+          "s": es.TableConfig(8, 2, combiner="mean")},
+      optimization_parameters=OPTIMIZERS["adagrad_all_steps"]())
+  config = es.EmbeddingConfig(spec, batch_size=3)
+  shapes = {"f": (3, 3), "q": (3, 2, 3), "u": (3, 2)}
+  history = []
+  with tf.Graph().as_default() as graph:
+    engine = HostEmbeddingEngine(config, num_shards=2)
+    ph = {k: v1.sparse_placeholder(tf.float32 if k == "fw" else tf.int64,
+                                   [None, None]) for k in MIXED_BATCHES[0]}
+    grad_ph = {k: v1.placeholder(tf.float32, shape)
+               for k, shape in shapes.items()}
+    result = engine.lookup(ph)
+    train = engine.apply_gradients(result, grad_ph, tf.constant(0, tf.int64))
+    with v1.Session(config=_exact_session_config()) as sess:
+      sess.run(v1.global_variables_initializer())
+      steps.set_initial_tables(engine, sess.run)
+      rng = np.random.RandomState(7)
+      for batch in MIXED_BATCHES:
+        feed = {ph[k]: sparse_value(v, np.float32 if k == "fw" else np.int64)
+                for k, v in batch.items()}
+        feed.update({grad_ph[k]: rng.uniform(-1, 1, shape).astype(np.float32)
+                     for k, shape in shapes.items()})
+        activations = sess.run(result.activations, feed)
+        sess.run(train, feed)
+        history.append(dict(steps.state(engine, sess.run), **{
+            f"activation {k}": v for k, v in activations.items()}))
+  return history, _op_types(graph)
+
+
+def test_weighted_sequence_and_mean_features_equal_the_graph_ops(
+    monkeypatch):
+  with_kernels, types = _mixed_run(monkeypatch, True)
+  without, _ = _mixed_run(monkeypatch, False)
+  _assert_identical(with_kernels, without)
+  assert {"HostEmbeddingIdGradients", "HostEmbeddingGatherRows",
+          "HostEmbeddingAdagradRows"} <= types
+  assert not np.array_equal(with_kernels[-1]["t"], with_kernels[0]["t"])
 
 
 def test_optimizers_without_a_kernel_keep_the_graph_ops(monkeypatch):

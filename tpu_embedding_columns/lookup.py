@@ -419,13 +419,17 @@ class Plan:
     out.set_shape([None] + self.output_shape)
     return out
 
-  def backprop(self, grad):
-    """Activation gradient -> per-id gradient contributions [N, D]."""
-    dimension = self.output_shape[-1]
-    grad = tf.reshape(grad, [-1, dimension])
+  def segment_grads(self, grad):
+    """Activation gradient -> the gradient of each output segment, times the
+    combiner's factor [num_segments, D]."""
+    grad = tf.reshape(grad, [-1, self.output_shape[-1]])
     if self.scale is not None:
       grad = grad * tf.expand_dims(self.scale, 1)
-    contributions = tf.gather(grad, self.segment)
+    return grad
+
+  def backprop(self, grad):
+    """Activation gradient -> per-id gradient contributions [N, D]."""
+    contributions = tf.gather(self.segment_grads(grad), self.segment)
     if self.weights is not None:
       contributions = contributions * tf.expand_dims(self.weights, 1)
     return contributions

@@ -489,7 +489,7 @@ class HostEmbeddingEngine:
     accumulated = collections.OrderedDict()
     finite, messages = [], []
     for name, lookup in result.tables.items():
-      contributions = []
+      grads = []
       for item in lookup.features:
         grad = tf.convert_to_tensor(gradients[item.name], tf.float32)
         expected = result.activations[item.name].shape
@@ -497,11 +497,8 @@ class HostEmbeddingEngine:
           raise ValueError(
               f"Gradient of feature {item.name!r} (table {name!r}) has shape "
               f"{grad.shape}; the activation has shape {expected}.")
-        contributions.append(lookup.plans[item.name].backprop(grad))
-      summed = tf.math.unsorted_segment_sum(
-          tf.concat(contributions, axis=0),
-          tf.concat([lookup.index_parts[i.name] for i in lookup.features],
-                    axis=0), tf.shape(lookup.unique_ids)[0])
+        grads.append(grad)
+      summed = self._id_gradients(lookup, grads)
       if multiplier is not None:
         summed = summed * multiplier
       # Checked per table, on what would be written: a non-finite gradient
@@ -518,6 +515,30 @@ class HostEmbeddingEngine:
     ids = collections.OrderedDict(
         (name, lookup.unique_ids) for name, lookup in result.tables.items())
     return StepGradients(ids, accumulated, rates, column_lookup.gate(checks))
+
+  def _id_gradients(self, lookup, grads):
+    """SEMANTICS.md 4.2-4.3 for one table: the float32 sum of every
+    contribution to each of `lookup.unique_ids` [U, D], from the activation
+    gradients `grads` of its features (in feature order): by the compiled
+    kernel where the table's update is compiled, else by TF ops (the same
+    operations in the same order)."""
+    plans = [lookup.plans[item.name] for item in lookup.features]
+    index = [lookup.index_parts[item.name] for item in lookup.features]
+    num_ids = tf.shape(lookup.unique_ids)[0]
+    ops = None if lookup.unique_rows else kernels.row_updates()
+    if ops is None:
+      return tf.math.unsorted_segment_sum(
+          tf.concat([plan.backprop(g) for plan, g in zip(plans, grads)],
+                    axis=0), tf.concat(index, axis=0), num_ids)
+    empty = tf.zeros([0], tf.float32)
+    summed = ops.host_embedding_id_gradients(
+        grads=[plan.segment_grads(g) for plan, g in zip(plans, grads)],
+        segments=[plan.segment for plan in plans],
+        weights=[empty if plan.weights is None else plan.weights
+                 for plan in plans],
+        index=index, num_ids=num_ids)
+    summed.set_shape([None, lookup.table.dimension])
+    return summed
 
   def flush(self):
     """Applies the update held by pipelining (a no-op without pipelining)."""

@@ -329,6 +329,106 @@ REGISTER_KERNEL_BUILDER(Name("HostEmbeddingGatherRows")
                             .TypeConstraint<int64_t>("Tindices"),
                         GatherRowsOp<int64_t>);
 
+// The per-id gradient sums of one table (SEMANTICS 4.2-4.3): for each
+// feature f in order and each of its ids i in order,
+//   out[index_f[i]] += grad_f[segment_f[i]] * weight_f[i]
+// (no multiplication where feature f has no weights: an empty weights
+// tensor), from zeros. This is the order and the float operations of a
+// gather, a multiplication, a concatenation and an unsorted segment sum.
+class IdGradientsOp : public OpKernel {
+ public:
+  explicit IdGradientsOp(OpKernelConstruction* context) : OpKernel(context) {}
+
+  void Compute(OpKernelContext* context) override {
+    tensorflow::OpInputList grads, segments, weights, index;
+    OP_REQUIRES_OK(context, context->input_list("grads", &grads));
+    OP_REQUIRES_OK(context, context->input_list("segments", &segments));
+    OP_REQUIRES_OK(context, context->input_list("weights", &weights));
+    OP_REQUIRES_OK(context, context->input_list("index", &index));
+    const Tensor& num_ids = context->input(context->num_inputs() - 1);
+    OP_REQUIRES(context, num_ids.dims() == 0,
+                errors::InvalidArgument("num_ids must be a scalar"));
+    const int64_t n_out = num_ids.scalar<int32_t>()();
+    OP_REQUIRES(context, n_out >= 0,
+                errors::InvalidArgument("num_ids must be >= 0"));
+    int64_t dim = -1;
+    for (int f = 0; f < grads.size(); ++f) {
+      const Tensor& grad = grads[f];
+      OP_REQUIRES(context, grad.dims() == 2,
+                  errors::InvalidArgument("grads[", f, "] must be a matrix"));
+      if (dim < 0) dim = grad.dim_size(1);
+      OP_REQUIRES(context, grad.dim_size(1) == dim,
+                  errors::InvalidArgument("grads[", f, "] has ",
+                                          grad.dim_size(1), " columns, not ",
+                                          dim));
+      const int64_t n = segments[f].NumElements();
+      OP_REQUIRES(context,
+                  segments[f].dims() == 1 && index[f].dims() == 1 &&
+                      index[f].dim_size(0) == n &&
+                      (weights[f].NumElements() == 0 ||
+                       weights[f].NumElements() == n),
+                  errors::InvalidArgument(
+                      "feature ", f, ": segments, index and weights must be "
+                      "vectors of one length (weights may be empty)"));
+      const int32_t* seg = segments[f].flat<int32_t>().data();
+      const int32_t* idx = index[f].flat<int32_t>().data();
+      for (int64_t i = 0; i < n; ++i) {
+        OP_REQUIRES(context, seg[i] >= 0 && seg[i] < grad.dim_size(0),
+                    errors::InvalidArgument("feature ", f, ": segment ",
+                                            seg[i], " at ", i,
+                                            " is outside [0, ",
+                                            grad.dim_size(0), ")"));
+        OP_REQUIRES(context, idx[i] >= 0 && idx[i] < n_out,
+                    errors::InvalidArgument("feature ", f, ": index ",
+                                            idx[i], " at ", i,
+                                            " is outside [0, ", n_out, ")"));
+      }
+    }
+    OP_REQUIRES(context, dim >= 0,
+                errors::InvalidArgument("no features"));
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(context,
+                   context->allocate_output(
+                       0, tensorflow::TensorShape({n_out, dim}), &out));
+    float* o = out->flat<float>().data();
+    std::fill(o, o + n_out * dim, 0.0f);
+    for (int f = 0; f < grads.size(); ++f) {
+      const float* g = grads[f].flat<float>().data();
+      const int32_t* seg = segments[f].flat<int32_t>().data();
+      const int32_t* idx = index[f].flat<int32_t>().data();
+      const int64_t n = segments[f].NumElements();
+      const bool weighted = weights[f].NumElements() > 0;
+      const float* w = weighted ? weights[f].flat<float>().data() : nullptr;
+      for (int64_t i = 0; i < n; ++i) {
+        float* row = o + static_cast<int64_t>(idx[i]) * dim;
+        const float* in = g + static_cast<int64_t>(seg[i]) * dim;
+        if (weighted) {
+          const float weight = w[i];
+          for (int64_t j = 0; j < dim; ++j) row[j] = row[j] + in[j] * weight;
+        } else {
+          for (int64_t j = 0; j < dim; ++j) row[j] = row[j] + in[j];
+        }
+      }
+    }
+  }
+};
+
+REGISTER_OP("HostEmbeddingIdGradients")
+    .Input("grads: F * float")
+    .Input("segments: F * int32")
+    .Input("weights: F * float")
+    .Input("index: F * int32")
+    .Input("num_ids: int32")
+    .Output("sums: float")
+    .Attr("F: int >= 1")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      c->set_output(0, c->Matrix(c->UnknownDim(), c->Dim(c->input(0), 1)));
+      return absl::OkStatus();
+    });
+
+REGISTER_KERNEL_BUILDER(Name("HostEmbeddingIdGradients").Device(DEVICE_CPU),
+                        IdGradientsOp);
+
 #define ESTIMATOR_SPEC_ROW_UPDATE_OP(NAME, SLOT_INPUTS)                      \
   REGISTER_OP(NAME)                                                          \
       .Input("table: resource") SLOT_INPUTS                                  \
