@@ -754,6 +754,22 @@ def print_memory(jobs, results):
             f"{peak:9,.0f}  {peak / state:5.2f}x  "
             f"{(peak - run['base_rss_mb']) / state:5.2f}x above "
             f"{run['base_rss_mb']:,.0f} MB before the graph")
+  # What the tables themselves cost: the growth of the peak between the
+  # smallest and the largest vocabulary over the growth of the variables
+  # (the runtime, graph and session are in both and cancel out).
+  for side in SIDES:
+    runs = [(label, results[label][side][0]) for label in labels
+            if "stopped" not in results[label][side][0]]
+    if len(runs) < 2:
+      continue
+    low, small = min(runs, key=lambda item: item[1]["state_mb"])
+    high, large = max(runs, key=lambda item: item[1]["state_mb"])
+    grown = large["state_mb"] - small["state_mb"]
+    if grown > 0:
+      print(f"  {side:4s} {low} -> {high}: peak RSS grew "
+            f"{large['max_rss_mb'] - small['max_rss_mb']:,.0f} MB for "
+            f"{grown:,.0f} MB more variables: "
+            f"{(large['max_rss_mb'] - small['max_rss_mb']) / grown:.2f}x")
 
 
 if __name__ == "__main__":

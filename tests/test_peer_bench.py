@@ -323,13 +323,20 @@ def test_the_summary_prints_the_embedding_cost_and_memory(capsys):
       "peer26-fed": {"ours": [run(4.0), run(4.4), run(4.2)],
                      "tf": [run(4.0)]}})
   memory = {"state_mb": 2000.0, "max_rss_mb": 3000.0, "base_rss_mb": 600.0}
+  small = {"state_mb": 20.0, "max_rss_mb": 900.0, "base_rss_mb": 600.0}
   e2e_bench.print_memory(
-      [("vocab1e7", {"tables": 2}, 1), ("peer26", {}, 1)],
-      {"vocab1e7": {"ours": [memory], "tf": [{"stopped": "peak RSS"}]}})
+      [("vocab1e5", {"tables": 2}, 1), ("vocab1e7", {"tables": 2}, 1),
+       ("peer26", {}, 1)],
+      {"vocab1e5": {"ours": [small], "tf": [small]},
+       "vocab1e7": {"ours": [memory], "tf": [{"stopped": "peak RSS"}]}})
   out = capsys.readouterr().out
   assert "ours  11.00 ms -   4.20 ms =   6.80 ms =   162% of the fed" in out
   assert "tf    24.00 ms -   4.00 ms =  20.00 ms =   500%" in out
   assert ("vocab1e7  ours variables     2,000  peak     3,000   1.50x   "
           "1.20x above 600 MB") in out
   assert "vocab1e7  tf   stopped: peak RSS" in out
+  # (3,000 - 900) / (2,000 - 20)
+  assert ("ours vocab1e5 -> vocab1e7: peak RSS grew 2,100 MB for 1,980 MB "
+          "more variables: 1.06x") in out
+  assert "tf   vocab1e5" not in out
   assert "peer26 " not in out.split("Memory")[1]
