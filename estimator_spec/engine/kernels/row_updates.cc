@@ -31,7 +31,6 @@
 #include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/framework/resource_var.h"
 #include "tensorflow/core/framework/shape_inference.h"
-#include "tensorflow/core/platform/threadpool.h"
 
 namespace estimator_spec_kernels {
 
@@ -225,10 +224,10 @@ class RowUpdateOp : public OpKernel {
         }
       }
     };
-    auto* pool = context->device()->tensorflow_cpu_worker_threads()->workers;
-    // About a memory access per row and slot, and a few operations per entry.
-    const int64_t cost = 200 * kVariables + 8 * dim;
-    pool->ParallelFor(n, cost, work);
+    // One thread: the engine runs one such op per table partition at once,
+    // on the inter-op threads; splitting one over the others' threads makes
+    // it wait for them.
+    work(0, n);
   }
 
  private:
