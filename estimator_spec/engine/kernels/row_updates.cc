@@ -1,9 +1,11 @@
-// In-place optimizer updates of the rows a step touched, for the host
-// embedding engine (estimator_spec/engine/kernels.py builds and loads this
-// file; the engine uses it where the graph-op path would compute the same
-// numbers).
+// The host embedding engine's compiled kernels (kernels/__init__.py builds
+// and loads this file). Training uses them where the TensorFlow-op path
+// would compute the same numbers:
+//   HostEmbeddingGatherRows   the rows of the step's ids, fetched ahead;
+//   HostEmbeddingIdGradients  the per-id gradient sums of one table;
+//   HostEmbedding*Rows        in-place optimizer updates of the touched rows.
 //
-// One op per optimizer rule. Each runs SEMANTICS 4.4-4.7 on the distinct
+// One update op per optimizer rule. Each runs SEMANTICS 4.4-4.7 on the distinct
 // row indices it is given, row by row, in the order of the graph-op path:
 //   gradient clip   g = max(min(g, grad_hi), grad_lo)          (clip_gradients)
 //   weight decay    w = w - factor * w                          (decay)
