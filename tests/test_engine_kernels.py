@@ -32,10 +32,9 @@ KERNEL_OPS = {"HostEmbeddingAdagradRows", "HostEmbeddingSgdRows",
               "HostEmbeddingGatherRows", "HostEmbeddingIdGradients"}
 
 OPTIMIZERS = {
-    "adagrad": lambda: es.AdagradParameters(0.1, initial_accumulator=0.2),
-    "adagrad_all_steps": lambda: es.AdagradParameters(
-        0.1, clip_gradient_min=-0.3, clip_gradient_max=0.25,
-        weight_decay_factor=0.05, clip_weight_min=-0.9, clip_weight_max=0.8),
+    "adagrad": steps.OPTIMIZERS["adagrad"],
+    # Gradient clipping, weight decay and weight clipping.
+    "adagrad_all_steps": steps.OPTIMIZERS["adagrad_clipped"],
     "adagrad_lower_bounds": lambda: es.AdagradParameters(
         0.3, clip_gradient_min=-0.2, weight_decay_factor=0.1,
         multiply_weight_decay_factor_by_learning_rate=True,
@@ -108,15 +107,6 @@ def _op_types(graph):
   return types
 
 
-def _assert_identical(got, want):
-  assert len(got) == len(want)
-  for n, (g, w) in enumerate(zip(got, want)):
-    assert sorted(g) == sorted(w)
-    for key in w:
-      np.testing.assert_array_equal(g[key], w[key],
-                                    err_msg=f"{key} after step {n}")
-
-
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
 @pytest.mark.parametrize("strategy,shards", [("div", 1), ("div", 3),
                                              ("mod", 3)])
@@ -126,7 +116,7 @@ def test_kernels_equal_the_graph_ops_bit_for_bit(optimizer, strategy, shards,
                        clipping_limit=0.28 if "all" in optimizer else None)
   with_kernels, kernel_types = _graph_run(spec, shards, monkeypatch, True)
   without, plain_types = _graph_run(spec, shards, monkeypatch, False)
-  _assert_identical(with_kernels, without)
+  steps.assert_same(with_kernels, without, exact=True)
   rule = ("HostEmbeddingAdagradRows" if optimizer.startswith("adagrad") else
           "HostEmbeddingSgdRows")
   assert {rule, "HostEmbeddingGatherRows"} <= kernel_types
@@ -146,7 +136,7 @@ def test_kernels_with_pipelining_and_a_learning_rate_function(monkeypatch):
       multiplier=lambda step: 2.0 - tf.cast(step, tf.float32) / 4.0)
   with_kernels, kernel_types = _graph_run(spec, 2, monkeypatch, True)
   without, _ = _graph_run(spec, 2, monkeypatch, False)
-  _assert_identical(with_kernels, without)
+  steps.assert_same(with_kernels, without, exact=True)
   assert "HostEmbeddingAdagradRows" in kernel_types
 
 
@@ -202,7 +192,7 @@ def test_weighted_sequence_and_mean_features_equal_the_graph_ops(
     monkeypatch):
   with_kernels, types = _mixed_run(monkeypatch, True)
   without, _ = _mixed_run(monkeypatch, False)
-  _assert_identical(with_kernels, without)
+  steps.assert_same(with_kernels, without, exact=True)
   assert {"HostEmbeddingIdGradients", "HostEmbeddingGatherRows",
           "HostEmbeddingAdagradRows"} <= types
   assert not np.array_equal(with_kernels[-1]["t"], with_kernels[0]["t"])
@@ -221,7 +211,7 @@ def test_eager_steps_with_kernels_equal_the_graph_ops(monkeypatch):
   eager = steps.run_eager(spec, 2)
   monkeypatch.setenv(kernels.ENV, "0")
   plain = steps.run_eager(spec, 2)
-  _assert_identical(eager, plain)
+  steps.assert_same(eager, plain, exact=True)
 
 
 def test_evaluation_graphs_use_plain_tensorflow_ops():

@@ -92,6 +92,33 @@ inline void PrefetchRows(int64_t row, int64_t dim, const float* table,
   for (int s = 0; s < kSlots; ++s) PrefetchRow(slots[s] + row * dim, dim);
 }
 
+// Whether `variable` holds a table: initialized, a float32 matrix.
+absl::Status CheckTable(const Var* variable, const char* what) {
+  const Tensor* values = const_cast<Var*>(variable)->tensor();
+  if (!variable->is_initialized) {
+    return errors::FailedPrecondition(what, " is not initialized");
+  }
+  if (values->dtype() != tensorflow::DT_FLOAT || values->dims() != 2) {
+    return errors::InvalidArgument(
+        what, " must be a float32 matrix; got ",
+        tensorflow::DataTypeString(values->dtype()), " ",
+        values->shape().DebugString());
+  }
+  return absl::OkStatus();
+}
+
+// Whether every one of the `n` row indices is inside [0, rows).
+template <typename Index>
+absl::Status CheckIndices(const Index* ids, int64_t n, int64_t rows) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (ids[i] < 0 || ids[i] >= rows) {
+      return errors::InvalidArgument("row index ", ids[i], " at ", i,
+                                     " is outside [0, ", rows, ")");
+    }
+  }
+  return absl::OkStatus();
+}
+
 template <typename Rule, typename Index>
 class RowUpdateOp : public OpKernel {
  public:
@@ -147,43 +174,25 @@ class RowUpdateOp : public OpKernel {
       locks.push_back(std::make_unique<tensorflow::mutex_lock>(*mu));
     }
 
+    OP_REQUIRES_OK(context, CheckTable(variables[0].get(), "the table"));
     const Tensor* table = variables[0]->tensor();
-    OP_REQUIRES(context, variables[0]->is_initialized,
-                errors::FailedPrecondition(
-                    "the table variable is not initialized"));
-    OP_REQUIRES(context,
-                table->dtype() == tensorflow::DT_FLOAT && table->dims() == 2,
-                errors::InvalidArgument(
-                    "the table must be a float32 matrix; got ",
-                    tensorflow::DataTypeString(table->dtype()), " ",
-                    table->shape().DebugString()));
     const int64_t rows = table->dim_size(0);
     const int64_t dim = table->dim_size(1);
     OP_REQUIRES(context, grad.dim_size(1) == dim,
                 errors::InvalidArgument("grad has ", grad.dim_size(1),
                                         " columns; the table has ", dim));
     for (int i = 1; i < kVariables; ++i) {
-      const Tensor* slot = variables[i]->tensor();
-      OP_REQUIRES(context, variables[i]->is_initialized,
-                  errors::FailedPrecondition(
-                      "slot variable ", i, " is not initialized"));
-      OP_REQUIRES(context,
-                  slot->dtype() == tensorflow::DT_FLOAT &&
-                      slot->shape() == table->shape(),
+      OP_REQUIRES_OK(context, CheckTable(variables[i].get(), "a slot"));
+      OP_REQUIRES(context, variables[i]->tensor()->shape() == table->shape(),
                   errors::InvalidArgument(
-                      "slot variable ", i, " must be float32 ",
-                      table->shape().DebugString(), "; got ",
-                      tensorflow::DataTypeString(slot->dtype()), " ",
-                      slot->shape().DebugString()));
+                      "slot variable ", i, " has shape ",
+                      variables[i]->tensor()->shape().DebugString(),
+                      "; the table's is ", table->shape().DebugString()));
     }
     const Index* ids = indices.flat<Index>().data();
     const int64_t n = indices.dim_size(0);
     // Every index is checked before anything is written.
-    for (int64_t i = 0; i < n; ++i) {
-      OP_REQUIRES(context, ids[i] >= 0 && ids[i] < rows,
-                  errors::InvalidArgument("row index ", ids[i], " at ", i,
-                                          " is outside [0, ", rows, ")"));
-    }
+    OP_REQUIRES_OK(context, CheckIndices(ids, n, rows));
     for (auto& variable : variables) {
       OP_REQUIRES_OK(context, Writable(context, variable.get()));
     }
@@ -276,25 +285,13 @@ class GatherRowsOp : public OpKernel {
                 errors::InvalidArgument("indices must be a vector; got shape ",
                                         indices.shape().DebugString()));
     tensorflow::tf_shared_lock lock(*variable->mu());
+    OP_REQUIRES_OK(context, CheckTable(variable.get(), "the table"));
     const Tensor* table = variable->tensor();
-    OP_REQUIRES(context, variable->is_initialized,
-                errors::FailedPrecondition(
-                    "the table variable is not initialized"));
-    OP_REQUIRES(context,
-                table->dtype() == tensorflow::DT_FLOAT && table->dims() == 2,
-                errors::InvalidArgument(
-                    "the table must be a float32 matrix; got ",
-                    tensorflow::DataTypeString(table->dtype()), " ",
-                    table->shape().DebugString()));
     const int64_t rows = table->dim_size(0);
     const int64_t dim = table->dim_size(1);
     const int64_t n = indices.dim_size(0);
     const Index* ids = indices.flat<Index>().data();
-    for (int64_t i = 0; i < n; ++i) {
-      OP_REQUIRES(context, ids[i] >= 0 && ids[i] < rows,
-                  errors::InvalidArgument("row index ", ids[i], " at ", i,
-                                          " is outside [0, ", rows, ")"));
-    }
+    OP_REQUIRES_OK(context, CheckIndices(ids, n, rows));
     Tensor* out = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(
                                 0, tensorflow::TensorShape({n, dim}), &out));
