@@ -8,10 +8,7 @@ Runs in both environments (TF 2.15 and current TensorFlow): each builds
 its own library.
 """
 import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import subprocess  # pylint: disable=g-import-not-at-top
+import subprocess
 import sys
 import textwrap
 

@@ -398,9 +398,9 @@ class HostEmbeddingEngine:
     # export) and other tasks' partitions (whose processes need not have
     # loaded the kernels) get plain TensorFlow ops.
     compiled = self.config.is_training and not self.remote_partitions
-    # A table its compiled row update trains needs no rows of the distinct
-    # ids: the forward pass reads the row of every id at once, and the
-    # distinct ids (for the backward pass) are found beside it.
+    # A table trained by a compiled row update needs no rows of its
+    # distinct ids: the forward pass reads the row of every id at once, and
+    # the distinct ids (for the backward pass) are found beside it.
     unique_rows = not (compiled and _row_kernel(
         self.config.optimizer_for(table.name), variables) is not None)
     rows = variables.gather(unique_ids if unique_rows else ids,
