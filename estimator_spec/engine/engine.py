@@ -50,7 +50,7 @@ class TableLookup:
   itself). Writes of the step wait for it."""
 
   def __init__(self, table, unique_ids, rows, features, plans, index_parts,
-               unique_rows=True):
+               sizes, unique_rows=True):
     self.table = table
     self.unique_ids = unique_ids
     self.rows = rows
@@ -58,6 +58,7 @@ class TableLookup:
     self.features = features      # [FeatureIds]
     self.plans = plans            # {feature: Plan}
     self.index_parts = index_parts  # {feature: index into unique_ids}
+    self.sizes = sizes            # [features]: how many ids each has
 
   def feature_rows(self):
     """{feature: the rows of its ids [n, D]}."""
@@ -67,9 +68,7 @@ class TableLookup:
               for name in names}
     if len(names) == 1:
       return {names[0]: self.rows}
-    sizes = [tf.shape(item.flat.ids)[0] for item in self.features]
-    return dict(zip(names, tf.split(self.rows, tf.stack(sizes),
-                                    num=len(names))))
+    return dict(zip(names, tf.split(self.rows, self.sizes, num=len(names))))
 
 
 class LookupResult:
@@ -390,8 +389,8 @@ class HostEmbeddingEngine:
   def _lookup_table(self, table, items):
     ids = tf.concat([item.flat.ids for item in items], axis=0)
     unique_ids, index = tf.unique(ids)
-    sizes = [tf.shape(item.flat.ids)[0] for item in items]
-    parts = tf.split(index, tf.stack(sizes), num=len(items))
+    sizes = tf.stack([tf.shape(item.flat.ids)[0] for item in items])
+    parts = tf.split(index, sizes, num=len(items))
     variables = self._table_variables(table.name)
     # Training graphs use the compiled gather where it is available, for
     # partitions in this process; other graphs (evaluation, prediction,
@@ -413,7 +412,7 @@ class HostEmbeddingEngine:
     }
     return TableLookup(table, unique_ids, rows, items, plans,
                        dict(zip([item.name for item in items], parts)),
-                       unique_rows)
+                       sizes, unique_rows)
 
   # --- backward --------------------------------------------------------------
 
@@ -745,9 +744,7 @@ def _row_kernel(optimizer, table):
   this process, on CPU), or None: then the graph ops compute the update."""
   if optimizer.row_kernel is None or optimizer.updates_every_row:
     return None
-  if any("GPU" in p.device.upper() for p in table.partitions):
-    return None
-  ops = kernels.row_updates()
+  ops = kernels.ops_for(table.partitions)
   if ops is None:
     return None
   return {"adagrad": ops.host_embedding_adagrad_rows,

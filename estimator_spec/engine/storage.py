@@ -148,8 +148,8 @@ class PartitionedRows:
 def _gather(variable, ids, dimension, compiled):
   """tf.gather of a partition's rows, or the engine's compiled gather (same
   values; rows fetched ahead) when `compiled` and it is available."""
-  ops = kernels.row_updates() if compiled else None
-  if ops is None or "GPU" in variable.device.upper():
+  ops = kernels.ops_for([variable]) if compiled else None
+  if ops is None:
     return tf.gather(variable, ids)
   rows = ops.host_embedding_gather_rows(variable.handle, ids)
   rows.set_shape([None, dimension])

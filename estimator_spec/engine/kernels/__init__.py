@@ -86,6 +86,14 @@ def row_updates():
     return _state["module"]
 
 
+def ops_for(variables):
+  """The op module for ops on `variables` (their kernels are CPU-only), or
+  None when one of them is on a GPU or the kernels are unavailable."""
+  if any("GPU" in variable.device.upper() for variable in variables):
+    return None
+  return row_updates()
+
+
 def cache_dir():
   """Where built libraries are kept."""
   if os.environ.get(CACHE_ENV):

@@ -203,47 +203,46 @@ class RowUpdateOp : public OpKernel {
       slot_base[i - 1] = variables[i]->tensor()->flat<float>().data();
     }
     const float* g = grad.flat<float>().data();
-    auto work = [&](int64_t begin, int64_t end) {
-      float* slot_rows[kVariables];
-      std::vector<float> clipped(dim);
-      for (int64_t i = begin; i < std::min(end, begin + kAhead); ++i) {
-        PrefetchRows<Rule::kSlots>(ids[i], dim, w, slot_base);
-      }
-      for (int64_t i = begin; i < end; ++i) {
-        if (i + kAhead < end) PrefetchRows<Rule::kSlots>(ids[i + kAhead], dim, w, slot_base);
-        const int64_t row = static_cast<int64_t>(ids[i]);
-        float* w_row = w + row * dim;
-        for (int s = 0; s < Rule::kSlots; ++s) {
-          slot_rows[s] = slot_base[s] + row * dim;
-        }
-        const float* g_row = g + i * dim;
-        if (pipe.clip_gradients) {
-          for (int64_t j = 0; j < dim; ++j) {
-            clipped[j] = std::max(std::min(g_row[j], pipe.grad_hi),
-                                  pipe.grad_lo);
-          }
-          g_row = clipped.data();
-        }
-        for (int64_t j = 0; j < dim; ++j) {
-          float value = w_row[j];
-          if (pipe.decay) value = value - pipe.factor * value;
-          value = Rule::Apply(value, g_row[j], lr, slot_rows, j);
-          if (pipe.clip_weights) {
-            value = std::max(std::min(value, pipe.weight_hi), pipe.weight_lo);
-          }
-          w_row[j] = value;
-        }
-      }
-    };
     // One thread: the engine runs one such op per table partition at once,
     // on the inter-op threads; splitting one over the others' threads makes
     // it wait for them.
-    work(0, n);
+    float* slot_rows[kVariables];
+    std::vector<float> clipped(dim);
+    for (int64_t i = 0; i < std::min(n, kAhead); ++i) {
+      PrefetchRows<Rule::kSlots>(ids[i], dim, w, slot_base);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      if (i + kAhead < n) {
+        PrefetchRows<Rule::kSlots>(ids[i + kAhead], dim, w, slot_base);
+      }
+      const int64_t row = static_cast<int64_t>(ids[i]);
+      float* w_row = w + row * dim;
+      for (int s = 0; s < Rule::kSlots; ++s) {
+        slot_rows[s] = slot_base[s] + row * dim;
+      }
+      const float* g_row = g + i * dim;
+      if (pipe.clip_gradients) {
+        for (int64_t j = 0; j < dim; ++j) {
+          clipped[j] = std::max(std::min(g_row[j], pipe.grad_hi),
+                                pipe.grad_lo);
+        }
+        g_row = clipped.data();
+      }
+      for (int64_t j = 0; j < dim; ++j) {
+        float value = w_row[j];
+        if (pipe.decay) value = value - pipe.factor * value;
+        value = Rule::Apply(value, g_row[j], lr, slot_rows, j);
+        if (pipe.clip_weights) {
+          value = std::max(std::min(value, pipe.weight_hi), pipe.weight_lo);
+        }
+        w_row[j] = value;
+      }
+    }
   }
 
  private:
   static absl::Status Scalar(OpKernelContext* context, int index,
-                                   const char* name, float* out) {
+                             const char* name, float* out) {
     const Tensor& value = context->input(index);
     if (value.dims() != 0) {
       return errors::InvalidArgument(name, " must be a scalar; got shape ",
