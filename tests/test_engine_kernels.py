@@ -21,12 +21,14 @@ import estimator_spec as es
 from estimator_spec.engine import HostEmbeddingEngine
 from estimator_spec.engine import kernels
 from tests import test_engine_eager as steps
+from tpu_embedding_columns import lookup as column_lookup
 from tests.ragged import sparse_value
 
 v1 = tf.compat.v1
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNEL_OPS = {"HostEmbeddingAdagradRows", "HostEmbeddingSgdRows",
-              "HostEmbeddingGatherRows", "HostEmbeddingIdGradients"}
+              "HostEmbeddingGatherRows", "HostEmbeddingIdGradients",
+              "HostEmbeddingCombine", "HostEmbeddingDropNegativeIds"}
 
 OPTIMIZERS = {
     "adagrad": steps.OPTIMIZERS["adagrad"],
@@ -138,8 +140,9 @@ def test_kernels_with_pipelining_and_a_learning_rate_function(monkeypatch):
 
 
 MIXED_BATCHES = [
-    {"f": [[1, 3, 3], [], [7]], "fw": [[0.5, 2.0, 1.5], [], [3.0]],
-     "q": [[2, 9, 2], [4], []], "u": [[5], [6], [0]]},
+    # Negative ids are dropped (with their weights and positions).
+    {"f": [[1, -3, 3], [], [7]], "fw": [[0.5, 2.0, 1.5], [], [3.0]],
+     "q": [[2, -9, 2], [4], []], "u": [[5], [6], [0]]},
     {"f": [[0], [5, 5], [1, 2]], "fw": [[1.0], [0.25, 4.0], [2.0, 0.5]],
      "q": [[], [1, 1], [3, 8, 8]], "u": [[2], [2], [7]]},
 ]
@@ -191,7 +194,8 @@ def test_weighted_sequence_and_mean_features_equal_the_graph_ops(
   without, _ = _mixed_run(monkeypatch, False)
   steps.assert_same(with_kernels, without, exact=True)
   assert {"HostEmbeddingIdGradients", "HostEmbeddingGatherRows",
-          "HostEmbeddingAdagradRows"} <= types
+          "HostEmbeddingAdagradRows", "HostEmbeddingCombine",
+          "HostEmbeddingDropNegativeIds"} <= types
   assert not np.array_equal(with_kernels[-1]["t"], with_kernels[0]["t"])
 
 
@@ -278,6 +282,92 @@ def test_the_gather_equals_tf_gather(dtype):
       tf.gather(table, ids).numpy())
   assert ops.host_embedding_gather_rows(
       table.handle, tf.constant([], dtype)).shape == (0, 3)
+
+
+def _plan(segment, num_segments, weights, combiner):
+  return column_lookup.Plan(
+      tf.constant(segment, tf.int32), tf.constant(num_segments, tf.int32),
+      None if weights is None else tf.constant(weights, tf.float32),
+      combiner, [3], [])
+
+
+@pytest.mark.parametrize("combiner", ["sum", "mean", "sqrtn"])
+def test_the_combine_and_its_gradient_sums_equal_the_graph_ops(combiner):
+  """Each feature's activation and per-id gradient sums, with empty
+  examples and weights that sum to 0, equal the plan's TF ops."""
+  ops = kernels.row_updates()
+  rng = np.random.RandomState(3)
+  plans = [
+      _plan([0, 0, 2, 3, 3, 3], 5, rng.uniform(-2, 2, 6), combiner),
+      _plan([1, 1, 4], 5, None, combiner),
+      _plan([0, 2, 2], 4, [0.5, 1.5, -1.5], combiner),
+  ]
+  rows = tf.constant(rng.randn(12, 3), tf.float32)
+  index = tf.constant([0, 1, 2, 3, 4, 5, 1, 6, 2, 7, 0, 7], tf.int32)
+  sizes = [6, 3, 3]
+  empty = tf.zeros([0], tf.float32)
+  activations, scales = ops.host_embedding_combine(
+      rows, segments=[p.segment for p in plans],
+      weights=[empty if p.weights is None else p.weights for p in plans],
+      num_segments=[p.num_segments for p in plans],
+      combiners=[combiner] * 3)
+  for plan, part, out, scale in zip(plans, tf.split(rows, sizes), activations,
+                                    scales):
+    np.testing.assert_array_equal(out.numpy(), plan.combine(part).numpy())
+    if combiner == "sum":
+      assert scale.shape == (0,)
+    else:
+      np.testing.assert_array_equal(scale.numpy(), plan.scale.numpy())
+  grads = [tf.constant(rng.randn(5, 3), tf.float32),
+           tf.constant(rng.randn(5, 3), tf.float32),
+           tf.constant(rng.randn(4, 3), tf.float32)]
+  summed = ops.host_embedding_id_gradients(
+      grads=grads, segments=[p.segment for p in plans],
+      weights=[empty if p.weights is None else p.weights for p in plans],
+      scales=scales, index=index, num_ids=8)
+  want = tf.math.unsorted_segment_sum(
+      tf.concat([p.backprop(g) for p, g in zip(plans, grads)], 0), index, 8)
+  np.testing.assert_array_equal(summed.numpy(), want.numpy())
+  if combiner != "sum":
+    # The last feature: examples 1 and 3 are empty, and example 2's weights
+    # sum to 0 (their squares do not); the scale is 0 where the sum is 0.
+    zero = [1, 2, 3] if combiner == "mean" else [1, 3]
+    np.testing.assert_array_equal(scales[2].numpy()[zero], 0.0)
+    assert np.all(scales[2].numpy()[[0]] != 0.0)
+
+
+def test_the_combine_refuses_segments_outside_the_batch():
+  ops = kernels.row_updates()
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"feature 0: segment 3 at 1 is outside \[0, 3\)"):
+    ops.host_embedding_combine(
+        tf.ones([2, 3]), segments=[tf.constant([0, 3], tf.int32)],
+        weights=[tf.zeros([0])], num_segments=[tf.constant(3, tf.int32)],
+        combiners=["sum"])
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="rows has 2 rows for 1 ids"):
+    ops.host_embedding_combine(
+        tf.ones([2, 3]), segments=[tf.constant([0], tf.int32)],
+        weights=[tf.zeros([0])], num_segments=[tf.constant(3, tf.int32)],
+        combiners=["mean"])
+
+
+def test_dropping_negative_ids_keeps_the_rest_in_order():
+  indices = [tf.constant([[0, 0], [0, 1], [2, 0], [3, 4]], tf.int64),
+             tf.constant([[1, 0], [1, 1]], tf.int64),
+             tf.zeros([0, 2], tf.int64)]
+  ids = [tf.constant([4, -1, 0, -7], tf.int64),
+         tf.constant([3, 5], tf.int64), tf.zeros([0], tf.int64)]
+  weights = [tf.constant([0.5, 2.0, 3.0, 4.0]), None, None]
+  kept_indices, kept_ids, kept_weights = kernels.drop_negative_ids(
+      indices, ids, weights)
+  np.testing.assert_array_equal(kept_indices[0].numpy(), [[0, 0], [2, 0]])
+  np.testing.assert_array_equal(kept_ids[0].numpy(), [4, 0])
+  np.testing.assert_array_equal(kept_weights[0].numpy(), [0.5, 3.0])
+  np.testing.assert_array_equal(kept_indices[1].numpy(), indices[1].numpy())
+  np.testing.assert_array_equal(kept_ids[1].numpy(), [3, 5])
+  assert kept_weights[1] is None and kept_weights[2] is None
+  assert kept_ids[2].shape == (0,) and kept_indices[2].shape == (0, 2)
 
 
 def _python(code, env):

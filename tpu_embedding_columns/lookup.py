@@ -159,9 +159,14 @@ def flatten_ids(sparse_ids, sparse_weights, vocabulary_size, *, feature,
   ])[0]
 
 
-def flatten_many(sources):
+def flatten_many(sources, drop_negative_ids=None):
   """Validates the ids (and weights) of several features together and
   returns the `FlatIds` of each `IdSource`, in order.
+
+  `drop_negative_ids`: optional callable (indices, ids, weights) -> the
+  same three lists without the entries of negative ids (weights entries
+  may be None), one call for every feature that drops them; by default a
+  cond does it with TF ops, copying nothing when no id is negative.
 
   Per feature: ids at positions >= `max_positions` are dropped first (they
   are never looked up, so they are never checked); negative ids are then
@@ -172,7 +177,7 @@ def flatten_many(sources):
   over every feature's extremes, whose failure names every feature (and
   table) at fault.
   """
-  joined = _Joined(sources)
+  joined = _Joined(sources, drop_negative_ids)
   checks = joined.structure_checks()
   joined.truncate()
   with tf.control_dependencies(checks):
@@ -186,8 +191,9 @@ class _Joined:
   together: each check compares every feature's extremes (one small
   reduction per feature) in one Assert."""
 
-  def __init__(self, sources):
+  def __init__(self, sources, drop_negative_ids=None):
     self.sources = list(sources)
+    self.drop_negative_ids = drop_negative_ids
     if not self.sources:
       raise ValueError("flatten_many: no features given.")
     pairs = [s.example_and_position() for s in self.sources]
@@ -299,6 +305,13 @@ class _Joined:
   def _drop_negative(self, dropping):
     """Drops the negative ids of features `dropping` (indices); copies
     nothing when none of them has one (one cond for all of them)."""
+    if self.drop_negative_ids is not None:
+      indices, ids, weights = self.drop_negative_ids(
+          [self.indices[k] for k in dropping], [self.ids[k] for k in dropping],
+          [self.weights[k] for k in dropping])
+      for k, i, v, w in zip(dropping, indices, ids, weights):
+        self.indices[k], self.ids[k], self.weights[k] = i, v, w
+      return
     weighted = [k for k in dropping if self.weights[k] is not None]
 
     def state():
@@ -393,19 +406,32 @@ class Plan:
   Output segment s (the example, or the (example, position) slot of a
   sequence feature) is `scale[s] * sum of weight[i] * row(id_i)` over the
   ids i in it; the backward pass sends `scale[segment[i]] * weight[i] *
-  grad[segment[i]]` to id i (SEMANTICS.md 4.2). `weights` (per id) and
-  `scale` (per segment: the combiner's 1/sum(w) or 1/sqrt(sum(w^2))) are None
-  when they are all 1.
+  grad[segment[i]]` to id i (SEMANTICS.md 4.2). `weights` (per id) is None
+  when they are all 1; `combiner` ('sum', 'mean' or 'sqrtn') decides
+  `scale` (per segment: 1/sum(w) or 1/sqrt(sum(w^2)); None for 'sum'),
+  which is computed when first asked for.
   """
 
-  def __init__(self, segment, num_segments, weights, scale, output_shape,
+  def __init__(self, segment, num_segments, weights, combiner, output_shape,
                checks):
+    if combiner not in COMBINERS:
+      raise ValueError(
+          f"Unknown combiner {combiner!r}; use one of {COMBINERS}.")
     self.segment = segment
     self.num_segments = num_segments
     self.weights = weights
-    self.scale = scale
+    self.combiner = combiner
     self.output_shape = output_shape
     self.checks = checks
+    self._scale = None
+
+  @property
+  def scale(self):
+    """The combiner's factor per segment [num_segments], or None (sum)."""
+    if self._scale is None and self.combiner != "sum":
+      self._scale = combiner_scale(self.weights, self.segment,
+                                   self.num_segments, self.combiner)
+    return self._scale
 
   def combine(self, rows):
     """Rows [N, D] of the ids -> activation [B, D] or [B, L, D]."""
@@ -465,9 +491,8 @@ def make_plan(flat, combiner, dimension, max_sequence_length=0, *,
               f"Feature {feature!r} (table {table!r}): combiner=None takes "
               "exactly one id per example."))
       combiner = "sum"
-  scale = combiner_scale(flat.weights, segment, num_segments, combiner)
-  return Plan(segment, num_segments, flat.weights, scale, output_shape,
-              checks)
+  return Plan(segment, num_segments, flat.weights, combiner or "sum",
+              output_shape, checks)
 
 
 def sequence_lengths(sparse_ids, max_sequence_length):

@@ -47,28 +47,51 @@ class TableLookup:
   `rows` is what the forward pass read from the table: the rows of
   `unique_ids` (`unique_rows` True), or the row of every id of every
   feature in feature order (False; the table's update then reads the rows
-  itself). Writes of the step wait for it."""
+  itself, and the compiled kernels combine and differentiate). Writes of
+  the step wait for it. `index` maps every id, in feature order, to its
+  place in `unique_ids`; `sizes` [features] counts each feature's ids."""
 
-  def __init__(self, table, unique_ids, rows, features, plans, index_parts,
-               sizes, unique_rows=True):
+  def __init__(self, table, unique_ids, rows, features, plans, index, sizes,
+               unique_rows=True):
     self.table = table
     self.unique_ids = unique_ids
     self.rows = rows
     self.unique_rows = unique_rows
     self.features = features      # [FeatureIds]
     self.plans = plans            # {feature: Plan}
-    self.index_parts = index_parts  # {feature: index into unique_ids}
-    self.sizes = sizes            # [features]: how many ids each has
+    self.index = index
+    self.sizes = sizes
+    # The combiners' scales per feature from the compiled combine (an empty
+    # tensor for 'sum'), which its gradient sums reuse.
+    self.scales = None
 
-  def feature_rows(self):
-    """{feature: the rows of its ids [n, D]}."""
-    names = [item.name for item in self.features]
+  def activations(self):
+    """{feature: activation} of every feature of the table, in order."""
+    plans = [self.plans[item.name] for item in self.features]
     if self.unique_rows:
-      return {name: tf.gather(self.rows, self.index_parts[name])
-              for name in names}
-    if len(names) == 1:
-      return {names[0]: self.rows}
-    return dict(zip(names, tf.split(self.rows, self.sizes, num=len(names))))
+      parts = ([self.index] if len(plans) == 1 else
+               tf.split(self.index, self.sizes, num=len(plans)))
+      return {
+          item.name: plan.combine(tf.gather(self.rows, part))
+          for item, plan, part in zip(self.features, plans, parts)
+      }
+    empty = tf.zeros([0], tf.float32)
+    checks = [check for plan in plans for check in plan.checks]
+    with tf.control_dependencies(checks):
+      outputs, self.scales = kernels.row_updates().host_embedding_combine(
+          self.rows,
+          segments=[plan.segment for plan in plans],
+          weights=[empty if plan.weights is None else plan.weights
+                   for plan in plans],
+          num_segments=[plan.num_segments for plan in plans],
+          combiners=[plan.combiner for plan in plans])
+    result = {}
+    for item, plan, out in zip(self.features, plans, outputs):
+      if len(plan.output_shape) > 1:
+        out = tf.reshape(out, [-1] + plan.output_shape)
+      out.set_shape([None] + plan.output_shape)
+      result[item.name] = out
+    return result
 
 
 class LookupResult:
@@ -141,9 +164,9 @@ class LookupStep:
       with tf.control_dependencies([self._gate] if self._gate else []):
         lookup = self._engine._lookup_table(
             table, [self._parsed[f] for f in table.features])
-        rows = lookup.feature_rows()
+        activations = lookup.activations()
         for item in lookup.features:
-          activation = lookup.plans[item.name].combine(rows[item.name])
+          activation = activations[item.name]
           static_batch = (self.static_batch_size if self.batch_size is not None
                           else item.flat.static_batch_size)
           activation.set_shape([static_batch] +
@@ -379,8 +402,13 @@ class HostEmbeddingEngine:
       raise TypeError(
           "HostEmbeddingEngine.lookup: `features` must be a dict; got "
           f"{type(features).__name__}.")
-    parsed = inputs_lib.parse_features(self.model, self.config.spec,
-                                       features)
+    # Training graphs drop negative ids by the compiled op where it exists
+    # (see `_lookup_table`); other graphs by TF ops.
+    compiled = (self.config.is_training and not self.remote_partitions and
+                kernels.row_updates() is not None)
+    parsed = inputs_lib.parse_features(
+        self.model, self.config.spec, features,
+        drop_negative_ids=kernels.drop_negative_ids if compiled else None)
     if not self.same_batch_size:
       return LookupStep(self, parsed, [], None)
     batch_size, checks = inputs_lib.check_batch_sizes(parsed)
@@ -389,8 +417,7 @@ class HostEmbeddingEngine:
   def _lookup_table(self, table, items):
     ids = tf.concat([item.flat.ids for item in items], axis=0)
     unique_ids, index = tf.unique(ids)
-    sizes = tf.stack([tf.shape(item.flat.ids)[0] for item in items])
-    parts = tf.split(index, sizes, num=len(items))
+    sizes = tf.concat(tf.shape_n([item.flat.ids for item in items]), axis=0)
     variables = self._table_variables(table.name)
     # Training graphs use the compiled gather where it is available, for
     # partitions in this process; other graphs (evaluation, prediction,
@@ -410,9 +437,8 @@ class HostEmbeddingEngine:
             item.max_sequence_length, feature=item.name, table=table.name)
         for item in items
     }
-    return TableLookup(table, unique_ids, rows, items, plans,
-                       dict(zip([item.name for item in items], parts)),
-                       sizes, unique_rows)
+    return TableLookup(table, unique_ids, rows, items, plans, index, sizes,
+                       unique_rows)
 
   # --- backward --------------------------------------------------------------
 
@@ -522,20 +548,18 @@ class HostEmbeddingEngine:
     kernel where the table's update is compiled, else by TF ops (the same
     operations in the same order)."""
     plans = [lookup.plans[item.name] for item in lookup.features]
-    index = [lookup.index_parts[item.name] for item in lookup.features]
     num_ids = tf.shape(lookup.unique_ids)[0]
-    ops = None if lookup.unique_rows else kernels.row_updates()
-    if ops is None:
+    if lookup.unique_rows:
       return tf.math.unsorted_segment_sum(
           tf.concat([plan.backprop(g) for plan, g in zip(plans, grads)],
-                    axis=0), tf.concat(index, axis=0), num_ids)
+                    axis=0), lookup.index, num_ids)
     empty = tf.zeros([0], tf.float32)
-    summed = ops.host_embedding_id_gradients(
-        grads=[plan.segment_grads(g) for plan, g in zip(plans, grads)],
+    summed = kernels.row_updates().host_embedding_id_gradients(
+        grads=grads,
         segments=[plan.segment for plan in plans],
         weights=[empty if plan.weights is None else plan.weights
                  for plan in plans],
-        index=index, num_ids=num_ids)
+        scales=lookup.scales, index=lookup.index, num_ids=num_ids)
     summed.set_shape([None, lookup.table.dimension])
     return summed
 

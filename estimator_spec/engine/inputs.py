@@ -246,10 +246,11 @@ class FeatureIds:
   lengths: Optional[Any] = None
 
 
-def parse_features(model, spec, features):
+def parse_features(model, spec, features, drop_negative_ids=None):
   """{name: `FeatureIds`} of every feature of `model` (a config model), in
   the model's order, from `features`; `spec` gives each feature's column
-  (`spec.column_for`), None in the dict form.
+  (`spec.column_for`), None in the dict form. `drop_negative_ids`: see
+  `tpu_embedding_columns.lookup.flatten_many`.
 
   Python-side problems (missing keys, wrong types, ranks or forms) raise
   here, at graph-building time; the rest is checked when the graph runs,
@@ -288,7 +289,8 @@ def parse_features(model, spec, features):
     details.append((feature, table, table.combiner,
                     feature.max_sequence_length, lengths, None))
   parsed = collections.OrderedDict()
-  flats = column_lookup.flatten_many(sources) if sources else []
+  flats = (column_lookup.flatten_many(sources, drop_negative_ids)
+           if sources else [])
   for flat, (feature, table, combiner, length, lengths, static) in zip(
       flats, details):
     if static is not None:

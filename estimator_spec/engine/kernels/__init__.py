@@ -94,6 +94,20 @@ def ops_for(variables):
   return row_updates()
 
 
+def drop_negative_ids(indices, ids, weights):
+  """`tpu_embedding_columns.lookup.flatten_many`'s `drop_negative_ids` by
+  the compiled op: one op for all features, which passes a feature's
+  tensors through uncopied when none of its ids is negative."""
+  empty = tf.zeros([0], tf.float32)
+  kept_indices, kept_ids, kept_weights = row_updates(
+  ).host_embedding_drop_negative_ids(
+      indices=indices, ids=ids,
+      weights=[empty if w is None else w for w in weights])
+  return kept_indices, kept_ids, [
+      None if w is None else kept for w, kept in zip(weights, kept_weights)
+  ]
+
+
 def cache_dir():
   """Where built libraries are kept."""
   if os.environ.get(CACHE_ENV):

@@ -1,7 +1,9 @@
 // The host embedding engine's compiled kernels (kernels/__init__.py builds
 // and loads this file). Training uses them where the TensorFlow-op path
 // would compute the same numbers:
+//   HostEmbeddingDropNegativeIds  the ids of features without negative ones;
 //   HostEmbeddingGatherRows   the rows of the step's ids, fetched ahead;
+//   HostEmbeddingCombine      the combiners of one table's features;
 //   HostEmbeddingIdGradients  the per-id gradient sums of one table;
 //   HostEmbedding*Rows        in-place optimizer updates of the touched rows.
 //
@@ -26,6 +28,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tensorflow/core/framework/op.h"
@@ -326,84 +329,345 @@ REGISTER_KERNEL_BUILDER(Name("HostEmbeddingGatherRows")
                             .TypeConstraint<int64_t>("Tindices"),
                         GatherRowsOp<int64_t>);
 
+// The ids of several features without their negative ids (with
+// use_safe_embedding_lookup, negative ids are dropped before a lookup): for
+// each feature f, the entries i of indices_f [n, 2], ids_f [n] and weights_f
+// [n] (empty: none) where ids_f[i] >= 0, in order. A feature without a
+// negative id passes its tensors through uncopied.
+class DropNegativeIdsOp : public OpKernel {
+ public:
+  explicit DropNegativeIdsOp(OpKernelConstruction* context)
+      : OpKernel(context) {}
+
+  void Compute(OpKernelContext* context) override {
+    tensorflow::OpInputList indices, ids, weights;
+    OP_REQUIRES_OK(context, context->input_list("indices", &indices));
+    OP_REQUIRES_OK(context, context->input_list("ids", &ids));
+    OP_REQUIRES_OK(context, context->input_list("weights", &weights));
+    const int features = ids.size();
+    for (int f = 0; f < features; ++f) {
+      const int64_t n = ids[f].NumElements();
+      OP_REQUIRES(context,
+                  ids[f].dims() == 1 && indices[f].dims() == 2 &&
+                      indices[f].dim_size(0) == n &&
+                      (weights[f].NumElements() == 0 ||
+                       weights[f].NumElements() == n),
+                  errors::InvalidArgument(
+                      "feature ", f, ": indices must be [n, k] for n ids, "
+                      "weights empty or n"));
+      const int64_t* id = ids[f].flat<int64_t>().data();
+      int64_t kept = 0;
+      for (int64_t i = 0; i < n; ++i) kept += id[i] >= 0;
+      if (kept == n) {
+        context->set_output(f, indices[f]);
+        context->set_output(features + f, ids[f]);
+        context->set_output(2 * features + f, weights[f]);
+        continue;
+      }
+      const int64_t width = indices[f].dim_size(1);
+      const bool weighted = weights[f].NumElements() > 0;
+      Tensor *out_indices = nullptr, *out_ids = nullptr,
+             *out_weights = nullptr;
+      OP_REQUIRES_OK(context, context->allocate_output(
+                                  f, tensorflow::TensorShape({kept, width}),
+                                  &out_indices));
+      OP_REQUIRES_OK(context, context->allocate_output(
+                                  features + f,
+                                  tensorflow::TensorShape({kept}), &out_ids));
+      OP_REQUIRES_OK(context,
+                     context->allocate_output(
+                         2 * features + f,
+                         tensorflow::TensorShape({weighted ? kept : 0}),
+                         &out_weights));
+      const int64_t* in_index = indices[f].flat<int64_t>().data();
+      const float* in_weight =
+          weighted ? weights[f].flat<float>().data() : nullptr;
+      int64_t* o_index = out_indices->flat<int64_t>().data();
+      int64_t* o_id = out_ids->flat<int64_t>().data();
+      float* o_weight = weighted ? out_weights->flat<float>().data() : nullptr;
+      int64_t k = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        if (id[i] < 0) continue;
+        std::memcpy(o_index + k * width, in_index + i * width,
+                    width * sizeof(int64_t));
+        o_id[k] = id[i];
+        if (weighted) o_weight[k] = in_weight[i];
+        ++k;
+      }
+    }
+  }
+};
+
+REGISTER_OP("HostEmbeddingDropNegativeIds")
+    .Input("indices: F * int64")
+    .Input("ids: F * int64")
+    .Input("weights: F * float")
+    .Output("kept_indices: F * int64")
+    .Output("kept_ids: F * int64")
+    .Output("kept_weights: F * float")
+    .Attr("F: int >= 1")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      int features = 0;
+      TF_RETURN_IF_ERROR(c->GetAttr("F", &features));
+      for (int f = 0; f < features; ++f) {
+        c->set_output(f, c->Matrix(c->UnknownDim(), c->Dim(c->input(f), 1)));
+        c->set_output(features + f, c->Vector(c->UnknownDim()));
+        c->set_output(2 * features + f, c->Vector(c->UnknownDim()));
+      }
+      return absl::OkStatus();
+    });
+
+REGISTER_KERNEL_BUILDER(Name("HostEmbeddingDropNegativeIds")
+                            .Device(DEVICE_CPU),
+                        DropNegativeIdsOp);
+
+// The combiners of one table's features (SEMANTICS 3): `rows` holds the row
+// of every id of every feature, feature after feature. For feature f, in the
+// order of its ids i,
+//   out_f[segment_f[i]] += row_i * weight_f[i]     (no product: no weights)
+// from zeros; for `mean` and `sqrtn` the scale per segment s is
+//   c[s] = 1 / sum(w)  or  1 / sqrt(sum(w*w))      (0 where the sum is 0)
+// with w = 1 for unweighted features, and out_f[s] is multiplied by c[s].
+// `scales` gives c per feature (empty for `sum`), for the backward pass.
+// These are the float operations, in order, of a multiplication, an
+// unsorted segment sum, the sums of the weights and a divide_no_nan.
+class CombineOp : public OpKernel {
+ public:
+  explicit CombineOp(OpKernelConstruction* context) : OpKernel(context) {
+    std::vector<std::string> combiners;
+    OP_REQUIRES_OK(context, context->GetAttr("combiners", &combiners));
+    for (const auto& name : combiners) {
+      OP_REQUIRES(context,
+                  name == "sum" || name == "mean" || name == "sqrtn",
+                  errors::InvalidArgument("unknown combiner ", name));
+      combiners_.push_back(name == "sum" ? kSum
+                                         : (name == "mean" ? kMean : kSqrtn));
+    }
+  }
+
+  void Compute(OpKernelContext* context) override {
+    const Tensor& rows = context->input(0);
+    tensorflow::OpInputList segments, weights, num_segments;
+    OP_REQUIRES_OK(context, context->input_list("segments", &segments));
+    OP_REQUIRES_OK(context, context->input_list("weights", &weights));
+    OP_REQUIRES_OK(context,
+                   context->input_list("num_segments", &num_segments));
+    OP_REQUIRES(context, rows.dims() == 2,
+                errors::InvalidArgument("rows must be a matrix; got shape ",
+                                        rows.shape().DebugString()));
+    OP_REQUIRES(context, combiners_.size() == segments.size(),
+                errors::InvalidArgument("one combiner per feature"));
+    const int64_t dim = rows.dim_size(1);
+    int64_t total = 0;
+    for (int f = 0; f < segments.size(); ++f) {
+      const int64_t n = segments[f].NumElements();
+      OP_REQUIRES(context,
+                  segments[f].dims() == 1 && num_segments[f].dims() == 0 &&
+                      (weights[f].NumElements() == 0 ||
+                       weights[f].NumElements() == n),
+                  errors::InvalidArgument(
+                      "feature ", f, ": segments and weights must be vectors "
+                      "of one length (weights may be empty), num_segments a "
+                      "scalar"));
+      const int64_t count = num_segments[f].scalar<int32_t>()();
+      OP_REQUIRES(context, count >= 0,
+                  errors::InvalidArgument("feature ", f,
+                                          ": num_segments must be >= 0"));
+      const int32_t* seg = segments[f].flat<int32_t>().data();
+      for (int64_t i = 0; i < n; ++i) {
+        OP_REQUIRES(context, seg[i] >= 0 && seg[i] < count,
+                    errors::InvalidArgument("feature ", f, ": segment ",
+                                            seg[i], " at ", i,
+                                            " is outside [0, ", count, ")"));
+      }
+      total += n;
+    }
+    OP_REQUIRES(context, total == rows.dim_size(0),
+                errors::InvalidArgument("rows has ", rows.dim_size(0),
+                                        " rows for ", total, " ids"));
+    tensorflow::OpOutputList activations, scales;
+    OP_REQUIRES_OK(context, context->output_list("activations", &activations));
+    OP_REQUIRES_OK(context, context->output_list("scales", &scales));
+    const float* r = rows.flat<float>().data();
+    int64_t offset = 0;
+    for (int f = 0; f < segments.size(); ++f) {
+      const int64_t n = segments[f].NumElements();
+      const int64_t count = num_segments[f].scalar<int32_t>()();
+      const int32_t* seg = segments[f].flat<int32_t>().data();
+      const bool weighted = weights[f].NumElements() > 0;
+      const float* w = weighted ? weights[f].flat<float>().data() : nullptr;
+      Tensor* out = nullptr;
+      OP_REQUIRES_OK(context, activations.allocate(
+                                  f, tensorflow::TensorShape({count, dim}),
+                                  &out));
+      float* o = out->flat<float>().data();
+      std::fill(o, o + count * dim, 0.0f);
+      for (int64_t i = 0; i < n; ++i) {
+        float* target = o + static_cast<int64_t>(seg[i]) * dim;
+        const float* row = r + (offset + i) * dim;
+        if (weighted) {
+          const float weight = w[i];
+          for (int64_t j = 0; j < dim; ++j) {
+            target[j] = target[j] + row[j] * weight;
+          }
+        } else {
+          for (int64_t j = 0; j < dim; ++j) target[j] = target[j] + row[j];
+        }
+      }
+      offset += n;
+      Tensor* scale = nullptr;
+      if (combiners_[f] == kSum) {
+        OP_REQUIRES_OK(context, scales.allocate(
+                                    f, tensorflow::TensorShape({0}), &scale));
+        continue;
+      }
+      OP_REQUIRES_OK(context, scales.allocate(
+                                  f, tensorflow::TensorShape({count}),
+                                  &scale));
+      float* c = scale->flat<float>().data();
+      std::fill(c, c + count, 0.0f);
+      for (int64_t i = 0; i < n; ++i) {
+        const float weight = weighted ? w[i] : 1.0f;
+        c[seg[i]] = c[seg[i]] +
+                    (combiners_[f] == kMean ? weight : weight * weight);
+      }
+      for (int64_t s = 0; s < count; ++s) {
+        const float sum = combiners_[f] == kMean ? c[s] : std::sqrt(c[s]);
+        c[s] = sum == 0.0f ? 0.0f : 1.0f / sum;
+        float* target = o + s * dim;
+        for (int64_t j = 0; j < dim; ++j) target[j] = target[j] * c[s];
+      }
+    }
+  }
+
+ private:
+  enum Combiner { kSum, kMean, kSqrtn };
+  std::vector<Combiner> combiners_;
+};
+
+REGISTER_OP("HostEmbeddingCombine")
+    .Input("rows: float")
+    .Input("segments: F * int32")
+    .Input("weights: F * float")
+    .Input("num_segments: F * int32")
+    .Output("activations: F * float")
+    .Output("scales: F * float")
+    .Attr("F: int >= 1")
+    .Attr("combiners: list(string)")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      int features = 0;
+      TF_RETURN_IF_ERROR(c->GetAttr("F", &features));
+      const auto dim = c->Dim(c->input(0), 1);
+      for (int f = 0; f < features; ++f) {
+        c->set_output(f, c->Matrix(c->UnknownDim(), dim));
+        c->set_output(features + f, c->Vector(c->UnknownDim()));
+      }
+      return absl::OkStatus();
+    });
+
+REGISTER_KERNEL_BUILDER(Name("HostEmbeddingCombine").Device(DEVICE_CPU),
+                        CombineOp);
+
 // The per-id gradient sums of one table (SEMANTICS 4.2-4.3): for each
 // feature f in order and each of its ids i in order,
-//   out[index_f[i]] += grad_f[segment_f[i]] * weight_f[i]
-// (no multiplication where feature f has no weights: an empty weights
-// tensor), from zeros. This is the order and the float operations of a
-// gather, a multiplication, a concatenation and an unsorted segment sum.
+//   out[index[k]] += (grad_f[segment_f[i]] * scale_f[segment_f[i]])
+//                    * weight_f[i]
+// from zeros, where k counts the ids over all features (no multiplication
+// by a scale or a weight that is empty: `sum`, unweighted). A gradient of
+// any rank is read as rows of its last dimension. This is the order and the
+// float operations of the scaled gradients, a gather, a multiplication, a
+// concatenation and an unsorted segment sum.
 class IdGradientsOp : public OpKernel {
  public:
   explicit IdGradientsOp(OpKernelConstruction* context) : OpKernel(context) {}
 
   void Compute(OpKernelContext* context) override {
-    tensorflow::OpInputList grads, segments, weights, index;
+    tensorflow::OpInputList grads, segments, weights, scales;
     OP_REQUIRES_OK(context, context->input_list("grads", &grads));
     OP_REQUIRES_OK(context, context->input_list("segments", &segments));
     OP_REQUIRES_OK(context, context->input_list("weights", &weights));
-    OP_REQUIRES_OK(context, context->input_list("index", &index));
+    OP_REQUIRES_OK(context, context->input_list("scales", &scales));
+    const Tensor& index = context->input(context->num_inputs() - 2);
     const Tensor& num_ids = context->input(context->num_inputs() - 1);
-    OP_REQUIRES(context, num_ids.dims() == 0,
-                errors::InvalidArgument("num_ids must be a scalar"));
+    OP_REQUIRES(context, num_ids.dims() == 0 && index.dims() == 1,
+                errors::InvalidArgument(
+                    "index must be a vector and num_ids a scalar"));
     const int64_t n_out = num_ids.scalar<int32_t>()();
     OP_REQUIRES(context, n_out >= 0,
                 errors::InvalidArgument("num_ids must be >= 0"));
+    const int32_t* idx = index.flat<int32_t>().data();
     int64_t dim = -1;
+    int64_t total = 0;
     for (int f = 0; f < grads.size(); ++f) {
       const Tensor& grad = grads[f];
-      OP_REQUIRES(context, grad.dims() == 2,
-                  errors::InvalidArgument("grads[", f, "] must be a matrix"));
-      if (dim < 0) dim = grad.dim_size(1);
-      OP_REQUIRES(context, grad.dim_size(1) == dim,
-                  errors::InvalidArgument("grads[", f, "] has ",
-                                          grad.dim_size(1), " columns, not ",
-                                          dim));
+      OP_REQUIRES(context, grad.dims() >= 2,
+                  errors::InvalidArgument("grads[", f,
+                                          "] must have rank >= 2"));
+      const int64_t columns = grad.dim_size(grad.dims() - 1);
+      if (dim < 0) dim = columns;
+      OP_REQUIRES(context, columns == dim,
+                  errors::InvalidArgument("grads[", f, "] has ", columns,
+                                          " columns, not ", dim));
+      const int64_t grad_rows = columns ? grad.NumElements() / columns : 0;
       const int64_t n = segments[f].NumElements();
       OP_REQUIRES(context,
-                  segments[f].dims() == 1 && index[f].dims() == 1 &&
-                      index[f].dim_size(0) == n &&
+                  segments[f].dims() == 1 &&
                       (weights[f].NumElements() == 0 ||
-                       weights[f].NumElements() == n),
+                       weights[f].NumElements() == n) &&
+                      (scales[f].NumElements() == 0 ||
+                       scales[f].NumElements() == grad_rows),
                   errors::InvalidArgument(
-                      "feature ", f, ": segments, index and weights must be "
-                      "vectors of one length (weights may be empty)"));
+                      "feature ", f, ": segments and weights must be vectors "
+                      "of one length (weights may be empty), scales empty "
+                      "or one per gradient row"));
+      OP_REQUIRES(context, total + n <= index.dim_size(0),
+                  errors::InvalidArgument("index has ", index.dim_size(0),
+                                          " entries; the features have more "
+                                          "ids"));
       const int32_t* seg = segments[f].flat<int32_t>().data();
-      const int32_t* idx = index[f].flat<int32_t>().data();
       for (int64_t i = 0; i < n; ++i) {
-        OP_REQUIRES(context, seg[i] >= 0 && seg[i] < grad.dim_size(0),
+        OP_REQUIRES(context, seg[i] >= 0 && seg[i] < grad_rows,
                     errors::InvalidArgument("feature ", f, ": segment ",
                                             seg[i], " at ", i,
-                                            " is outside [0, ",
-                                            grad.dim_size(0), ")"));
-        OP_REQUIRES(context, idx[i] >= 0 && idx[i] < n_out,
+                                            " is outside [0, ", grad_rows,
+                                            ")"));
+        OP_REQUIRES(context, idx[total + i] >= 0 && idx[total + i] < n_out,
                     errors::InvalidArgument("feature ", f, ": index ",
-                                            idx[i], " at ", i,
+                                            idx[total + i], " at ", i,
                                             " is outside [0, ", n_out, ")"));
       }
+      total += n;
     }
-    OP_REQUIRES(context, dim >= 0,
-                errors::InvalidArgument("no features"));
+    OP_REQUIRES(context, dim >= 0, errors::InvalidArgument("no features"));
+    OP_REQUIRES(context, total == index.dim_size(0),
+                errors::InvalidArgument("index has ", index.dim_size(0),
+                                        " entries for ", total, " ids"));
     Tensor* out = nullptr;
     OP_REQUIRES_OK(context,
                    context->allocate_output(
                        0, tensorflow::TensorShape({n_out, dim}), &out));
     float* o = out->flat<float>().data();
     std::fill(o, o + n_out * dim, 0.0f);
+    int64_t k = 0;
     for (int f = 0; f < grads.size(); ++f) {
       const float* g = grads[f].flat<float>().data();
       const int32_t* seg = segments[f].flat<int32_t>().data();
-      const int32_t* idx = index[f].flat<int32_t>().data();
       const int64_t n = segments[f].NumElements();
       const bool weighted = weights[f].NumElements() > 0;
+      const bool scaled = scales[f].NumElements() > 0;
       const float* w = weighted ? weights[f].flat<float>().data() : nullptr;
-      for (int64_t i = 0; i < n; ++i) {
-        float* row = o + static_cast<int64_t>(idx[i]) * dim;
-        const float* in = g + static_cast<int64_t>(seg[i]) * dim;
-        if (weighted) {
-          const float weight = w[i];
-          for (int64_t j = 0; j < dim; ++j) row[j] = row[j] + in[j] * weight;
-        } else {
-          for (int64_t j = 0; j < dim; ++j) row[j] = row[j] + in[j];
+      const float* c = scaled ? scales[f].flat<float>().data() : nullptr;
+      for (int64_t i = 0; i < n; ++i, ++k) {
+        float* row = o + static_cast<int64_t>(idx[k]) * dim;
+        const int64_t s = seg[i];
+        const float* in = g + s * dim;
+        const float weight = weighted ? w[i] : 1.0f;
+        const float scale = scaled ? c[s] : 1.0f;
+        for (int64_t j = 0; j < dim; ++j) {
+          float value = in[j];
+          if (scaled) value = value * scale;
+          if (weighted) value = value * weight;
+          row[j] = row[j] + value;
         }
       }
     }
@@ -414,12 +678,17 @@ REGISTER_OP("HostEmbeddingIdGradients")
     .Input("grads: F * float")
     .Input("segments: F * int32")
     .Input("weights: F * float")
-    .Input("index: F * int32")
+    .Input("scales: F * float")
+    .Input("index: int32")
     .Input("num_ids: int32")
     .Output("sums: float")
     .Attr("F: int >= 1")
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      c->set_output(0, c->Matrix(c->UnknownDim(), c->Dim(c->input(0), 1)));
+      const auto grad = c->input(0);
+      c->set_output(0, c->Matrix(c->UnknownDim(),
+                                 c->RankKnown(grad)
+                                     ? c->Dim(grad, c->Rank(grad) - 1)
+                                     : c->UnknownDim()));
       return absl::OkStatus();
     });
 
