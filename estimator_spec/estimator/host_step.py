@@ -23,6 +23,7 @@ around the user's model_fn on the host embedding engine:
 """
 import collections
 import json
+import weakref
 
 import tensorflow as tf
 
@@ -105,13 +106,13 @@ class HostStep:
         self._lookup, features, labels, expected)
     tap = lambda feature, activation: activation
     if self._training:
-      with engine_lib.device_scope(local_device):
-        self._tap = _GradientTap()
-      if self._sync is not None:
-        self._sync.add_local_variables([self._tap.anchor])
       # Lookups (and so every update of the step) follow the read of the
       # global step, which the user's train op increments.
-      tap = _after(self._step_value, self._tap.tap)
+      with engine_lib.device_scope(local_device):
+        self._tap = _GradientTap(after=self._step_value)
+      if self._sync is not None:
+        self._sync.add_local_variables([self._tap.anchor])
+      tap = self._tap.tap
     self.source = _EngineSource(self._engine, self._lookup, tap)
     model = self._engine.model
     if not model.uses_columns:
@@ -178,21 +179,40 @@ class HostStep:
                                     ps_assignment=self._ps_assignment)
 
 
+# Each tap is one IdentityN op whose gradient function records the
+# activation's gradient: {graph: {op name: [gradients]}}.
+_TAP_GRADIENT = "HostEmbeddingGradientTap"
+_TAPS = weakref.WeakKeyDictionary()
+
+
+def _tap_gradient(op, grad, anchor_grad):
+  del anchor_grad
+  _TAPS[op.graph][op.name].append(grad)
+  # A zero gradient for the anchor: a model whose loss depends only on
+  # embedding activations still gives its optimizer a variable with a
+  # gradient (TF's TPU path has dummy table variables for this).
+  return [None, tf.zeros_like(op.inputs[1])]
+
+
+tf.RegisterGradient(_TAP_GRADIENT)(_tap_gradient)
+
+
 class _GradientTap:
   """Gets d loss / d activation from the user's own backward pass.
 
-  Each activation passes through an identity whose second input is a scalar
-  "anchor" variable the user's optimizer finds (collection
-  TRAINABLE_RESOURCE_VARIABLES, which `Optimizer.compute_gradients` reads but
-  `tf.compat.v1.trainable_variables()` does not). When the optimizer
-  differentiates the loss, the identity's gradient function receives the
-  activation's gradient and records it; the anchor itself gets a zero
-  gradient, so that `minimize` works for a loss of embedding activations
-  only, and it never moves from 0. The anchor and whatever the optimizer
-  creates for it are local variables: they are not in checkpoints.
+  Each activation passes through an identity (one IdentityN op) whose
+  second input is a scalar "anchor" variable the user's optimizer finds
+  (collection TRAINABLE_RESOURCE_VARIABLES, which
+  `Optimizer.compute_gradients` reads but `tf.compat.v1.trainable_variables()`
+  does not). When the optimizer differentiates the loss, the identity's
+  gradient function receives the activation's gradient and records it; the
+  anchor itself gets a zero gradient, so that `minimize` works for a loss of
+  embedding activations only, and it never moves from 0. The anchor and
+  whatever the optimizer creates for it are local variables: they are not
+  in checkpoints. Each tapped activation waits for `after` (a tensor).
   """
 
-  def __init__(self):
+  def __init__(self, after):
     with tf.compat.v1.name_scope(None):
       self.anchor = tf.compat.v1.Variable(
           0.0,
@@ -203,27 +223,19 @@ class _GradientTap:
               tf.compat.v1.GraphKeys.LOCAL_VARIABLES,
               tf.compat.v1.GraphKeys.TRAINABLE_RESOURCE_VARIABLES
           ])
+      self._anchor_value = self.anchor.read_value()
+    self._after = after
     self.tapped = collections.OrderedDict()    # feature -> tapped tensor
     self.recorded = collections.defaultdict(list)
 
   def tap(self, feature, activation):
     if feature in self.tapped:
       return self.tapped[feature]
-    recorded = self.recorded[feature]
-
-    @tf.custom_gradient
-    def identity(value, anchor):
-
-      def grad(dy):
-        recorded.append(dy)
-        # A zero gradient for the anchor: a model whose loss depends only on
-        # embedding activations still gives its optimizer a variable with a
-        # gradient (TF's TPU path has dummy table variables for this).
-        return None, tf.zeros_like(anchor)
-
-      return tf.identity(value), grad
-
-    tapped = identity(activation, self.anchor.read_value())
+    graph = tf.compat.v1.get_default_graph()
+    with tf.control_dependencies([self._after]), \
+        graph.gradient_override_map({"IdentityN": _TAP_GRADIENT}):
+      tapped, _ = tf.raw_ops.IdentityN(input=[activation, self._anchor_value])
+    _TAPS.setdefault(graph, {})[tapped.op.name] = self.recorded[feature]
     self.tapped[feature] = tapped
     return tapped
 
@@ -348,17 +360,6 @@ def _with_layout_aware_saver(spec, engine, config, training=False,
   return spec._replace(scaffold=tf.compat.v1.train.Scaffold(
       saver=saver, copy_from_scaffold=scaffold) if scaffold is not None else
                        tf.compat.v1.train.Scaffold(saver=saver))
-
-
-def _after(tensor, tap_fn):
-  """`tap_fn` with each activation first made to wait for `tensor`."""
-
-  def tap(feature, activation):
-    with tf.control_dependencies([tensor]):
-      activation = tf.identity(activation)
-    return tap_fn(feature, activation)
-
-  return tap
 
 
 def _order_after(step_value, global_step, first_op):
