@@ -28,7 +28,8 @@ v1 = tf.compat.v1
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNEL_OPS = {"HostEmbeddingAdagradRows", "HostEmbeddingSgdRows",
               "HostEmbeddingGatherRows", "HostEmbeddingIdGradients",
-              "HostEmbeddingCombine", "HostEmbeddingDropNegativeIds"}
+              "HostEmbeddingCombine", "HostEmbeddingDropNegativeIds",
+              "HostEmbeddingExtremes"}
 
 OPTIMIZERS = {
     "adagrad": steps.OPTIMIZERS["adagrad"],
@@ -195,7 +196,7 @@ def test_weighted_sequence_and_mean_features_equal_the_graph_ops(
   steps.assert_same(with_kernels, without, exact=True)
   assert {"HostEmbeddingIdGradients", "HostEmbeddingGatherRows",
           "HostEmbeddingAdagradRows", "HostEmbeddingCombine",
-          "HostEmbeddingDropNegativeIds"} <= types
+          "HostEmbeddingDropNegativeIds", "HostEmbeddingExtremes"} <= types
   assert not np.array_equal(with_kernels[-1]["t"], with_kernels[0]["t"])
 
 
@@ -350,6 +351,27 @@ def test_the_combine_refuses_segments_outside_the_batch():
         tf.ones([2, 3]), segments=[tf.constant([0], tf.int32)],
         weights=[tf.zeros([0])], num_segments=[tf.constant(3, tf.int32)],
         combiners=["mean"])
+
+
+def test_the_extremes_equal_tf_reductions():
+  rng = np.random.RandomState(5)
+  indices = [tf.constant(rng.randint(-9, 9, (7, 2)), tf.int64),
+             tf.zeros([0, 2], tf.int64),
+             tf.constant([[3, 1]], tf.int64)]
+  largest, smallest = kernels.extremes(indices)
+  np.testing.assert_array_equal(
+      largest.numpy(), tf.stack([tf.reduce_max(t, axis=0)
+                                 for t in indices]).numpy())
+  np.testing.assert_array_equal(
+      smallest.numpy(), tf.stack([tf.reduce_min(t, axis=0)
+                                  for t in indices]).numpy())
+  ids = [tf.constant([4, -2, 11], tf.int64), tf.zeros([0], tf.int64)]
+  largest, smallest = kernels.extremes(ids)
+  assert largest.shape == smallest.shape == (2, 1)
+  np.testing.assert_array_equal(largest.numpy()[:, 0],
+                                [11, np.iinfo(np.int64).min])
+  np.testing.assert_array_equal(smallest.numpy()[:, 0],
+                                [-2, np.iinfo(np.int64).max])
 
 
 def test_dropping_negative_ids_keeps_the_rest_in_order():

@@ -159,14 +159,19 @@ def flatten_ids(sparse_ids, sparse_weights, vocabulary_size, *, feature,
   ])[0]
 
 
-def flatten_many(sources, drop_negative_ids=None):
+def flatten_many(sources, compiled_ops=None):
   """Validates the ids (and weights) of several features together and
   returns the `FlatIds` of each `IdSource`, in order.
 
-  `drop_negative_ids`: optional callable (indices, ids, weights) -> the
-  same three lists without the entries of negative ids (weights entries
-  may be None), one call for every feature that drops them; by default a
-  cond does it with TF ops, copying nothing when no id is negative.
+  `compiled_ops`: optional ops that do two steps for all features at once
+  (by default TF ops do them, per feature):
+    * `extremes(tensors)`: for int64 tensors [n] or [n, k], their largest
+      and smallest values per column ([len(tensors), k] each; the int64
+      extremes for a tensor without rows);
+    * `drop_negative_ids(indices, ids, weights)`: the same three lists
+      without the entries of negative ids (weights entries may be None),
+      one call for every feature that drops them (by default a cond, which
+      copies nothing when no id is negative).
 
   Per feature: ids at positions >= `max_positions` are dropped first (they
   are never looked up, so they are never checked); negative ids are then
@@ -177,7 +182,7 @@ def flatten_many(sources, drop_negative_ids=None):
   over every feature's extremes, whose failure names every feature (and
   table) at fault.
   """
-  joined = _Joined(sources, drop_negative_ids)
+  joined = _Joined(sources, compiled_ops)
   checks = joined.structure_checks()
   joined.truncate()
   with tf.control_dependencies(checks):
@@ -191,9 +196,9 @@ class _Joined:
   together: each check compares every feature's extremes (one small
   reduction per feature) in one Assert."""
 
-  def __init__(self, sources, drop_negative_ids=None):
+  def __init__(self, sources, compiled_ops=None):
     self.sources = list(sources)
-    self.drop_negative_ids = drop_negative_ids
+    self.compiled_ops = compiled_ops
     if not self.sources:
       raise ValueError("flatten_many: no features given.")
     pairs = [s.example_and_position() for s in self.sources]
@@ -210,8 +215,11 @@ class _Joined:
     features); weights at the ids' positions (per weighted feature)."""
     # Reduced first, then compared: cheaper than comparing every index.
     # A feature without ids reduces to the dtype's extremes and passes.
-    largest = tf.stack([tf.reduce_max(t, axis=0) for t in self.indices])
-    smallest = tf.stack([tf.reduce_min(t, axis=0) for t in self.indices])
+    if self.compiled_ops is not None:
+      largest, smallest = self.compiled_ops.extremes(self.indices)
+    else:
+      largest = tf.stack([tf.reduce_max(t, axis=0) for t in self.indices])
+      smallest = tf.stack([tf.reduce_min(t, axis=0) for t in self.indices])
     ok = tf.reduce_all(tf.logical_and(tf.less(largest, self.shapes),
                                       tf.greater_equal(smallest, 0)), axis=1)
     checks = [
@@ -262,8 +270,12 @@ class _Joined:
     # The batch's smallest and largest id per feature (the numbers the
     # message prints) are compared, not every id. A feature without ids
     # reduces to the dtype's extremes and passes.
-    self.smallest = tf.stack([tf.reduce_min(ids) for ids in self.ids])
-    largest = tf.stack([tf.reduce_max(ids) for ids in self.ids])
+    if self.compiled_ops is not None:
+      largest, self.smallest = (
+          tf.reshape(t, [-1]) for t in self.compiled_ops.extremes(self.ids))
+    else:
+      self.smallest = tf.stack([tf.reduce_min(ids) for ids in self.ids])
+      largest = tf.stack([tf.reduce_max(ids) for ids in self.ids])
     ok = tf.less(largest, tf.constant(
         [s.vocabulary_size for s in self.sources], tf.int64))
     refuse = [not s.drop_negative for s in self.sources]
@@ -305,8 +317,8 @@ class _Joined:
   def _drop_negative(self, dropping):
     """Drops the negative ids of features `dropping` (indices); copies
     nothing when none of them has one (one cond for all of them)."""
-    if self.drop_negative_ids is not None:
-      indices, ids, weights = self.drop_negative_ids(
+    if self.compiled_ops is not None:
+      indices, ids, weights = self.compiled_ops.drop_negative_ids(
           [self.indices[k] for k in dropping], [self.ids[k] for k in dropping],
           [self.weights[k] for k in dropping])
       for k, i, v, w in zip(dropping, indices, ids, weights):

@@ -402,13 +402,13 @@ class HostEmbeddingEngine:
       raise TypeError(
           "HostEmbeddingEngine.lookup: `features` must be a dict; got "
           f"{type(features).__name__}.")
-    # Training graphs drop negative ids by the compiled op where it exists
-    # (see `_lookup_table`); other graphs by TF ops.
+    # Training graphs check the ids and drop negative ones by compiled ops
+    # where they exist (see `_lookup_table`); other graphs by TF ops.
     compiled = (self.config.is_training and not self.remote_partitions and
                 kernels.row_updates() is not None)
     parsed = inputs_lib.parse_features(
         self.model, self.config.spec, features,
-        drop_negative_ids=kernels.drop_negative_ids if compiled else None)
+        compiled_ops=kernels if compiled else None)
     if not self.same_batch_size:
       return LookupStep(self, parsed, [], None)
     batch_size, checks = inputs_lib.check_batch_sizes(parsed)

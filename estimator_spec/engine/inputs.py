@@ -246,10 +246,10 @@ class FeatureIds:
   lengths: Optional[Any] = None
 
 
-def parse_features(model, spec, features, drop_negative_ids=None):
+def parse_features(model, spec, features, compiled_ops=None):
   """{name: `FeatureIds`} of every feature of `model` (a config model), in
   the model's order, from `features`; `spec` gives each feature's column
-  (`spec.column_for`), None in the dict form. `drop_negative_ids`: see
+  (`spec.column_for`), None in the dict form. `compiled_ops`: see
   `tpu_embedding_columns.lookup.flatten_many`.
 
   Python-side problems (missing keys, wrong types, ranks or forms) raise
@@ -289,7 +289,7 @@ def parse_features(model, spec, features, drop_negative_ids=None):
     details.append((feature, table, table.combiner,
                     feature.max_sequence_length, lengths, None))
   parsed = collections.OrderedDict()
-  flats = (column_lookup.flatten_many(sources, drop_negative_ids)
+  flats = (column_lookup.flatten_many(sources, compiled_ops)
            if sources else [])
   for flat, (feature, table, combiner, length, lengths, static) in zip(
       flats, details):

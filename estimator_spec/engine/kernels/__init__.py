@@ -94,10 +94,20 @@ def ops_for(variables):
   return row_updates()
 
 
+# The compiled ops that `tpu_embedding_columns.lookup.flatten_many` takes
+# (`compiled_ops`): this module gives them.
+
+
+def extremes(tensors):
+  """Each int64 tensor's largest and smallest values per column, by one op
+  for all of them (see `flatten_many`)."""
+  return row_updates().host_embedding_extremes(tensors)
+
+
 def drop_negative_ids(indices, ids, weights):
-  """`tpu_embedding_columns.lookup.flatten_many`'s `drop_negative_ids` by
-  the compiled op: one op for all features, which passes a feature's
-  tensors through uncopied when none of its ids is negative."""
+  """The entries of non-negative ids, by one op for all features, which
+  passes a feature's tensors through uncopied when none of its ids is
+  negative (see `flatten_many`)."""
   empty = tf.zeros([0], tf.float32)
   kept_indices, kept_ids, kept_weights = row_updates(
   ).host_embedding_drop_negative_ids(

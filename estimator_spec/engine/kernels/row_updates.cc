@@ -1,6 +1,7 @@
 // The host embedding engine's compiled kernels (kernels/__init__.py builds
 // and loads this file). Training uses them where the TensorFlow-op path
 // would compute the same numbers:
+//   HostEmbeddingExtremes     each feature's largest and smallest index and id;
 //   HostEmbeddingDropNegativeIds  the ids of features without negative ones;
 //   HostEmbeddingGatherRows   the rows of the step's ids, fetched ahead;
 //   HostEmbeddingCombine      the combiners of one table's features;
@@ -27,6 +28,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -328,6 +330,78 @@ REGISTER_KERNEL_BUILDER(Name("HostEmbeddingGatherRows")
                             .Device(DEVICE_CPU)
                             .TypeConstraint<int64_t>("Tindices"),
                         GatherRowsOp<int64_t>);
+
+// The largest and smallest value of each column of several int64 tensors
+// ([n] or [n, k], the same k for all): for feature f, largest[f] and
+// smallest[f] (k values each). A tensor without rows gives the int64
+// extremes (largest: the lowest value, smallest: the highest), as TF's
+// reductions of an empty tensor do.
+class ExtremesOp : public OpKernel {
+ public:
+  explicit ExtremesOp(OpKernelConstruction* context) : OpKernel(context) {}
+
+  void Compute(OpKernelContext* context) override {
+    tensorflow::OpInputList values;
+    OP_REQUIRES_OK(context, context->input_list("values", &values));
+    const int features = values.size();
+    const int64_t width = values[0].dims() == 2 ? values[0].dim_size(1) : 1;
+    for (int f = 0; f < features; ++f) {
+      const Tensor& value = values[f];
+      const int64_t columns = value.dims() == 2 ? value.dim_size(1) : 1;
+      OP_REQUIRES(context,
+                  (value.dims() == 1 || value.dims() == 2) && columns == width,
+                  errors::InvalidArgument(
+                      "values[", f, "] must be a vector or a matrix of ",
+                      width, " columns; got shape ",
+                      value.shape().DebugString()));
+    }
+    Tensor *largest = nullptr, *smallest = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(
+                                0, tensorflow::TensorShape({features, width}),
+                                &largest));
+    OP_REQUIRES_OK(context, context->allocate_output(
+                                1, tensorflow::TensorShape({features, width}),
+                                &smallest));
+    int64_t* hi = largest->flat<int64_t>().data();
+    int64_t* lo = smallest->flat<int64_t>().data();
+    std::fill(hi, hi + features * width,
+              std::numeric_limits<int64_t>::lowest());
+    std::fill(lo, lo + features * width, std::numeric_limits<int64_t>::max());
+    for (int f = 0; f < features; ++f) {
+      const int64_t* v = values[f].flat<int64_t>().data();
+      const int64_t rows = width ? values[f].NumElements() / width : 0;
+      int64_t* h = hi + f * width;
+      int64_t* l = lo + f * width;
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t j = 0; j < width; ++j) {
+          h[j] = std::max(h[j], v[i * width + j]);
+          l[j] = std::min(l[j], v[i * width + j]);
+        }
+      }
+    }
+  }
+};
+
+REGISTER_OP("HostEmbeddingExtremes")
+    .Input("values: F * int64")
+    .Output("largest: int64")
+    .Output("smallest: int64")
+    .Attr("F: int >= 1")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      int features = 0;
+      TF_RETURN_IF_ERROR(c->GetAttr("F", &features));
+      const auto first = c->input(0);
+      const auto width = c->RankKnown(first) && c->Rank(first) == 2
+                             ? c->Dim(first, 1)
+                             : (c->RankKnown(first) ? c->MakeDim(1)
+                                                    : c->UnknownDim());
+      c->set_output(0, c->Matrix(features, width));
+      c->set_output(1, c->Matrix(features, width));
+      return absl::OkStatus();
+    });
+
+REGISTER_KERNEL_BUILDER(Name("HostEmbeddingExtremes").Device(DEVICE_CPU),
+                        ExtremesOp);
 
 // The ids of several features without their negative ids (with
 // use_safe_embedding_lookup, negative ids are dropped before a lookup): for
