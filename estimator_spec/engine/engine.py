@@ -75,14 +75,12 @@ class TableLookup:
           item.name: plan.combine(tf.gather(self.rows, part))
           for item, plan, part in zip(self.features, plans, parts)
       }
-    empty = tf.zeros([0], tf.float32)
     checks = [check for plan in plans for check in plan.checks]
     with tf.control_dependencies(checks):
       outputs, self.scales = kernels.row_updates().host_embedding_combine(
           self.rows,
           segments=[plan.segment for plan in plans],
-          weights=[empty if plan.weights is None else plan.weights
-                   for plan in plans],
+          weights=kernels.or_empty([plan.weights for plan in plans]),
           num_segments=[plan.num_segments for plan in plans],
           combiners=[plan.combiner for plan in plans])
     result = {}
@@ -402,10 +400,9 @@ class HostEmbeddingEngine:
       raise TypeError(
           "HostEmbeddingEngine.lookup: `features` must be a dict; got "
           f"{type(features).__name__}.")
-    # Training graphs check the ids and drop negative ones by compiled ops
-    # where they exist (see `_lookup_table`); other graphs by TF ops.
-    compiled = (self.config.is_training and not self.remote_partitions and
-                kernels.row_updates() is not None)
+    # The ids are checked and their negative ones dropped by compiled ops
+    # where they exist (in the graphs of `_compiles`), else by TF ops.
+    compiled = self._compiles and kernels.row_updates() is not None
     parsed = inputs_lib.parse_features(
         self.model, self.config.spec, features,
         compiled_ops=kernels if compiled else None)
@@ -419,11 +416,7 @@ class HostEmbeddingEngine:
     unique_ids, index = tf.unique(ids)
     sizes = tf.concat(tf.shape_n([item.flat.ids for item in items]), axis=0)
     variables = self._table_variables(table.name)
-    # Training graphs use the compiled gather where it is available, for
-    # partitions in this process; other graphs (evaluation, prediction,
-    # export) and other tasks' partitions (whose processes need not have
-    # loaded the kernels) get plain TensorFlow ops.
-    compiled = self.config.is_training and not self.remote_partitions
+    compiled = self._compiles
     # A table trained by a compiled row update needs no rows of its
     # distinct ids: the forward pass reads the row of every id at once, and
     # the distinct ids (for the backward pass) are found beside it.
@@ -553,12 +546,10 @@ class HostEmbeddingEngine:
       return tf.math.unsorted_segment_sum(
           tf.concat([plan.backprop(g) for plan, g in zip(plans, grads)],
                     axis=0), lookup.index, num_ids)
-    empty = tf.zeros([0], tf.float32)
     summed = kernels.row_updates().host_embedding_id_gradients(
         grads=grads,
         segments=[plan.segment for plan in plans],
-        weights=[empty if plan.weights is None else plan.weights
-                 for plan in plans],
+        weights=kernels.or_empty([plan.weights for plan in plans]),
         scales=lookup.scales, index=lookup.index, num_ids=num_ids)
     summed.set_shape([None, lookup.table.dimension])
     return summed
@@ -624,6 +615,15 @@ class HostEmbeddingEngine:
                                                           lr)
 
   # --- updates ----------------------------------------------------------------
+
+  @property
+  def _compiles(self):
+    """Whether this engine's graphs use the compiled kernels (where they
+    are available): training graphs, for partitions in this process. Other
+    graphs (evaluation, prediction, export) and other tasks' partitions
+    (whose processes need not have loaded the kernels) get plain TensorFlow
+    ops."""
+    return self.config.is_training and not self.remote_partitions
 
   @property
   def remote_partitions(self):

@@ -94,6 +94,13 @@ def ops_for(variables):
   return row_updates()
 
 
+def or_empty(tensors):
+  """`tensors` with an empty float32 tensor for each None: how the kernels
+  are told that a feature has no weights (or a combiner no scale)."""
+  empty = tf.zeros([0], tf.float32)
+  return [empty if t is None else t for t in tensors]
+
+
 # The compiled ops that `tpu_embedding_columns.lookup.flatten_many` takes
 # (`compiled_ops`): this module gives them.
 
@@ -108,11 +115,9 @@ def drop_negative_ids(indices, ids, weights):
   """The entries of non-negative ids, by one op for all features, which
   passes a feature's tensors through uncopied when none of its ids is
   negative (see `flatten_many`)."""
-  empty = tf.zeros([0], tf.float32)
   kept_indices, kept_ids, kept_weights = row_updates(
   ).host_embedding_drop_negative_ids(
-      indices=indices, ids=ids,
-      weights=[empty if w is None else w for w in weights])
+      indices=indices, ids=ids, weights=or_empty(weights))
   return kept_indices, kept_ids, [
       None if w is None else kept for w, kept in zip(weights, kept_weights)
   ]

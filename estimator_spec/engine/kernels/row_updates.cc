@@ -124,6 +124,28 @@ absl::Status CheckIndices(const Index* ids, int64_t n, int64_t rows) {
   return absl::OkStatus();
 }
 
+// Whether feature f's `segments` (a vector) each lie in [0, count), and its
+// `weights` are empty (none) or one per segment entry.
+absl::Status CheckSegments(int f, const Tensor& segments,
+                           const Tensor& weights, int64_t count) {
+  const int64_t n = segments.NumElements();
+  if (segments.dims() != 1 ||
+      (weights.NumElements() != 0 && weights.NumElements() != n)) {
+    return errors::InvalidArgument(
+        "feature ", f, ": segments and weights must be vectors of one length "
+        "(weights may be empty)");
+  }
+  const int32_t* seg = segments.flat<int32_t>().data();
+  for (int64_t i = 0; i < n; ++i) {
+    if (seg[i] < 0 || seg[i] >= count) {
+      return errors::InvalidArgument("feature ", f, ": segment ", seg[i],
+                                     " at ", i, " is outside [0, ", count,
+                                     ")");
+    }
+  }
+  return absl::OkStatus();
+}
+
 template <typename Rule, typename Index>
 class RowUpdateOp : public OpKernel {
  public:
@@ -534,27 +556,16 @@ class CombineOp : public OpKernel {
     const int64_t dim = rows.dim_size(1);
     int64_t total = 0;
     for (int f = 0; f < segments.size(); ++f) {
-      const int64_t n = segments[f].NumElements();
-      OP_REQUIRES(context,
-                  segments[f].dims() == 1 && num_segments[f].dims() == 0 &&
-                      (weights[f].NumElements() == 0 ||
-                       weights[f].NumElements() == n),
-                  errors::InvalidArgument(
-                      "feature ", f, ": segments and weights must be vectors "
-                      "of one length (weights may be empty), num_segments a "
-                      "scalar"));
+      OP_REQUIRES(context, num_segments[f].dims() == 0,
+                  errors::InvalidArgument("feature ", f,
+                                          ": num_segments must be a scalar"));
       const int64_t count = num_segments[f].scalar<int32_t>()();
       OP_REQUIRES(context, count >= 0,
                   errors::InvalidArgument("feature ", f,
                                           ": num_segments must be >= 0"));
-      const int32_t* seg = segments[f].flat<int32_t>().data();
-      for (int64_t i = 0; i < n; ++i) {
-        OP_REQUIRES(context, seg[i] >= 0 && seg[i] < count,
-                    errors::InvalidArgument("feature ", f, ": segment ",
-                                            seg[i], " at ", i,
-                                            " is outside [0, ", count, ")"));
-      }
-      total += n;
+      OP_REQUIRES_OK(context,
+                     CheckSegments(f, segments[f], weights[f], count));
+      total += segments[f].NumElements();
     }
     OP_REQUIRES(context, total == rows.dim_size(0),
                 errors::InvalidArgument("rows has ", rows.dim_size(0),
@@ -683,28 +694,20 @@ class IdGradientsOp : public OpKernel {
                   errors::InvalidArgument("grads[", f, "] has ", columns,
                                           " columns, not ", dim));
       const int64_t grad_rows = columns ? grad.NumElements() / columns : 0;
-      const int64_t n = segments[f].NumElements();
       OP_REQUIRES(context,
-                  segments[f].dims() == 1 &&
-                      (weights[f].NumElements() == 0 ||
-                       weights[f].NumElements() == n) &&
-                      (scales[f].NumElements() == 0 ||
-                       scales[f].NumElements() == grad_rows),
-                  errors::InvalidArgument(
-                      "feature ", f, ": segments and weights must be vectors "
-                      "of one length (weights may be empty), scales empty "
-                      "or one per gradient row"));
+                  scales[f].NumElements() == 0 ||
+                      scales[f].NumElements() == grad_rows,
+                  errors::InvalidArgument("feature ", f,
+                                          ": scales must be empty or one per "
+                                          "gradient row"));
+      OP_REQUIRES_OK(context,
+                     CheckSegments(f, segments[f], weights[f], grad_rows));
+      const int64_t n = segments[f].NumElements();
       OP_REQUIRES(context, total + n <= index.dim_size(0),
                   errors::InvalidArgument("index has ", index.dim_size(0),
                                           " entries; the features have more "
                                           "ids"));
-      const int32_t* seg = segments[f].flat<int32_t>().data();
       for (int64_t i = 0; i < n; ++i) {
-        OP_REQUIRES(context, seg[i] >= 0 && seg[i] < grad_rows,
-                    errors::InvalidArgument("feature ", f, ": segment ",
-                                            seg[i], " at ", i,
-                                            " is outside [0, ", grad_rows,
-                                            ")"));
         OP_REQUIRES(context, idx[total + i] >= 0 && idx[total + i] < n_out,
                     errors::InvalidArgument("feature ", f, ": index ",
                                             idx[total + i], " at ", i,
