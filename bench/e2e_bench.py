@@ -50,6 +50,12 @@ Workloads (throughput: examples/s of steady-state training steps):
   unchanged. With peer26 in the same run, the summary prints the
   embedding's cost: peer26's median step time minus this one's, as a share
   of this one's.
+* `peer26-fed-grad`: the same, with the activations fed as 26 inputs
+  [N, 16] that the model concatenates (as DenseFeatures does) and whose
+  gradients each step computes: the dense model's work that exists
+  because its inputs are trained embeddings, without lookup or update.
+  With peer26 and peer26-fed in the run, the summary splits the
+  embedding's cost into that work and the lookup and update.
 * `vocab`: peer26 with its 26 features sharing 2 tables (13 each) of
   `--vocab-rows` rows each (default 10^5, 10^6, 10^7; one round each):
   whether the step time stays flat as tables grow, and peak RSS against the
@@ -184,14 +190,20 @@ def _without_cross_shard_optimizer(model_fn):
   return wrapped
 
 
-def _mlp_model_fn(columns, spec_class, optimizer, hidden):
+def _mlp_model_fn(columns, spec_class, optimizer, hidden, pieces=None):
   """DenseFeatures(columns) -> relu layers `hidden` -> logit, log loss.
   columns None: the features dict holds the layer's output ready made,
-  under "activations" (the same model with its embeddings fed)."""
+  under "activations" (the same model with its embeddings fed), or as the
+  features `pieces` (one per embedding), which are concatenated as
+  DenseFeatures concatenates its columns and whose gradients each step
+  computes, as a step that trains embeddings must."""
 
   def model_fn(features, labels, mode, params):
     del params
-    if columns is None:
+    inputs = [features[name] for name in pieces or ()]
+    if inputs:
+      x = tf.concat(inputs, axis=1)
+    elif columns is None:
       x = features["activations"]
     else:
       x = tf.compat.v1.keras.layers.DenseFeatures(columns)(features)
@@ -205,8 +217,17 @@ def _mlp_model_fn(columns, spec_class, optimizer, hidden):
     else:
       opt = tf.compat.v1.train.AdagradOptimizer(
           0.05, initial_accumulator_value=0.1)
-    train_op = opt.minimize(loss,
-                            global_step=tf.compat.v1.train.get_global_step())
+    if not inputs:
+      train_op = opt.minimize(
+          loss, global_step=tf.compat.v1.train.get_global_step())
+      return spec_class(mode=mode, loss=loss, train_op=train_op)
+    # One backward pass for the dense variables and the fed pieces.
+    variables = tf.compat.v1.trainable_variables()
+    grads = tf.compat.v1.gradients(loss, variables + inputs)
+    train_op = tf.group(
+        opt.apply_gradients(zip(grads[:len(variables)], variables),
+                            global_step=tf.compat.v1.train.get_global_step()),
+        *grads[len(variables):])
     return spec_class(mode=mode, loss=loss, train_op=train_op)
 
   return model_fn
@@ -326,12 +347,21 @@ def _build_peer26(side, job):
   features, labels = peer.make_data(job["examples"], rows=rows,
                                     seed=job.get("seed", 0))
   if job.get("fed"):
-    # What DenseFeatures would give: [N, 26 x 16], at a table's scale.
+    # What DenseFeatures would give: [N, 26 x 16], at a table's scale; with
+    # `fed_gradients`, as 26 inputs [N, 16] whose gradients the step
+    # computes.
     rng = np.random.RandomState(job.get("seed", 0))
-    fed = {"activations": rng.normal(0.0, 0.05, size=(
-        len(labels), peer.FEATURES * peer.DIM)).astype(np.float32)}
+    activations = rng.normal(0.0, 0.05, size=(
+        len(labels), peer.FEATURES * peer.DIM)).astype(np.float32)
+    pieces = None
+    if job.get("fed_gradients"):
+      pieces = [f"activation_{name}" for name in features]
+      fed = {name: activations[:, i * peer.DIM:(i + 1) * peer.DIM]
+             for i, name in enumerate(pieces)}
+    else:
+      fed = {"activations": activations}
     model_fn = _mlp_model_fn(None, _spec_class(side), "adagrad",
-                             hidden=peer.HIDDEN)
+                             hidden=peer.HIDDEN, pieces=pieces)
     return model_fn, None, _input_fn(job, fed, labels)
   api = _column_api(side)
   categorical = [fc.categorical_column_with_identity(name, rows)
@@ -519,7 +549,7 @@ def run_in_child(job, time_limit=None, rss_limit_mb=None):
 
 
 WORKLOADS = ("dlrm", "dlrm-full", "dlrm-ex", "wide26", "peer26",
-             "peer26-fed", "vocab", "startup")
+             "peer26-fed", "peer26-fed-grad", "vocab", "startup")
 
 
 def _describe(job):
@@ -536,8 +566,10 @@ def _describe(job):
             f"(64, 1), model optimizer {job['optimizer'].capitalize()}, "
             f"{inputs[job['input']]}")
   if name == "peer26" and job.get("fed"):
+    how = ("fed as inputs, concatenated, their gradients computed"
+           if job.get("fed_gradients") else "fed as an input")
     return (f"the peer26 model with its {peer.FEATURES} x {peer.DIM} "
-            f"embedding activations fed as an input (no lookup, no update), "
+            f"embedding activations {how} (no lookup, no update), "
             f"batch {job['batch']}, MLP {peer.HIDDEN + (1,)}, Adagrad, "
             f"{inputs[job['input']]}")
   if name == "peer26":
@@ -641,6 +673,10 @@ def main():
   if "peer26-fed" in chosen:
     jobs.append(("peer26-fed", dict(peer26_job(warmup + steps, warmup),
                                     fed=True), rounds))
+  if "peer26-fed-grad" in chosen:
+    jobs.append(("peer26-fed-grad", dict(peer26_job(warmup + steps, warmup),
+                                         fed=True, fed_gradients=True),
+                 rounds))
   if "vocab" in chosen:
     rows_list = [int(r) for r in args.vocab_rows.split(",") if r]
     if args.quick:
@@ -732,6 +768,20 @@ def print_embedding_cost(results):
     fed = _median_step_ms(results["peer26-fed"][side])
     print(f"  {side:4s} {full:6.2f} ms - {fed:6.2f} ms = {full - fed:6.2f} ms"
           f" = {100 * (full - fed) / fed:5.0f}% of the fed model's step")
+  if "peer26-fed-grad" not in results:
+    return
+  # The part of that cost which is the dense model's own work for the
+  # activations (their concatenation, its gradient, the first layer's
+  # gradient with respect to its input), and the rest: lookup and update.
+  print("Of which (peer26-fed-grad: the fed activations concatenated and "
+        "their gradients computed):")
+  for side in SIDES:
+    full = _median_step_ms(results["peer26"][side])
+    fed = _median_step_ms(results["peer26-fed"][side])
+    grad = _median_step_ms(results["peer26-fed-grad"][side])
+    print(f"  {side:4s} dense work for the activations {grad - fed:6.2f} ms "
+          f"({100 * (grad - fed) / fed:4.0f}%); lookup and update "
+          f"{full - grad:6.2f} ms ({100 * (full - grad) / fed:4.0f}%)")
 
 
 def print_memory(jobs, results):

@@ -13,7 +13,7 @@ label), and each op to a group:
   built them (this script wraps the calls while the graph is built; no
   library code changes): `emb parse` (HostEmbeddingEngine.begin_lookup:
   ids and weights of every feature flattened, negative ids dropped),
-  `emb lookup` (LookupStep.table: unique ids, gather of the table, the
+  `emb lookup` (LookupStep.table: distinct ids and their rows, the
   combiner), `emb backward` (table_gradients: combiner backward,
   per-id gradient sums), `emb apply` (_update_table: the optimizer on
   touched rows and its writes: the compiled row update, or scatters),

@@ -735,9 +735,11 @@ def test_one_gather_per_table_partition(num_shards):
     engine.lookup({"a1": ids, "a2": ids, "a3": ids, "b1": ids, "b2": ids,
                    "w": ragged_to_sparse([[1.0, 2.0], [3.0]], np.float32)})
     new_ops = [op for op in graph.get_operations() if op not in before]
-    # The table's rows: TF's gather, or the engine's compiled one.
+    # The table's rows: TF's gather, or the engine's compiled one (with the
+    # distinct ids, for a table in one partition).
     gathers = [op for op in new_ops
-               if op.type in ("ResourceGather", "HostEmbeddingGatherRows")]
+               if op.type in ("ResourceGather", "HostEmbeddingGatherRows",
+                              "HostEmbeddingUniqueRows")]
   # One gather per table (per partition of the table when sharded).
   assert len(gathers) == 2 * num_shards, [op.name for op in gathers]
 

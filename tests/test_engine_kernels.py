@@ -27,7 +27,8 @@ from tests.ragged import sparse_value
 v1 = tf.compat.v1
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNEL_OPS = {"HostEmbeddingAdagradRows", "HostEmbeddingSgdRows",
-              "HostEmbeddingGatherRows", "HostEmbeddingIdGradients",
+              "HostEmbeddingGatherRows", "HostEmbeddingUniqueRows",
+              "HostEmbeddingIdGradients",
               "HostEmbeddingCombine", "HostEmbeddingDropNegativeIds",
               "HostEmbeddingExtremes"}
 
@@ -119,7 +120,11 @@ def test_kernels_equal_the_graph_ops_bit_for_bit(optimizer, strategy, shards,
   steps.assert_same(with_kernels, without, exact=True)
   rule = ("HostEmbeddingAdagradRows" if optimizer.startswith("adagrad") else
           "HostEmbeddingSgdRows")
-  assert {rule, "HostEmbeddingGatherRows"} <= kernel_types
+  # A table in one partition: one op finds its distinct ids and reads their
+  # rows; in several: Unique, then a compiled gather per partition.
+  lookup = ("HostEmbeddingUniqueRows" if shards == 1 else
+            "HostEmbeddingGatherRows")
+  assert {rule, lookup, "HostEmbeddingCombine"} <= kernel_types
   assert not KERNEL_OPS & plain_types
   if shards == 1:
     # The graph-op path scatters the new rows back; the kernels write in
@@ -149,7 +154,7 @@ MIXED_BATCHES = [
 ]
 
 
-def _mixed_run(monkeypatch, use_kernels):
+def _mixed_run(monkeypatch, use_kernels, num_shards=2):
   """Weighted sqrtn, sequence and one-id features sharing one table and a
   mean feature alone, two steps: tables and slots after each."""
   monkeypatch.setenv(kernels.ENV, "1" if use_kernels else "0")
@@ -166,7 +171,7 @@ def _mixed_run(monkeypatch, use_kernels):
   shapes = {"f": (3, 3), "q": (3, 2, 3), "u": (3, 2)}
   history = []
   with tf.Graph().as_default() as graph:
-    engine = HostEmbeddingEngine(config, num_shards=2)
+    engine = HostEmbeddingEngine(config, num_shards=num_shards)
     ph = {k: v1.sparse_placeholder(tf.float32 if k == "fw" else tf.int64,
                                    [None, None]) for k in MIXED_BATCHES[0]}
     grad_ph = {k: v1.placeholder(tf.float32, shape)
@@ -189,22 +194,32 @@ def _mixed_run(monkeypatch, use_kernels):
   return history, _op_types(graph)
 
 
+@pytest.mark.parametrize("num_shards", [1, 2])
 def test_weighted_sequence_and_mean_features_equal_the_graph_ops(
-    monkeypatch):
-  with_kernels, types = _mixed_run(monkeypatch, True)
-  without, _ = _mixed_run(monkeypatch, False)
+    monkeypatch, num_shards):
+  with_kernels, types = _mixed_run(monkeypatch, True, num_shards)
+  without, _ = _mixed_run(monkeypatch, False, num_shards)
   steps.assert_same(with_kernels, without, exact=True)
-  assert {"HostEmbeddingIdGradients", "HostEmbeddingGatherRows",
+  # One partition: one op finds the distinct ids and reads their rows; two:
+  # the compiled gather reads each one's rows.
+  lookup = ("HostEmbeddingUniqueRows" if num_shards == 1 else
+            "HostEmbeddingGatherRows")
+  assert {"HostEmbeddingIdGradients", lookup,
           "HostEmbeddingAdagradRows", "HostEmbeddingCombine",
           "HostEmbeddingDropNegativeIds", "HostEmbeddingExtremes"} <= types
   assert not np.array_equal(with_kernels[-1]["t"], with_kernels[0]["t"])
 
 
 def test_optimizers_without_a_kernel_keep_the_graph_ops(monkeypatch):
+  """Adam's update stays TF ops (gathers and scatters); its lookup and
+  gradient sums are compiled, with the same numbers."""
   spec = steps.spec_of(es.AdamParameters(0.05))
-  _, types = _graph_run(spec, 1, monkeypatch, True)
+  with_kernels, types = _graph_run(spec, 1, monkeypatch, True)
+  without, _ = _graph_run(spec, 1, monkeypatch, False)
+  steps.assert_same(with_kernels, without, exact=True)
   assert not {"HostEmbeddingAdagradRows", "HostEmbeddingSgdRows"} & types
-  assert "ResourceScatterUpdate" in types
+  assert {"ResourceScatterUpdate", "HostEmbeddingUniqueRows",
+          "HostEmbeddingIdGradients"} <= types
 
 
 def test_eager_steps_with_kernels_equal_the_graph_ops(monkeypatch):
@@ -303,18 +318,20 @@ def test_the_combine_and_its_gradient_sums_equal_the_graph_ops(combiner):
       _plan([1, 1, 4], 5, None, combiner),
       _plan([0, 2, 2], 4, [0.5, 1.5, -1.5], combiner),
   ]
-  rows = tf.constant(rng.randn(12, 3), tf.float32)
+  # The rows of 8 distinct ids; the 12 ids of the features point at them.
+  rows = tf.constant(rng.randn(8, 3), tf.float32)
   index = tf.constant([0, 1, 2, 3, 4, 5, 1, 6, 2, 7, 0, 7], tf.int32)
   sizes = [6, 3, 3]
   empty = tf.zeros([0], tf.float32)
   activations, scales = ops.host_embedding_combine(
-      rows, segments=[p.segment for p in plans],
+      rows, index, segments=[p.segment for p in plans],
       weights=[empty if p.weights is None else p.weights for p in plans],
       num_segments=[p.num_segments for p in plans],
       combiners=[combiner] * 3)
-  for plan, part, out, scale in zip(plans, tf.split(rows, sizes), activations,
-                                    scales):
-    np.testing.assert_array_equal(out.numpy(), plan.combine(part).numpy())
+  for plan, part, out, scale in zip(plans, tf.split(index, sizes),
+                                    activations, scales):
+    np.testing.assert_array_equal(out.numpy(),
+                                  plan.combine(tf.gather(rows, part)).numpy())
     if combiner == "sum":
       assert scale.shape == (0,)
     else:
@@ -342,15 +359,67 @@ def test_the_combine_refuses_segments_outside_the_batch():
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match=r"feature 0: segment 3 at 1 is outside \[0, 3\)"):
     ops.host_embedding_combine(
-        tf.ones([2, 3]), segments=[tf.constant([0, 3], tf.int32)],
+        tf.ones([2, 3]), tf.constant([0, 1]),
+        segments=[tf.constant([0, 3], tf.int32)],
         weights=[tf.zeros([0])], num_segments=[tf.constant(3, tf.int32)],
         combiners=["sum"])
   with pytest.raises(tf.errors.InvalidArgumentError,
-                     match="rows has 2 rows for 1 ids"):
+                     match=r"index has shape \[2\] for 1 ids"):
     ops.host_embedding_combine(
-        tf.ones([2, 3]), segments=[tf.constant([0], tf.int32)],
+        tf.ones([2, 3]), tf.constant([0, 1]),
+        segments=[tf.constant([0], tf.int32)],
         weights=[tf.zeros([0])], num_segments=[tf.constant(3, tf.int32)],
         combiners=["mean"])
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"index 2 at 1 is outside \[0, 2\)"):
+    ops.host_embedding_combine(
+        tf.ones([2, 3]), tf.constant([0, 2]),
+        segments=[tf.constant([0, 0], tf.int32)],
+        weights=[tf.zeros([0])], num_segments=[tf.constant(3, tf.int32)],
+        combiners=["sum"])
+
+
+@pytest.mark.parametrize("dtype", [tf.int32, tf.int64])
+def test_the_unique_rows_equal_unique_and_a_gather(dtype):
+  """Distinct ids in order of first appearance over all features, each
+  id's place, and the distinct ids' rows: tf.unique of the concatenated
+  ids and tf.gather, with empty features and many colliding ids."""
+  ops = kernels.row_updates()
+  rng = np.random.RandomState(8)
+  values = rng.randn(5000, 4).astype(np.float32)
+  table = _variable(values)
+  features = [
+      rng.randint(0, 5000, 3000),
+      np.zeros([0], np.int64),
+      # Multiples of 1024: the same low bits, which a hash must spread.
+      (np.arange(400) % 4) * 1024 + 7,
+      np.array([4999, 0, 4999]),
+  ]
+  ids = [tf.constant(f, dtype) for f in features]
+  unique_ids, index, rows = ops.host_embedding_unique_rows(table.handle, ids)
+  want_ids, want_index = tf.unique(tf.concat(ids, 0))
+  assert unique_ids.dtype == dtype and index.dtype == tf.int32
+  np.testing.assert_array_equal(unique_ids.numpy(), want_ids.numpy())
+  np.testing.assert_array_equal(index.numpy(), want_index.numpy())
+  np.testing.assert_array_equal(rows.numpy(), values[want_ids.numpy()])
+  unique_ids, index, rows = ops.host_embedding_unique_rows(
+      table.handle, [tf.zeros([0], dtype)])
+  assert unique_ids.shape == index.shape == (0,) and rows.shape == (0, 4)
+
+
+def test_the_unique_rows_refuse_ids_outside_the_table():
+  ops = kernels.row_updates()
+  table = _variable(np.ones((4, 2), np.float32))
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"ids\[1\]: row index 4 at 2 is outside \[0, 4\)"):
+    ops.host_embedding_unique_rows(
+        table.handle, [tf.constant([1, 2], tf.int64),
+                       tf.constant([0, 3, 4], tf.int64)])
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"ids\[0\]: row index -1 at 0 is outside"):
+    ops.host_embedding_unique_rows(table.handle,
+                                   [tf.constant([-1], tf.int32)])
+  np.testing.assert_array_equal(table.numpy(), np.ones((4, 2)))
 
 
 def test_the_extremes_equal_tf_reductions():
@@ -390,6 +459,39 @@ def test_dropping_negative_ids_keeps_the_rest_in_order():
   np.testing.assert_array_equal(kept_ids[1].numpy(), [3, 5])
   assert kept_weights[1] is None and kept_weights[2] is None
   assert kept_ids[2].shape == (0,) and kept_indices[2].shape == (0, 2)
+
+
+def test_a_large_table_is_moved_to_huge_pages_with_its_values():
+  """A kernel's first read of a table of >= 4 MiB asks Linux for huge pages
+  (where transparent huge pages are not turned off): the process's
+  AnonHugePages grow, and the values stay."""
+  code = """
+      import numpy as np
+      import tensorflow as tf
+      from estimator_spec.engine import kernels
+      def huge_kb():
+        with open("/proc/self/smaps_rollup") as f:
+          return sum(int(line.split()[1]) for line in f
+                     if line.startswith("AnonHugePages:"))
+      table = tf.Variable(tf.random.uniform([200_000, 16], seed=1))
+      values = table.numpy().copy()
+      before = huge_kb()
+      rows = kernels.row_updates().host_embedding_gather_rows(
+          table.handle, tf.constant([0, 199_999], tf.int64))
+      print("grew", huge_kb() - before)
+      np.testing.assert_array_equal(rows.numpy(), values[[0, 199_999]])
+      np.testing.assert_array_equal(table.numpy(), values)
+  """
+  result = _python(code, {kernels.ENV: "1"})
+  assert result.returncode == 0, result.stderr
+  grew = int(result.stdout.split("grew")[1])
+  with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+    enabled = f.read()
+  if "[never]" in enabled:
+    assert grew == 0
+  else:
+    # 12.8 MB: at least 5 whole 2 MiB blocks; one is enough to show it.
+    assert grew >= 2048, (grew, enabled)
 
 
 def _python(code, env):

@@ -45,18 +45,17 @@ class TableLookup:
   """What the backward pass of one table needs from its forward pass.
 
   `rows` is what the forward pass read from the table: the rows of
-  `unique_ids` (`unique_rows` True), or the row of every id of every
-  feature in feature order (False; the table's update then reads the rows
-  itself, and the compiled kernels combine and differentiate). Writes of
-  the step wait for it. `index` maps every id, in feature order, to its
-  place in `unique_ids`; `sizes` [features] counts each feature's ids."""
+  `unique_ids`. Writes of the step wait for it. `index` maps every id, in
+  feature order, to its place in `unique_ids`; `sizes` [features] counts
+  each feature's ids (None where the compiled kernels combine and
+  differentiate: `compiled`)."""
 
   def __init__(self, table, unique_ids, rows, features, plans, index, sizes,
-               unique_rows=True):
+               compiled=False):
     self.table = table
     self.unique_ids = unique_ids
     self.rows = rows
-    self.unique_rows = unique_rows
+    self.compiled = compiled
     self.features = features      # [FeatureIds]
     self.plans = plans            # {feature: Plan}
     self.index = index
@@ -68,7 +67,7 @@ class TableLookup:
   def activations(self):
     """{feature: activation} of every feature of the table, in order."""
     plans = [self.plans[item.name] for item in self.features]
-    if self.unique_rows:
+    if not self.compiled:
       parts = ([self.index] if len(plans) == 1 else
                tf.split(self.index, self.sizes, num=len(plans)))
       return {
@@ -78,7 +77,7 @@ class TableLookup:
     checks = [check for plan in plans for check in plan.checks]
     with tf.control_dependencies(checks):
       outputs, self.scales = kernels.row_updates().host_embedding_combine(
-          self.rows,
+          self.rows, self.index,
           segments=[plan.segment for plan in plans],
           weights=kernels.or_empty([plan.weights for plan in plans]),
           num_segments=[plan.num_segments for plan in plans],
@@ -412,18 +411,21 @@ class HostEmbeddingEngine:
     return LookupStep(self, parsed, checks, batch_size)
 
   def _lookup_table(self, table, items):
-    ids = tf.concat([item.flat.ids for item in items], axis=0)
-    unique_ids, index = tf.unique(ids)
-    sizes = tf.concat(tf.shape_n([item.flat.ids for item in items]), axis=0)
     variables = self._table_variables(table.name)
-    compiled = self._compiles
-    # A table trained by a compiled row update needs no rows of its
-    # distinct ids: the forward pass reads the row of every id at once, and
-    # the distinct ids (for the backward pass) are found beside it.
-    unique_rows = not (compiled and _row_kernel(
-        self.config.optimizer_for(table.name), variables) is not None)
-    rows = variables.gather(unique_ids if unique_rows else ids,
-                            compiled=compiled)
+    ids = [item.flat.ids for item in items]
+    # In the graphs of `_compiles`, compiled kernels find the distinct ids
+    # and read their rows (one op for a table in one partition), combine
+    # and differentiate.
+    ops = (kernels.ops_for(variables.partitions) if self._compiles else None)
+    if ops is not None and len(variables.partitions) == 1:
+      unique_ids, index, rows = ops.host_embedding_unique_rows(
+          variables.partitions[0].handle, ids)
+      rows.set_shape([None, table.dimension])
+      sizes = None
+    else:
+      unique_ids, index = tf.unique(tf.concat(ids, axis=0))
+      rows = variables.gather(unique_ids, compiled=ops is not None)
+      sizes = None if ops is not None else tf.concat(tf.shape_n(ids), axis=0)
     plans = {
         item.name: column_lookup.make_plan(
             item.flat, item.combiner, table.dimension,
@@ -431,7 +433,7 @@ class HostEmbeddingEngine:
         for item in items
     }
     return TableLookup(table, unique_ids, rows, items, plans, index, sizes,
-                       unique_rows)
+                       compiled=ops is not None)
 
   # --- backward --------------------------------------------------------------
 
@@ -458,7 +460,7 @@ class HostEmbeddingEngine:
           with tf.control_dependencies([lookup.rows]):
             updates.append(self._update_table(
                 name, step.ids[name], step.grads[name], step.rates[name],
-                rows=lookup.rows if lookup.unique_rows else None))
+                rows=lookup.rows))
         return tf.group(*updates, name="embedding_update")
       # Pipelining: apply the held update of the previous step now that this
       # step's lookups are done, then hold this step's update.
@@ -538,11 +540,11 @@ class HostEmbeddingEngine:
     """SEMANTICS.md 4.2-4.3 for one table: the float32 sum of every
     contribution to each of `lookup.unique_ids` [U, D], from the activation
     gradients `grads` of its features (in feature order): by the compiled
-    kernel where the table's update is compiled, else by TF ops (the same
+    kernel where the lookup was compiled, else by TF ops (the same
     operations in the same order)."""
     plans = [lookup.plans[item.name] for item in lookup.features]
     num_ids = tf.shape(lookup.unique_ids)[0]
-    if lookup.unique_rows:
+    if not lookup.compiled:
       return tf.math.unsorted_segment_sum(
           tf.concat([plan.backprop(g) for plan, g in zip(plans, grads)],
                     axis=0), lookup.index, num_ids)

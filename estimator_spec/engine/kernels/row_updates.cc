@@ -4,6 +4,7 @@
 //   HostEmbeddingExtremes     each feature's largest and smallest index and id;
 //   HostEmbeddingDropNegativeIds  the ids of features without negative ones;
 //   HostEmbeddingGatherRows   the rows of the step's ids, fetched ahead;
+//   HostEmbeddingUniqueRows   a table's distinct ids, their places, their rows;
 //   HostEmbeddingCombine      the combiners of one table's features;
 //   HostEmbeddingIdGradients  the per-id gradient sums of one table;
 //   HostEmbedding*Rows        in-place optimizer updates of the touched rows.
@@ -25,12 +26,18 @@
 // put in copy-on-read mode, as TensorFlow's own sparse updates do: readers
 // then copy, and later updates write in place.
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tensorflow/core/framework/op.h"
@@ -95,6 +102,42 @@ inline void PrefetchRows(int64_t row, int64_t dim, const float* table,
                          float* const* slots) {
   PrefetchRow(table + row * dim, dim);
   for (int s = 0; s < kSlots; ++s) PrefetchRow(slots[s] + row * dim, dim);
+}
+
+// Rows are read at random over the whole table: with 4 KiB pages, a table
+// larger than what the TLB maps costs a page walk per row besides the cache
+// miss. The first time a kernel meets a table or slot buffer of at least
+// kHugeBytes, it asks Linux to back the buffer's whole 2 MiB blocks with
+// huge pages (MADV_HUGEPAGE, then MADV_COLLAPSE, which moves the pages
+// already there, keeping their contents; about 2 s per GB, once). It is
+// advice: where the system refuses it (no transparent huge pages, an older
+// kernel, no free huge page), nothing changes but the speed.
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kHugeBytes = 2 * kHugePage;
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+
+void AdviseHugePages(const Tensor* buffer) {
+#ifdef __linux__
+  const size_t bytes = buffer->TotalBytes();
+  if (bytes < kHugeBytes) return;
+  const uintptr_t data = reinterpret_cast<uintptr_t>(buffer->data());
+  static std::mutex mu;
+  static std::set<std::pair<uintptr_t, size_t>>* seen =
+      new std::set<std::pair<uintptr_t, size_t>>();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!seen->insert({data, bytes}).second) return;
+  }
+  const uintptr_t begin = (data + kHugePage - 1) & ~(kHugePage - 1);
+  const uintptr_t end = (data + bytes) & ~(kHugePage - 1);
+  if (end <= begin) return;
+  void* start = reinterpret_cast<void*>(begin);
+  if (madvise(start, end - begin, MADV_HUGEPAGE) == 0) {
+    madvise(start, end - begin, MADV_COLLAPSE);
+  }
+#endif
 }
 
 // Whether `variable` holds a table: initialized, a float32 matrix.
@@ -222,6 +265,7 @@ class RowUpdateOp : public OpKernel {
     OP_REQUIRES_OK(context, CheckIndices(ids, n, rows));
     for (auto& variable : variables) {
       OP_REQUIRES_OK(context, Writable(context, variable.get()));
+      AdviseHugePages(variable->tensor());
     }
 
     float* w = variables[0]->tensor()->flat<float>().data();
@@ -313,6 +357,7 @@ class GatherRowsOp : public OpKernel {
     tensorflow::tf_shared_lock lock(*variable->mu());
     OP_REQUIRES_OK(context, CheckTable(variable.get(), "the table"));
     const Tensor* table = variable->tensor();
+    AdviseHugePages(table);
     const int64_t rows = table->dim_size(0);
     const int64_t dim = table->dim_size(1);
     const int64_t n = indices.dim_size(0);
@@ -352,6 +397,136 @@ REGISTER_KERNEL_BUILDER(Name("HostEmbeddingGatherRows")
                             .Device(DEVICE_CPU)
                             .TypeConstraint<int64_t>("Tindices"),
                         GatherRowsOp<int64_t>);
+
+// A hash of an id that spreads neighbouring and patterned ids over the
+// slots of a power-of-two table (the finalizer of a 64-bit mixing hash).
+inline uint64_t MixId(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return x;
+}
+
+// The distinct ids of one table's features and their rows, in one pass
+// over the ids: what a concatenation, Unique and a gather of the distinct
+// ids compute. For the ids of all features in feature order (k counts
+// them), unique_ids holds each distinct id once in the order of its first
+// appearance, index[k] is the place of id k in unique_ids, and rows[u] is
+// the table's row of unique_ids[u], read under the table's lock. An id
+// outside the table fails the op before anything is written.
+template <typename Index>
+class UniqueRowsOp : public OpKernel {
+ public:
+  explicit UniqueRowsOp(OpKernelConstruction* context) : OpKernel(context) {}
+
+  void Compute(OpKernelContext* context) override {
+    tensorflow::core::RefCountPtr<Var> variable;
+    OP_REQUIRES_OK(context, tensorflow::LookupResource(
+                                context, tensorflow::HandleFromInput(context, 0),
+                                &variable));
+    tensorflow::OpInputList ids;
+    OP_REQUIRES_OK(context, context->input_list("ids", &ids));
+    int64_t total = 0;
+    for (int f = 0; f < ids.size(); ++f) {
+      OP_REQUIRES(context, ids[f].dims() == 1,
+                  errors::InvalidArgument("ids[", f, "] must be a vector; "
+                                          "got shape ",
+                                          ids[f].shape().DebugString()));
+      total += ids[f].NumElements();
+    }
+    OP_REQUIRES(context, total <= std::numeric_limits<int32_t>::max(),
+                errors::InvalidArgument("more than 2^31 - 1 ids: ", total));
+    tensorflow::tf_shared_lock lock(*variable->mu());
+    OP_REQUIRES_OK(context, CheckTable(variable.get(), "the table"));
+    const Tensor* table = variable->tensor();
+    AdviseHugePages(table);
+    const int64_t rows = table->dim_size(0);
+    const int64_t dim = table->dim_size(1);
+    for (int f = 0; f < ids.size(); ++f) {
+      const absl::Status status = CheckIndices(
+          ids[f].flat<Index>().data(), ids[f].NumElements(), rows);
+      OP_REQUIRES(context, status.ok(),
+                  errors::InvalidArgument("ids[", f, "]: ", status.message()));
+    }
+    Tensor* index = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(
+                                1, tensorflow::TensorShape({total}), &index));
+    int32_t* where = index->flat<int32_t>().data();
+    const float* w = table->flat<float>().data();
+    // Open addressing: slot -> place in `distinct` (-1: free), at most half
+    // full.
+    int64_t capacity = 16;
+    while (capacity < 2 * total) capacity *= 2;
+    const uint64_t mask = static_cast<uint64_t>(capacity - 1);
+    std::vector<int32_t> slots(capacity, -1);
+    std::vector<Index> distinct;
+    distinct.reserve(total);
+    int64_t k = 0;
+    for (int f = 0; f < ids.size(); ++f) {
+      const Index* id = ids[f].flat<Index>().data();
+      const int64_t n = ids[f].NumElements();
+      for (int64_t i = 0; i < n; ++i, ++k) {
+        uint64_t h = MixId(static_cast<uint64_t>(id[i])) & mask;
+        while (true) {
+          const int32_t place = slots[h];
+          if (place < 0) {
+            slots[h] = static_cast<int32_t>(distinct.size());
+            where[k] = slots[h];
+            distinct.push_back(id[i]);
+            // Its row is read below: ask for it now.
+            PrefetchRow(w + static_cast<int64_t>(id[i]) * dim, dim);
+            break;
+          }
+          if (distinct[place] == id[i]) {
+            where[k] = place;
+            break;
+          }
+          h = (h + 1) & mask;
+        }
+      }
+    }
+    const int64_t u = static_cast<int64_t>(distinct.size());
+    Tensor *unique_ids = nullptr, *out = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(
+                                0, tensorflow::TensorShape({u}), &unique_ids));
+    OP_REQUIRES_OK(context, context->allocate_output(
+                                2, tensorflow::TensorShape({u, dim}), &out));
+    std::copy(distinct.begin(), distinct.end(),
+              unique_ids->flat<Index>().data());
+    float* o = out->flat<float>().data();
+    for (int64_t i = 0; i < u; ++i) {
+      if (i + kAhead < u) PrefetchRow(w + distinct[i + kAhead] * dim, dim);
+      std::memcpy(o + i * dim, w + static_cast<int64_t>(distinct[i]) * dim,
+                  dim * sizeof(float));
+    }
+  }
+};
+
+REGISTER_OP("HostEmbeddingUniqueRows")
+    .Input("table: resource")
+    .Input("ids: F * Tindices")
+    .Output("unique_ids: Tindices")
+    .Output("index: int32")
+    .Output("rows: float")
+    .Attr("F: int >= 1")
+    .Attr("Tindices: {int32, int64}")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      c->set_output(0, c->Vector(c->UnknownDim()));
+      c->set_output(1, c->Vector(c->UnknownDim()));
+      c->set_output(2, c->Matrix(c->UnknownDim(), c->UnknownDim()));
+      return absl::OkStatus();
+    });
+
+REGISTER_KERNEL_BUILDER(Name("HostEmbeddingUniqueRows")
+                            .Device(DEVICE_CPU)
+                            .TypeConstraint<int32_t>("Tindices"),
+                        UniqueRowsOp<int32_t>);
+REGISTER_KERNEL_BUILDER(Name("HostEmbeddingUniqueRows")
+                            .Device(DEVICE_CPU)
+                            .TypeConstraint<int64_t>("Tindices"),
+                        UniqueRowsOp<int64_t>);
 
 // The largest and smallest value of each column of several int64 tensors
 // ([n] or [n, k], the same k for all): for feature f, largest[f] and
@@ -517,10 +692,12 @@ REGISTER_KERNEL_BUILDER(Name("HostEmbeddingDropNegativeIds")
                             .Device(DEVICE_CPU),
                         DropNegativeIdsOp);
 
-// The combiners of one table's features (SEMANTICS 3): `rows` holds the row
-// of every id of every feature, feature after feature. For feature f, in the
-// order of its ids i,
-//   out_f[segment_f[i]] += row_i * weight_f[i]     (no product: no weights)
+// The combiners of one table's features (SEMANTICS 3): `rows` holds the
+// table's rows of the distinct ids, and index[k] the row of id k, counting
+// the ids of every feature, feature after feature. For feature f, in the
+// order of its ids i (id k),
+//   out_f[segment_f[i]] += rows[index[k]] * weight_f[i]  (no product: no
+//                                                          weights)
 // from zeros; for `mean` and `sqrtn` the scale per segment s is
 //   c[s] = 1 / sum(w)  or  1 / sqrt(sum(w*w))      (0 where the sum is 0)
 // with w = 1 for unweighted features, and out_f[s] is multiplied by c[s].
@@ -543,6 +720,7 @@ class CombineOp : public OpKernel {
 
   void Compute(OpKernelContext* context) override {
     const Tensor& rows = context->input(0);
+    const Tensor& index = context->input(1);
     tensorflow::OpInputList segments, weights, num_segments;
     OP_REQUIRES_OK(context, context->input_list("segments", &segments));
     OP_REQUIRES_OK(context, context->input_list("weights", &weights));
@@ -567,9 +745,17 @@ class CombineOp : public OpKernel {
                      CheckSegments(f, segments[f], weights[f], count));
       total += segments[f].NumElements();
     }
-    OP_REQUIRES(context, total == rows.dim_size(0),
-                errors::InvalidArgument("rows has ", rows.dim_size(0),
-                                        " rows for ", total, " ids"));
+    OP_REQUIRES(context, index.dims() == 1 && index.dim_size(0) == total,
+                errors::InvalidArgument("index has shape ",
+                                        index.shape().DebugString(), " for ",
+                                        total, " ids"));
+    const int32_t* idx = index.flat<int32_t>().data();
+    for (int64_t k = 0; k < total; ++k) {
+      OP_REQUIRES(context, idx[k] >= 0 && idx[k] < rows.dim_size(0),
+                  errors::InvalidArgument("index ", idx[k], " at ", k,
+                                          " is outside [0, ",
+                                          rows.dim_size(0), ")"));
+    }
     tensorflow::OpOutputList activations, scales;
     OP_REQUIRES_OK(context, context->output_list("activations", &activations));
     OP_REQUIRES_OK(context, context->output_list("scales", &scales));
@@ -589,7 +775,7 @@ class CombineOp : public OpKernel {
       std::fill(o, o + count * dim, 0.0f);
       for (int64_t i = 0; i < n; ++i) {
         float* target = o + static_cast<int64_t>(seg[i]) * dim;
-        const float* row = r + (offset + i) * dim;
+        const float* row = r + static_cast<int64_t>(idx[offset + i]) * dim;
         if (weighted) {
           const float weight = w[i];
           for (int64_t j = 0; j < dim; ++j) {
@@ -632,6 +818,7 @@ class CombineOp : public OpKernel {
 
 REGISTER_OP("HostEmbeddingCombine")
     .Input("rows: float")
+    .Input("index: int32")
     .Input("segments: F * int32")
     .Input("weights: F * float")
     .Input("num_segments: F * int32")
