@@ -763,9 +763,11 @@ def print_embedding_cost(results):
     return
   print("\nEmbedding cost (peer26 step - peer26-fed step, over the fed "
         "step; median step times):")
-  for side in SIDES:
-    full = _median_step_ms(results["peer26"][side])
-    fed = _median_step_ms(results["peer26-fed"][side])
+  steps = {side: {name: _median_step_ms(results[name][side])
+                  for name in ("peer26", "peer26-fed", "peer26-fed-grad")
+                  if name in results} for side in SIDES}
+  for side, step in steps.items():
+    full, fed = step["peer26"], step["peer26-fed"]
     print(f"  {side:4s} {full:6.2f} ms - {fed:6.2f} ms = {full - fed:6.2f} ms"
           f" = {100 * (full - fed) / fed:5.0f}% of the fed model's step")
   if "peer26-fed-grad" not in results:
@@ -775,10 +777,9 @@ def print_embedding_cost(results):
   # gradient with respect to its input), and the rest: lookup and update.
   print("Of which (peer26-fed-grad: the fed activations concatenated and "
         "their gradients computed):")
-  for side in SIDES:
-    full = _median_step_ms(results["peer26"][side])
-    fed = _median_step_ms(results["peer26-fed"][side])
-    grad = _median_step_ms(results["peer26-fed-grad"][side])
+  for side, step in steps.items():
+    full, fed, grad = (step["peer26"], step["peer26-fed"],
+                       step["peer26-fed-grad"])
     print(f"  {side:4s} dense work for the activations {grad - fed:6.2f} ms "
           f"({100 * (grad - fed) / fed:4.0f}%); lookup and update "
           f"{full - grad:6.2f} ms ({100 * (full - grad) / fed:4.0f}%)")

@@ -140,6 +140,23 @@ void AdviseHugePages(const Tensor* buffer) {
 #endif
 }
 
+// Copies the rows ids[0..n) of a table `w` of `dim` columns into `out`, one
+// after another, asking for each row kAhead positions before its copy.
+template <typename Index>
+void CopyRows(const float* w, int64_t dim, const Index* ids, int64_t n,
+              float* out) {
+  for (int64_t i = 0; i < std::min(n, kAhead); ++i) {
+    PrefetchRow(w + static_cast<int64_t>(ids[i]) * dim, dim);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) {
+      PrefetchRow(w + static_cast<int64_t>(ids[i + kAhead]) * dim, dim);
+    }
+    std::memcpy(out + i * dim, w + static_cast<int64_t>(ids[i]) * dim,
+                dim * sizeof(float));
+  }
+}
+
 // Whether `variable` holds a table: initialized, a float32 matrix.
 absl::Status CheckTable(const Var* variable, const char* what) {
   const Tensor* values = const_cast<Var*>(variable)->tensor();
@@ -366,16 +383,8 @@ class GatherRowsOp : public OpKernel {
     Tensor* out = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(
                                 0, tensorflow::TensorShape({n, dim}), &out));
-    const float* w = table->flat<float>().data();
-    float* o = out->flat<float>().data();
-    for (int64_t i = 0; i < std::min(n, kAhead); ++i) {
-      PrefetchRow(w + ids[i] * dim, dim);
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      if (i + kAhead < n) PrefetchRow(w + ids[i + kAhead] * dim, dim);
-      std::memcpy(o + i * dim, w + static_cast<int64_t>(ids[i]) * dim,
-                  dim * sizeof(float));
-    }
+    CopyRows(table->flat<float>().data(), dim, ids, n,
+             out->flat<float>().data());
   }
 };
 
@@ -495,12 +504,7 @@ class UniqueRowsOp : public OpKernel {
                                 2, tensorflow::TensorShape({u, dim}), &out));
     std::copy(distinct.begin(), distinct.end(),
               unique_ids->flat<Index>().data());
-    float* o = out->flat<float>().data();
-    for (int64_t i = 0; i < u; ++i) {
-      if (i + kAhead < u) PrefetchRow(w + distinct[i + kAhead] * dim, dim);
-      std::memcpy(o + i * dim, w + static_cast<int64_t>(distinct[i]) * dim,
-                  dim * sizeof(float));
-    }
+    CopyRows(w, dim, distinct.data(), u, out->flat<float>().data());
   }
 };
 
