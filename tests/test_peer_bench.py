@@ -299,7 +299,7 @@ def test_the_fed_twin_trains_the_same_dense_model_without_tables(
 def test_the_fed_twin_with_gradients_differentiates_each_fed_piece():
   """peer26-fed-grad: 26 fed inputs [batch, 16], concatenated, and a train
   op that waits for the loss's gradient with respect to each of them."""
-  from bench import e2e_bench  # pylint: disable=g-import-not-at-top
+  from bench import e2e_bench
   job = dict(e2e_bench.peer26_job(steps=1, warmup=0), side="ours", fed=True,
              fed_gradients=True, examples=peer.BATCH)
   tf = e2e_bench.tf
