@@ -754,12 +754,7 @@ class CombineOp : public OpKernel {
                                         index.shape().DebugString(), " for ",
                                         total, " ids"));
     const int32_t* idx = index.flat<int32_t>().data();
-    for (int64_t k = 0; k < total; ++k) {
-      OP_REQUIRES(context, idx[k] >= 0 && idx[k] < rows.dim_size(0),
-                  errors::InvalidArgument("index ", idx[k], " at ", k,
-                                          " is outside [0, ",
-                                          rows.dim_size(0), ")"));
-    }
+    OP_REQUIRES_OK(context, CheckIndices(idx, total, rows.dim_size(0)));
     tensorflow::OpOutputList activations, scales;
     OP_REQUIRES_OK(context, context->output_list("activations", &activations));
     OP_REQUIRES_OK(context, context->output_list("scales", &scales));
