@@ -339,13 +339,25 @@ def test_the_combine_and_its_gradient_sums_equal_the_graph_ops(combiner):
   grads = [tf.constant(rng.randn(5, 3), tf.float32),
            tf.constant(rng.randn(5, 3), tf.float32),
            tf.constant(rng.randn(4, 3), tf.float32)]
-  summed = ops.host_embedding_id_gradients(
-      grads=grads, segments=[p.segment for p in plans],
-      weights=[empty if p.weights is None else p.weights for p in plans],
-      scales=scales, index=index, num_ids=8)
+  def id_gradients(grads, multiplier):
+    return ops.host_embedding_id_gradients(
+        grads=grads, segments=[p.segment for p in plans],
+        weights=[empty if p.weights is None else p.weights for p in plans],
+        scales=scales, index=index, num_ids=8, multiplier=multiplier)
+
+  summed, finite = id_gradients(grads, empty)
   want = tf.math.unsorted_segment_sum(
       tf.concat([p.backprop(g) for p, g in zip(plans, grads)], 0), index, 8)
   np.testing.assert_array_equal(summed.numpy(), want.numpy())
+  assert finite.numpy()
+  # With a multiplier: the sums times it, as a multiplication after them.
+  summed, finite = id_gradients(grads, tf.constant(0.3))
+  np.testing.assert_array_equal(summed.numpy(), (want * 0.3).numpy())
+  assert finite.numpy()
+  # A multiplier that overflows a sum, or a NaN gradient, is not finite.
+  assert not id_gradients(grads, tf.constant(3e38))[1].numpy()
+  nan = [tf.tensor_scatter_nd_update(grads[0], [[0, 2]], [np.nan])]
+  assert not id_gradients(nan + grads[1:], empty)[1].numpy()
   if combiner != "sum":
     # The last feature: examples 1 and 3 are empty, and example 2's weights
     # sum to 0 (their squares do not); the scale is 0 where the sum is 0.

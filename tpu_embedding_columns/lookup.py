@@ -185,8 +185,12 @@ def flatten_many(sources, compiled_ops=None):
   joined = _Joined(sources, compiled_ops)
   checks = joined.structure_checks()
   joined.truncate()
+  # The ids' extremes (reads only) are computed alongside the structure
+  # checks; the range Assert waits for them, so that a structure error is
+  # the one reported when both are wrong.
+  extremes = joined.id_extremes()
   with tf.control_dependencies(checks):
-    checks.append(joined.range_check())
+    checks.append(joined.range_check(*extremes))
   return joined.flat_ids(checks)
 
 
@@ -264,18 +268,21 @@ class _Joined:
       if s.max_positions is not None:
         self._keep(k, tf.less(self.indices[k][:, 1], s.max_positions))
 
-  def range_check(self):
-    """One Assert: every id in [0, vocabulary) (below the vocabulary, for
-    features that drop negative ids)."""
-    # The batch's smallest and largest id per feature (the numbers the
-    # message prints) are compared, not every id. A feature without ids
-    # reduces to the dtype's extremes and passes.
+  def id_extremes(self):
+    """The batch's largest and smallest id per feature ([features] each):
+    the numbers `range_check` compares and prints. A feature without ids
+    reduces to the dtype's extremes (and passes the check)."""
     if self.compiled_ops is not None:
-      largest, self.smallest = (
+      return tuple(
           tf.reshape(t, [-1]) for t in self.compiled_ops.extremes(self.ids))
-    else:
-      self.smallest = tf.stack([tf.reduce_min(ids) for ids in self.ids])
-      largest = tf.stack([tf.reduce_max(ids) for ids in self.ids])
+    return (tf.stack([tf.reduce_max(ids) for ids in self.ids]),
+            tf.stack([tf.reduce_min(ids) for ids in self.ids]))
+
+  def range_check(self, largest, smallest):
+    """One Assert: every id in [0, vocabulary) (below the vocabulary, for
+    features that drop negative ids), from `id_extremes`: the batch's
+    smallest and largest id per feature are compared, not every id."""
+    self.smallest = smallest
     ok = tf.less(largest, tf.constant(
         [s.vocabulary_size for s in self.sources], tf.int64))
     refuse = [not s.drop_negative for s in self.sources]

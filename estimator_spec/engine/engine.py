@@ -518,12 +518,10 @@ class HostEmbeddingEngine:
               f"Gradient of feature {item.name!r} (table {name!r}) has shape "
               f"{grad.shape}; the activation has shape {expected}.")
         grads.append(grad)
-      summed = self._id_gradients(lookup, grads)
-      if multiplier is not None:
-        summed = summed * multiplier
       # Checked per table, on what would be written: a non-finite gradient
       # of any feature that reaches the table shows up here.
-      finite.append(tf.reduce_all(tf.math.is_finite(summed)))
+      summed, all_finite = self._id_gradients(lookup, grads, multiplier)
+      finite.append(all_finite)
       names = ", ".join(repr(i.name) for i in lookup.features)
       messages.append(f"Gradient of features {names} (table {name!r}) is "
                       "not finite; no table was updated.")
@@ -536,25 +534,30 @@ class HostEmbeddingEngine:
         (name, lookup.unique_ids) for name, lookup in result.tables.items())
     return StepGradients(ids, accumulated, rates, column_lookup.gate(checks))
 
-  def _id_gradients(self, lookup, grads):
+  def _id_gradients(self, lookup, grads, multiplier):
     """SEMANTICS.md 4.2-4.3 for one table: the float32 sum of every
     contribution to each of `lookup.unique_ids` [U, D], from the activation
-    gradients `grads` of its features (in feature order): by the compiled
-    kernel where the lookup was compiled, else by TF ops (the same
-    operations in the same order)."""
+    gradients `grads` of its features (in feature order), times
+    `multiplier` (if not None), and whether all of it is finite (a bool
+    scalar): by the compiled kernel where the lookup was compiled, else by
+    TF ops (the same operations in the same order)."""
     plans = [lookup.plans[item.name] for item in lookup.features]
     num_ids = tf.shape(lookup.unique_ids)[0]
     if not lookup.compiled:
-      return tf.math.unsorted_segment_sum(
+      summed = tf.math.unsorted_segment_sum(
           tf.concat([plan.backprop(g) for plan, g in zip(plans, grads)],
                     axis=0), lookup.index, num_ids)
-    summed = kernels.row_updates().host_embedding_id_gradients(
+      if multiplier is not None:
+        summed = summed * multiplier
+      return summed, tf.reduce_all(tf.math.is_finite(summed))
+    summed, finite = kernels.row_updates().host_embedding_id_gradients(
         grads=grads,
         segments=[plan.segment for plan in plans],
         weights=kernels.or_empty([plan.weights for plan in plans]),
-        scales=lookup.scales, index=lookup.index, num_ids=num_ids)
+        scales=lookup.scales, index=lookup.index, num_ids=num_ids,
+        multiplier=kernels.or_empty([multiplier])[0])
     summed.set_shape([None, lookup.table.dimension])
-    return summed
+    return summed, finite
 
   def flush(self):
     """Applies the update held by pipelining (a no-op without pipelining)."""

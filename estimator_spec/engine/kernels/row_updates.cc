@@ -568,16 +568,22 @@ class ExtremesOp : public OpKernel {
     std::fill(hi, hi + features * width,
               std::numeric_limits<int64_t>::lowest());
     std::fill(lo, lo + features * width, std::numeric_limits<int64_t>::max());
+    // Column by column into locals: the compiler keeps them in registers
+    // and vectorizes the loop (it cannot when the output might alias the
+    // input).
     for (int f = 0; f < features; ++f) {
       const int64_t* v = values[f].flat<int64_t>().data();
       const int64_t rows = width ? values[f].NumElements() / width : 0;
-      int64_t* h = hi + f * width;
-      int64_t* l = lo + f * width;
-      for (int64_t i = 0; i < rows; ++i) {
-        for (int64_t j = 0; j < width; ++j) {
-          h[j] = std::max(h[j], v[i * width + j]);
-          l[j] = std::min(l[j], v[i * width + j]);
+      for (int64_t j = 0; j < width; ++j) {
+        int64_t h = hi[f * width + j];
+        int64_t l = lo[f * width + j];
+        for (int64_t i = 0; i < rows; ++i) {
+          const int64_t x = v[i * width + j];
+          h = std::max(h, x);
+          l = std::min(l, x);
         }
+        hi[f * width + j] = h;
+        lo[f * width + j] = l;
       }
     }
   }
@@ -844,10 +850,12 @@ REGISTER_KERNEL_BUILDER(Name("HostEmbeddingCombine").Device(DEVICE_CPU),
 //   out[index[k]] += (grad_f[segment_f[i]] * scale_f[segment_f[i]])
 //                    * weight_f[i]
 // from zeros, where k counts the ids over all features (no multiplication
-// by a scale or a weight that is empty: `sum`, unweighted). A gradient of
-// any rank is read as rows of its last dimension. This is the order and the
-// float operations of the scaled gradients, a gather, a multiplication, a
-// concatenation and an unsorted segment sum.
+// by a scale or a weight that is empty: `sum`, unweighted); then, given a
+// `multiplier` (a scalar; empty: none), out = out * multiplier. `finite`
+// says whether every sum is finite. A gradient of any rank is read as rows
+// of its last dimension. This is the order and the float operations of the
+// scaled gradients, a gather, a multiplication, a concatenation, an
+// unsorted segment sum and the multiplication by the multiplier.
 class IdGradientsOp : public OpKernel {
  public:
   explicit IdGradientsOp(OpKernelConstruction* context) : OpKernel(context) {}
@@ -858,11 +866,15 @@ class IdGradientsOp : public OpKernel {
     OP_REQUIRES_OK(context, context->input_list("segments", &segments));
     OP_REQUIRES_OK(context, context->input_list("weights", &weights));
     OP_REQUIRES_OK(context, context->input_list("scales", &scales));
-    const Tensor& index = context->input(context->num_inputs() - 2);
-    const Tensor& num_ids = context->input(context->num_inputs() - 1);
+    const Tensor& index = context->input(context->num_inputs() - 3);
+    const Tensor& num_ids = context->input(context->num_inputs() - 2);
+    const Tensor& multiplier = context->input(context->num_inputs() - 1);
     OP_REQUIRES(context, num_ids.dims() == 0 && index.dims() == 1,
                 errors::InvalidArgument(
                     "index must be a vector and num_ids a scalar"));
+    OP_REQUIRES(context, multiplier.NumElements() <= 1,
+                errors::InvalidArgument(
+                    "multiplier must be a scalar or empty (none)"));
     const int64_t n_out = num_ids.scalar<int32_t>()();
     OP_REQUIRES(context, n_out >= 0,
                 errors::InvalidArgument("num_ids must be >= 0"));
@@ -934,6 +946,22 @@ class IdGradientsOp : public OpKernel {
         }
       }
     }
+    bool finite = true;
+    if (multiplier.NumElements() == 1) {
+      const float m = multiplier.flat<float>()(0);
+      for (int64_t j = 0; j < n_out * dim; ++j) {
+        o[j] = o[j] * m;
+        finite &= static_cast<bool>(std::isfinite(o[j]));
+      }
+    } else {
+      for (int64_t j = 0; j < n_out * dim; ++j) {
+        finite &= static_cast<bool>(std::isfinite(o[j]));
+      }
+    }
+    Tensor* all_finite = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(
+                                1, tensorflow::TensorShape({}), &all_finite));
+    all_finite->scalar<bool>()() = finite;
   }
 };
 
@@ -944,7 +972,9 @@ REGISTER_OP("HostEmbeddingIdGradients")
     .Input("scales: F * float")
     .Input("index: int32")
     .Input("num_ids: int32")
+    .Input("multiplier: float")
     .Output("sums: float")
+    .Output("finite: bool")
     .Attr("F: int >= 1")
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
       const auto grad = c->input(0);
@@ -952,6 +982,7 @@ REGISTER_OP("HostEmbeddingIdGradients")
                                  c->RankKnown(grad)
                                      ? c->Dim(grad, c->Rank(grad) - 1)
                                      : c->UnknownDim()));
+      c->set_output(1, c->Scalar());
       return absl::OkStatus();
     });
 
