@@ -39,7 +39,7 @@ machine was with other work meanwhile (Linux: CPU time of the whole
 machine, from /proc/stat, less the side's own, over the run's wall time):
 numbers from a busy machine are not comparable, and the summary says so.
 
-Usage: python -m bench.peers.compare [--rounds 3] [--steps 80]
+Usage: python -m bench.peers.compare [--rounds 3] [--steps 300] [--warmup 30]
 """
 import argparse
 import json
@@ -171,9 +171,9 @@ def _load():
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--rounds", type=int, default=3)
-  parser.add_argument("--steps", type=int, default=80,
+  parser.add_argument("--steps", type=int, default=300,
                       help="timed steps per run (after the warm-up)")
-  parser.add_argument("--warmup", type=int, default=20,
+  parser.add_argument("--warmup", type=int, default=30,
                       help="discarded steps per run")
   parser.add_argument("--threads", type=int, default=os.cpu_count(),
                       help="torch.set_num_threads of the TorchRec side "
