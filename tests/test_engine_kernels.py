@@ -339,6 +339,7 @@ def test_the_combine_and_its_gradient_sums_equal_the_graph_ops(combiner):
   grads = [tf.constant(rng.randn(5, 3), tf.float32),
            tf.constant(rng.randn(5, 3), tf.float32),
            tf.constant(rng.randn(4, 3), tf.float32)]
+
   def id_gradients(grads, multiplier):
     return ops.host_embedding_id_gradients(
         grads=grads, segments=[p.segment for p in plans],
