@@ -275,8 +275,8 @@ def _batched_input_fn(features, labels):
         ({k: split(v) for k, v in features.items()}, split(labels)))
     # Ids and weights as SparseTensors (as parsing gives them; a TPU input
     # path refuses dense weights), the same on both sides.
-    return dataset.map(lambda x, y: (dlrm.as_sparse(x), y)).cache().repeat(
-    ).prefetch(2)
+    dataset = dataset.map(lambda x, y: (dlrm.as_sparse(x), y)).cache()
+    return dataset.repeat().prefetch(2)
 
   return input_fn
 

@@ -946,17 +946,12 @@ class IdGradientsOp : public OpKernel {
         }
       }
     }
+    const bool multiply = multiplier.NumElements() == 1;
+    const float m = multiply ? multiplier.flat<float>()(0) : 1.0f;
     bool finite = true;
-    if (multiplier.NumElements() == 1) {
-      const float m = multiplier.flat<float>()(0);
-      for (int64_t j = 0; j < n_out * dim; ++j) {
-        o[j] = o[j] * m;
-        finite &= static_cast<bool>(std::isfinite(o[j]));
-      }
-    } else {
-      for (int64_t j = 0; j < n_out * dim; ++j) {
-        finite &= static_cast<bool>(std::isfinite(o[j]));
-      }
+    for (int64_t j = 0; j < n_out * dim; ++j) {
+      if (multiply) o[j] = o[j] * m;
+      finite &= static_cast<bool>(std::isfinite(o[j]));
     }
     Tensor* all_finite = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(
