@@ -736,10 +736,10 @@ def test_one_gather_per_table_partition(num_shards):
                    "w": ragged_to_sparse([[1.0, 2.0], [3.0]], np.float32)})
     new_ops = [op for op in graph.get_operations() if op not in before]
     # The table's rows: TF's gather, or the engine's compiled one (with the
-    # distinct ids, for a table in one partition).
+    # distinct ids and the combine, for a table in one partition).
     gathers = [op for op in new_ops
                if op.type in ("ResourceGather", "HostEmbeddingGatherRows",
-                              "HostEmbeddingUniqueRows")]
+                              "HostEmbeddingLookup")]
   # One gather per table (per partition of the table when sharded).
   assert len(gathers) == 2 * num_shards, [op.name for op in gathers]
 

@@ -27,7 +27,7 @@ from tests.ragged import sparse_value
 v1 = tf.compat.v1
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNEL_OPS = {"HostEmbeddingAdagradRows", "HostEmbeddingSgdRows",
-              "HostEmbeddingGatherRows", "HostEmbeddingUniqueRows",
+              "HostEmbeddingGatherRows", "HostEmbeddingLookup",
               "HostEmbeddingIdGradients",
               "HostEmbeddingCombine", "HostEmbeddingDropNegativeIds",
               "HostEmbeddingExtremes"}
@@ -120,11 +120,12 @@ def test_kernels_equal_the_graph_ops_bit_for_bit(optimizer, strategy, shards,
   steps.assert_same(with_kernels, without, exact=True)
   rule = ("HostEmbeddingAdagradRows" if optimizer.startswith("adagrad") else
           "HostEmbeddingSgdRows")
-  # A table in one partition: one op finds its distinct ids and reads their
-  # rows; in several: Unique, then a compiled gather per partition.
-  lookup = ("HostEmbeddingUniqueRows" if shards == 1 else
-            "HostEmbeddingGatherRows")
-  assert {rule, lookup, "HostEmbeddingCombine"} <= kernel_types
+  # A table in one partition: one op finds its distinct ids and combines
+  # their rows; in several: Unique, a compiled gather per partition and the
+  # compiled combine.
+  lookup = ({"HostEmbeddingLookup"} if shards == 1 else
+            {"HostEmbeddingGatherRows", "HostEmbeddingCombine"})
+  assert {rule} | lookup <= kernel_types
   assert not KERNEL_OPS & plain_types
   if shards == 1:
     # The graph-op path scatters the new rows back; the kernels write in
@@ -200,13 +201,14 @@ def test_weighted_sequence_and_mean_features_equal_the_graph_ops(
   with_kernels, types = _mixed_run(monkeypatch, True, num_shards)
   without, _ = _mixed_run(monkeypatch, False, num_shards)
   steps.assert_same(with_kernels, without, exact=True)
-  # One partition: one op finds the distinct ids and reads their rows; two:
-  # the compiled gather reads each one's rows.
-  lookup = ("HostEmbeddingUniqueRows" if num_shards == 1 else
-            "HostEmbeddingGatherRows")
-  assert {"HostEmbeddingIdGradients", lookup,
-          "HostEmbeddingAdagradRows", "HostEmbeddingCombine",
-          "HostEmbeddingDropNegativeIds", "HostEmbeddingExtremes"} <= types
+  # One partition: one op finds the distinct ids and combines their rows;
+  # two: the compiled gather reads each one's rows, the compiled combine
+  # combines them.
+  lookup = ({"HostEmbeddingLookup"} if num_shards == 1 else
+            {"HostEmbeddingGatherRows", "HostEmbeddingCombine"})
+  assert {"HostEmbeddingIdGradients", "HostEmbeddingAdagradRows",
+          "HostEmbeddingDropNegativeIds", "HostEmbeddingExtremes"
+         } | lookup <= types
   assert not np.array_equal(with_kernels[-1]["t"], with_kernels[0]["t"])
 
 
@@ -218,7 +220,7 @@ def test_optimizers_without_a_kernel_keep_the_graph_ops(monkeypatch):
   without, _ = _graph_run(spec, 1, monkeypatch, False)
   steps.assert_same(with_kernels, without, exact=True)
   assert not {"HostEmbeddingAdagradRows", "HostEmbeddingSgdRows"} & types
-  assert {"ResourceScatterUpdate", "HostEmbeddingUniqueRows",
+  assert {"ResourceScatterUpdate", "HostEmbeddingLookup",
           "HostEmbeddingIdGradients"} <= types
 
 
@@ -392,14 +394,23 @@ def test_the_combine_refuses_segments_outside_the_batch():
         combiners=["sum"])
 
 
+def _lookup(table, ids, plans, keep_rows=True):
+  return kernels.row_updates().host_embedding_lookup(
+      table.handle, ids, segments=[p.segment for p in plans],
+      weights=kernels.or_empty([p.weights for p in plans]),
+      num_segments=[p.num_segments for p in plans],
+      combiners=[p.combiner for p in plans], keep_rows=keep_rows)
+
+
 @pytest.mark.parametrize("dtype", [tf.int32, tf.int64])
-def test_the_unique_rows_equal_unique_and_a_gather(dtype):
+@pytest.mark.parametrize("combiner", ["sum", "mean", "sqrtn"])
+def test_the_lookup_equals_unique_a_gather_and_the_combine(dtype, combiner):
   """Distinct ids in order of first appearance over all features, each
-  id's place, and the distinct ids' rows: tf.unique of the concatenated
-  ids and tf.gather, with empty features and many colliding ids."""
-  ops = kernels.row_updates()
+  id's place, the distinct ids' rows and each feature's activation and
+  scales: tf.unique of the concatenated ids, tf.gather and the plan's TF
+  ops, with empty features, weights and many colliding ids."""
   rng = np.random.RandomState(8)
-  values = rng.randn(5000, 4).astype(np.float32)
+  values = rng.randn(5000, 3).astype(np.float32)
   table = _variable(values)
   features = [
       rng.randint(0, 5000, 3000),
@@ -408,31 +419,62 @@ def test_the_unique_rows_equal_unique_and_a_gather(dtype):
       (np.arange(400) % 4) * 1024 + 7,
       np.array([4999, 0, 4999]),
   ]
+  plans = [
+      _plan(np.sort(rng.randint(0, 64, 3000)), 64, rng.uniform(-2, 2, 3000),
+            combiner),
+      _plan([], 64, None, combiner),
+      _plan(np.arange(400) // 7, 64, None, combiner),
+      _plan([0, 2, 2], 64, [0.5, 1.5, -1.5], combiner),
+  ]
   ids = [tf.constant(f, dtype) for f in features]
-  unique_ids, index, rows = ops.host_embedding_unique_rows(table.handle, ids)
+  unique_ids, index, rows, activations, scales = _lookup(table, ids, plans)
   want_ids, want_index = tf.unique(tf.concat(ids, 0))
   assert unique_ids.dtype == dtype and index.dtype == tf.int32
   np.testing.assert_array_equal(unique_ids.numpy(), want_ids.numpy())
   np.testing.assert_array_equal(index.numpy(), want_index.numpy())
   np.testing.assert_array_equal(rows.numpy(), values[want_ids.numpy()])
-  unique_ids, index, rows = ops.host_embedding_unique_rows(
-      table.handle, [tf.zeros([0], dtype)])
-  assert unique_ids.shape == index.shape == (0,) and rows.shape == (0, 4)
+  for plan, f, out, scale in zip(plans, features, activations, scales):
+    np.testing.assert_array_equal(
+        out.numpy(), plan.combine(tf.gather(values, f)).numpy())
+    if combiner == "sum":
+      assert scale.shape == (0,)
+    else:
+      np.testing.assert_array_equal(scale.numpy(), plan.scale.numpy())
+  # Without the rows: the same ids, places and activations; rows [0, 3].
+  unique_ids, index, rows, activations_only, _ = _lookup(
+      table, ids, plans, keep_rows=False)
+  np.testing.assert_array_equal(index.numpy(), want_index.numpy())
+  assert rows.shape == (0, 3)
+  for out, want in zip(activations_only, activations):
+    np.testing.assert_array_equal(out.numpy(), want.numpy())
+  unique_ids, index, rows, activations, _ = _lookup(
+      table, [tf.zeros([0], dtype)], [_plan([], 2, None, combiner)])
+  assert unique_ids.shape == index.shape == (0,) and rows.shape == (0, 3)
+  np.testing.assert_array_equal(activations[0].numpy(), np.zeros((2, 3)))
 
 
-def test_the_unique_rows_refuse_ids_outside_the_table():
-  ops = kernels.row_updates()
-  table = _variable(np.ones((4, 2), np.float32))
+def test_the_lookup_refuses_bad_ids_and_segments():
+  table = _variable(np.ones((4, 3), np.float32))
+  plans = [_plan([0, 1], 2, None, "sum"), _plan([0, 1, 1], 2, None, "sum")]
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match=r"ids\[1\]: row index 4 at 2 is outside \[0, 4\)"):
-    ops.host_embedding_unique_rows(
-        table.handle, [tf.constant([1, 2], tf.int64),
-                       tf.constant([0, 3, 4], tf.int64)])
+    _lookup(table, [tf.constant([1, 2], tf.int64),
+                    tf.constant([0, 3, 4], tf.int64)], plans)
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match=r"ids\[0\]: row index -1 at 0 is outside"):
-    ops.host_embedding_unique_rows(table.handle,
-                                   [tf.constant([-1], tf.int32)])
-  np.testing.assert_array_equal(table.numpy(), np.ones((4, 2)))
+    _lookup(table, [tf.constant([-1, 0], tf.int32),
+                    tf.constant([0, 3, 1], tf.int32)], plans)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"ids\[1\] must be a vector of one id per segment "
+                     r"entry; got shape \[2\] for 3 entries"):
+    _lookup(table, [tf.constant([1, 2], tf.int64),
+                    tf.constant([0, 3], tf.int64)], plans)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"feature 1: segment 2 at 2 is outside \[0, 2\)"):
+    _lookup(table, [tf.constant([1, 2], tf.int64),
+                    tf.constant([0, 3, 1], tf.int64)],
+            plans[:1] + [_plan([0, 1, 2], 2, None, "sum")])
+  np.testing.assert_array_equal(table.numpy(), np.ones((4, 3)))
 
 
 def test_the_extremes_equal_tf_reductions():

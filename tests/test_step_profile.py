@@ -49,9 +49,9 @@ def test_the_shares_add_up_to_the_summed_op_time(side, request):
 
 def test_ours_groups_the_engine_ops_by_the_call_that_built_them(ours):
   assert set(sp.GROUPS) <= set(ours.by_group)
-  # The distinct ids: the engine's compiled op (with the rows), or Unique
-  # where the kernels are off.
-  distinct = {"HostEmbeddingUniqueRows", "Unique"} & _types_in(
+  # The distinct ids: the engine's compiled lookup, or Unique where the
+  # kernels are off.
+  distinct = {"HostEmbeddingLookup", "Unique"} & _types_in(
       ours, sp.EMB_LOOKUP)
   assert distinct
   # The per-id sums: the engine's compiled kernel, or a segment sum where

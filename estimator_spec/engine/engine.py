@@ -45,13 +45,19 @@ class TableLookup:
   """What the backward pass of one table needs from its forward pass.
 
   `rows` is what the forward pass read from the table: the rows of
-  `unique_ids`. Writes of the step wait for it. `index` maps every id, in
-  feature order, to its place in `unique_ids`; `sizes` [features] counts
-  each feature's ids (None where the compiled kernels combine and
-  differentiate: `compiled`)."""
+  `unique_ids` (empty [0, D] where the compiled lookup reads the table
+  itself and the update does not need them). Writes of the step wait for
+  it. `index` maps every id, in feature order, to its place in
+  `unique_ids`; `sizes` [features] counts each feature's ids (None where the
+  compiled kernels combine and differentiate: `compiled`).
+
+  `read`, for a table in one partition with the compiled kernels: (the
+  partition's resource handle, whether the update needs `rows`). Then one
+  op finds the distinct ids and computes the activations when
+  `activations()` runs, which sets `unique_ids`, `index` and `rows`."""
 
   def __init__(self, table, unique_ids, rows, features, plans, index, sizes,
-               compiled=False):
+               compiled=False, read=None):
     self.table = table
     self.unique_ids = unique_ids
     self.rows = rows
@@ -60,6 +66,7 @@ class TableLookup:
     self.plans = plans            # {feature: Plan}
     self.index = index
     self.sizes = sizes
+    self._read = read
     # The combiners' scales per feature from the compiled combine (an empty
     # tensor for 'sum'), which its gradient sums reuse.
     self.scales = None
@@ -75,13 +82,23 @@ class TableLookup:
           for item, plan, part in zip(self.features, plans, parts)
       }
     checks = [check for plan in plans for check in plan.checks]
+    ops = kernels.row_updates()
+    combine = dict(
+        segments=[plan.segment for plan in plans],
+        weights=kernels.or_empty([plan.weights for plan in plans]),
+        num_segments=[plan.num_segments for plan in plans],
+        combiners=[plan.combiner for plan in plans])
     with tf.control_dependencies(checks):
-      outputs, self.scales = kernels.row_updates().host_embedding_combine(
-          self.rows, self.index,
-          segments=[plan.segment for plan in plans],
-          weights=kernels.or_empty([plan.weights for plan in plans]),
-          num_segments=[plan.num_segments for plan in plans],
-          combiners=[plan.combiner for plan in plans])
+      if self._read is None:
+        outputs, self.scales = ops.host_embedding_combine(
+            self.rows, self.index, **combine)
+      else:
+        handle, keep_rows = self._read
+        (self.unique_ids, self.index, self.rows, outputs,
+         self.scales) = ops.host_embedding_lookup(
+             handle, [item.flat.ids for item in self.features],
+             keep_rows=keep_rows, **combine)
+        self.rows.set_shape([None, self.table.dimension])
     result = {}
     for item, plan, out in zip(self.features, plans, outputs):
       if len(plan.output_shape) > 1:
@@ -417,21 +434,22 @@ class HostEmbeddingEngine:
     # and read their rows (one op for a table in one partition), combine
     # and differentiate.
     ops = (kernels.ops_for(variables.partitions) if self._compiles else None)
-    if ops is not None and len(variables.partitions) == 1:
-      unique_ids, index, rows = ops.host_embedding_unique_rows(
-          variables.partitions[0].handle, ids)
-      rows.set_shape([None, table.dimension])
-      sizes = None
-    else:
-      unique_ids, index = tf.unique(tf.concat(ids, axis=0))
-      rows = variables.gather(unique_ids, compiled=ops is not None)
-      sizes = None if ops is not None else tf.concat(tf.shape_n(ids), axis=0)
     plans = {
         item.name: column_lookup.make_plan(
             item.flat, item.combiner, table.dimension,
             item.max_sequence_length, feature=item.name, table=table.name)
         for item in items
     }
+    if ops is not None and len(variables.partitions) == 1:
+      # The update reads the looked-up rows only where it is not compiled.
+      keep_rows = _row_kernel(self.config.optimizer_for(table.name),
+                              variables) is None
+      return TableLookup(table, None, None, items, plans, None, None,
+                         compiled=True,
+                         read=(variables.partitions[0].handle, keep_rows))
+    unique_ids, index = tf.unique(tf.concat(ids, axis=0))
+    rows = variables.gather(unique_ids, compiled=ops is not None)
+    sizes = None if ops is not None else tf.concat(tf.shape_n(ids), axis=0)
     return TableLookup(table, unique_ids, rows, items, plans, index, sizes,
                        compiled=ops is not None)
 

@@ -4,8 +4,9 @@
 //   HostEmbeddingExtremes     each feature's largest and smallest index and id;
 //   HostEmbeddingDropNegativeIds  the ids of features without negative ones;
 //   HostEmbeddingGatherRows   the rows of the step's ids, fetched ahead;
-//   HostEmbeddingUniqueRows   a table's distinct ids, their places, their rows;
-//   HostEmbeddingCombine      the combiners of one table's features;
+//   HostEmbeddingLookup       a table's distinct ids, their places and the
+//                             combiners of its features, in one op;
+//   HostEmbeddingCombine      the combiners of a table gathered by partition;
 //   HostEmbeddingIdGradients  the per-id gradient sums of one table;
 //   HostEmbedding*Rows        in-place optimizer updates of the touched rows.
 //
@@ -418,120 +419,6 @@ inline uint64_t MixId(uint64_t x) {
   return x;
 }
 
-// The distinct ids of one table's features and their rows, in one pass
-// over the ids: what a concatenation, Unique and a gather of the distinct
-// ids compute. For the ids of all features in feature order (k counts
-// them), unique_ids holds each distinct id once in the order of its first
-// appearance, index[k] is the place of id k in unique_ids, and rows[u] is
-// the table's row of unique_ids[u], read under the table's lock. An id
-// outside the table fails the op before anything is written.
-template <typename Index>
-class UniqueRowsOp : public OpKernel {
- public:
-  explicit UniqueRowsOp(OpKernelConstruction* context) : OpKernel(context) {}
-
-  void Compute(OpKernelContext* context) override {
-    tensorflow::core::RefCountPtr<Var> variable;
-    OP_REQUIRES_OK(context, tensorflow::LookupResource(
-                                context, tensorflow::HandleFromInput(context, 0),
-                                &variable));
-    tensorflow::OpInputList ids;
-    OP_REQUIRES_OK(context, context->input_list("ids", &ids));
-    int64_t total = 0;
-    for (int f = 0; f < ids.size(); ++f) {
-      OP_REQUIRES(context, ids[f].dims() == 1,
-                  errors::InvalidArgument("ids[", f, "] must be a vector; "
-                                          "got shape ",
-                                          ids[f].shape().DebugString()));
-      total += ids[f].NumElements();
-    }
-    OP_REQUIRES(context, total <= std::numeric_limits<int32_t>::max(),
-                errors::InvalidArgument("more than 2^31 - 1 ids: ", total));
-    tensorflow::tf_shared_lock lock(*variable->mu());
-    OP_REQUIRES_OK(context, CheckTable(variable.get(), "the table"));
-    const Tensor* table = variable->tensor();
-    AdviseHugePages(table);
-    const int64_t rows = table->dim_size(0);
-    const int64_t dim = table->dim_size(1);
-    for (int f = 0; f < ids.size(); ++f) {
-      const absl::Status status = CheckIndices(
-          ids[f].flat<Index>().data(), ids[f].NumElements(), rows);
-      OP_REQUIRES(context, status.ok(),
-                  errors::InvalidArgument("ids[", f, "]: ", status.message()));
-    }
-    Tensor* index = nullptr;
-    OP_REQUIRES_OK(context, context->allocate_output(
-                                1, tensorflow::TensorShape({total}), &index));
-    int32_t* where = index->flat<int32_t>().data();
-    const float* w = table->flat<float>().data();
-    // Open addressing: slot -> place in `distinct` (-1: free), at most half
-    // full.
-    int64_t capacity = 16;
-    while (capacity < 2 * total) capacity *= 2;
-    const uint64_t mask = static_cast<uint64_t>(capacity - 1);
-    std::vector<int32_t> slots(capacity, -1);
-    std::vector<Index> distinct;
-    distinct.reserve(total);
-    int64_t k = 0;
-    for (int f = 0; f < ids.size(); ++f) {
-      const Index* id = ids[f].flat<Index>().data();
-      const int64_t n = ids[f].NumElements();
-      for (int64_t i = 0; i < n; ++i, ++k) {
-        uint64_t h = MixId(static_cast<uint64_t>(id[i])) & mask;
-        while (true) {
-          const int32_t place = slots[h];
-          if (place < 0) {
-            slots[h] = static_cast<int32_t>(distinct.size());
-            where[k] = slots[h];
-            distinct.push_back(id[i]);
-            // Its row is read below: ask for it now.
-            PrefetchRow(w + static_cast<int64_t>(id[i]) * dim, dim);
-            break;
-          }
-          if (distinct[place] == id[i]) {
-            where[k] = place;
-            break;
-          }
-          h = (h + 1) & mask;
-        }
-      }
-    }
-    const int64_t u = static_cast<int64_t>(distinct.size());
-    Tensor *unique_ids = nullptr, *out = nullptr;
-    OP_REQUIRES_OK(context, context->allocate_output(
-                                0, tensorflow::TensorShape({u}), &unique_ids));
-    OP_REQUIRES_OK(context, context->allocate_output(
-                                2, tensorflow::TensorShape({u, dim}), &out));
-    std::copy(distinct.begin(), distinct.end(),
-              unique_ids->flat<Index>().data());
-    CopyRows(w, dim, distinct.data(), u, out->flat<float>().data());
-  }
-};
-
-REGISTER_OP("HostEmbeddingUniqueRows")
-    .Input("table: resource")
-    .Input("ids: F * Tindices")
-    .Output("unique_ids: Tindices")
-    .Output("index: int32")
-    .Output("rows: float")
-    .Attr("F: int >= 1")
-    .Attr("Tindices: {int32, int64}")
-    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      c->set_output(0, c->Vector(c->UnknownDim()));
-      c->set_output(1, c->Vector(c->UnknownDim()));
-      c->set_output(2, c->Matrix(c->UnknownDim(), c->UnknownDim()));
-      return absl::OkStatus();
-    });
-
-REGISTER_KERNEL_BUILDER(Name("HostEmbeddingUniqueRows")
-                            .Device(DEVICE_CPU)
-                            .TypeConstraint<int32_t>("Tindices"),
-                        UniqueRowsOp<int32_t>);
-REGISTER_KERNEL_BUILDER(Name("HostEmbeddingUniqueRows")
-                            .Device(DEVICE_CPU)
-                            .TypeConstraint<int64_t>("Tindices"),
-                        UniqueRowsOp<int64_t>);
-
 // The largest and smallest value of each column of several int64 tensors
 // ([n] or [n, k], the same k for all): for feature f, largest[f] and
 // smallest[f] (k values each). A tensor without rows gives the int64
@@ -702,30 +589,130 @@ REGISTER_KERNEL_BUILDER(Name("HostEmbeddingDropNegativeIds")
                             .Device(DEVICE_CPU),
                         DropNegativeIdsOp);
 
-// The combiners of one table's features (SEMANTICS 3): `rows` holds the
-// table's rows of the distinct ids, and index[k] the row of id k, counting
-// the ids of every feature, feature after feature. For feature f, in the
-// order of its ids i (id k),
-//   out_f[segment_f[i]] += rows[index[k]] * weight_f[i]  (no product: no
-//                                                          weights)
+// The combiners of one table's features (SEMANTICS 3). For feature f, in
+// the order of its ids i (id k, counting the ids of every feature, feature
+// after feature), with row(f, i, k) the table's row of that id,
+//   out_f[segment_f[i]] += row(f, i, k) * weight_f[i]  (no product: no
+//                                                        weights)
 // from zeros; for `mean` and `sqrtn` the scale per segment s is
 //   c[s] = 1 / sum(w)  or  1 / sqrt(sum(w*w))      (0 where the sum is 0)
 // with w = 1 for unweighted features, and out_f[s] is multiplied by c[s].
 // `scales` gives c per feature (empty for `sum`), for the backward pass.
 // These are the float operations, in order, of a multiplication, an
 // unsorted segment sum, the sums of the weights and a divide_no_nan.
+enum class Combiner { kSum, kMean, kSqrtn };
+
+absl::Status ParseCombiners(OpKernelConstruction* context,
+                            std::vector<Combiner>* out) {
+  std::vector<std::string> names;
+  TF_RETURN_IF_ERROR(context->GetAttr("combiners", &names));
+  for (const auto& name : names) {
+    if (name != "sum" && name != "mean" && name != "sqrtn") {
+      return errors::InvalidArgument("unknown combiner ", name);
+    }
+    out->push_back(name == "sum" ? Combiner::kSum
+                                 : (name == "mean" ? Combiner::kMean
+                                                   : Combiner::kSqrtn));
+  }
+  return absl::OkStatus();
+}
+
+// Whether the combiners' inputs agree: one combiner per feature, each
+// num_segments a scalar >= 0 and each feature's segments inside it (see
+// CheckSegments). `total` is set to the number of ids of all features.
+absl::Status CheckCombineInputs(const std::vector<Combiner>& combiners,
+                                const tensorflow::OpInputList& segments,
+                                const tensorflow::OpInputList& weights,
+                                const tensorflow::OpInputList& num_segments,
+                                int64_t* total) {
+  if (combiners.size() != static_cast<size_t>(segments.size())) {
+    return errors::InvalidArgument("one combiner per feature");
+  }
+  *total = 0;
+  for (int f = 0; f < segments.size(); ++f) {
+    if (num_segments[f].dims() != 0) {
+      return errors::InvalidArgument("feature ", f,
+                                     ": num_segments must be a scalar");
+    }
+    const int64_t count = num_segments[f].scalar<int32_t>()();
+    if (count < 0) {
+      return errors::InvalidArgument("feature ", f,
+                                     ": num_segments must be >= 0");
+    }
+    TF_RETURN_IF_ERROR(CheckSegments(f, segments[f], weights[f], count));
+    *total += segments[f].NumElements();
+  }
+  return absl::OkStatus();
+}
+
+// Computes the activations and scales outputs (the op's output lists
+// "activations" and "scales") from inputs that CheckCombineInputs accepted.
+template <typename RowOf>
+absl::Status Combine(OpKernelContext* context,
+                     const std::vector<Combiner>& combiners,
+                     const tensorflow::OpInputList& segments,
+                     const tensorflow::OpInputList& weights,
+                     const tensorflow::OpInputList& num_segments,
+                     int64_t dim, RowOf row_of) {
+  tensorflow::OpOutputList activations, scales;
+  TF_RETURN_IF_ERROR(context->output_list("activations", &activations));
+  TF_RETURN_IF_ERROR(context->output_list("scales", &scales));
+  int64_t k = 0;
+  for (int f = 0; f < segments.size(); ++f) {
+    const int64_t n = segments[f].NumElements();
+    const int64_t count = num_segments[f].scalar<int32_t>()();
+    const int32_t* seg = segments[f].flat<int32_t>().data();
+    const bool weighted = weights[f].NumElements() > 0;
+    const float* w = weighted ? weights[f].flat<float>().data() : nullptr;
+    Tensor* out = nullptr;
+    TF_RETURN_IF_ERROR(activations.allocate(
+        f, tensorflow::TensorShape({count, dim}), &out));
+    float* o = out->flat<float>().data();
+    std::fill(o, o + count * dim, 0.0f);
+    for (int64_t i = 0; i < n; ++i, ++k) {
+      float* target = o + static_cast<int64_t>(seg[i]) * dim;
+      const float* row = row_of(f, i, k);
+      if (weighted) {
+        const float weight = w[i];
+        for (int64_t j = 0; j < dim; ++j) {
+          target[j] = target[j] + row[j] * weight;
+        }
+      } else {
+        for (int64_t j = 0; j < dim; ++j) target[j] = target[j] + row[j];
+      }
+    }
+    Tensor* scale = nullptr;
+    if (combiners[f] == Combiner::kSum) {
+      TF_RETURN_IF_ERROR(
+          scales.allocate(f, tensorflow::TensorShape({0}), &scale));
+      continue;
+    }
+    TF_RETURN_IF_ERROR(
+        scales.allocate(f, tensorflow::TensorShape({count}), &scale));
+    float* c = scale->flat<float>().data();
+    std::fill(c, c + count, 0.0f);
+    const bool mean = combiners[f] == Combiner::kMean;
+    for (int64_t i = 0; i < n; ++i) {
+      const float weight = weighted ? w[i] : 1.0f;
+      c[seg[i]] = c[seg[i]] + (mean ? weight : weight * weight);
+    }
+    for (int64_t s = 0; s < count; ++s) {
+      const float sum = mean ? c[s] : std::sqrt(c[s]);
+      c[s] = sum == 0.0f ? 0.0f : 1.0f / sum;
+      float* target = o + s * dim;
+      for (int64_t j = 0; j < dim; ++j) target[j] = target[j] * c[s];
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The combiners of one table's features from `rows`, the table's rows of
+// the distinct ids, and index[k], the row of id k (see Combine): a table
+// whose rows were gathered partition by partition.
 class CombineOp : public OpKernel {
  public:
   explicit CombineOp(OpKernelConstruction* context) : OpKernel(context) {
-    std::vector<std::string> combiners;
-    OP_REQUIRES_OK(context, context->GetAttr("combiners", &combiners));
-    for (const auto& name : combiners) {
-      OP_REQUIRES(context,
-                  name == "sum" || name == "mean" || name == "sqrtn",
-                  errors::InvalidArgument("unknown combiner ", name));
-      combiners_.push_back(name == "sum" ? kSum
-                                         : (name == "mean" ? kMean : kSqrtn));
-    }
+    OP_REQUIRES_OK(context, ParseCombiners(context, &combiners_));
   }
 
   void Compute(OpKernelContext* context) override {
@@ -739,85 +726,25 @@ class CombineOp : public OpKernel {
     OP_REQUIRES(context, rows.dims() == 2,
                 errors::InvalidArgument("rows must be a matrix; got shape ",
                                         rows.shape().DebugString()));
-    OP_REQUIRES(context, combiners_.size() == segments.size(),
-                errors::InvalidArgument("one combiner per feature"));
-    const int64_t dim = rows.dim_size(1);
     int64_t total = 0;
-    for (int f = 0; f < segments.size(); ++f) {
-      OP_REQUIRES(context, num_segments[f].dims() == 0,
-                  errors::InvalidArgument("feature ", f,
-                                          ": num_segments must be a scalar"));
-      const int64_t count = num_segments[f].scalar<int32_t>()();
-      OP_REQUIRES(context, count >= 0,
-                  errors::InvalidArgument("feature ", f,
-                                          ": num_segments must be >= 0"));
-      OP_REQUIRES_OK(context,
-                     CheckSegments(f, segments[f], weights[f], count));
-      total += segments[f].NumElements();
-    }
+    OP_REQUIRES_OK(context, CheckCombineInputs(combiners_, segments, weights,
+                                               num_segments, &total));
     OP_REQUIRES(context, index.dims() == 1 && index.dim_size(0) == total,
                 errors::InvalidArgument("index has shape ",
                                         index.shape().DebugString(), " for ",
                                         total, " ids"));
     const int32_t* idx = index.flat<int32_t>().data();
     OP_REQUIRES_OK(context, CheckIndices(idx, total, rows.dim_size(0)));
-    tensorflow::OpOutputList activations, scales;
-    OP_REQUIRES_OK(context, context->output_list("activations", &activations));
-    OP_REQUIRES_OK(context, context->output_list("scales", &scales));
+    const int64_t dim = rows.dim_size(1);
     const float* r = rows.flat<float>().data();
-    int64_t offset = 0;
-    for (int f = 0; f < segments.size(); ++f) {
-      const int64_t n = segments[f].NumElements();
-      const int64_t count = num_segments[f].scalar<int32_t>()();
-      const int32_t* seg = segments[f].flat<int32_t>().data();
-      const bool weighted = weights[f].NumElements() > 0;
-      const float* w = weighted ? weights[f].flat<float>().data() : nullptr;
-      Tensor* out = nullptr;
-      OP_REQUIRES_OK(context, activations.allocate(
-                                  f, tensorflow::TensorShape({count, dim}),
-                                  &out));
-      float* o = out->flat<float>().data();
-      std::fill(o, o + count * dim, 0.0f);
-      for (int64_t i = 0; i < n; ++i) {
-        float* target = o + static_cast<int64_t>(seg[i]) * dim;
-        const float* row = r + static_cast<int64_t>(idx[offset + i]) * dim;
-        if (weighted) {
-          const float weight = w[i];
-          for (int64_t j = 0; j < dim; ++j) {
-            target[j] = target[j] + row[j] * weight;
-          }
-        } else {
-          for (int64_t j = 0; j < dim; ++j) target[j] = target[j] + row[j];
-        }
-      }
-      offset += n;
-      Tensor* scale = nullptr;
-      if (combiners_[f] == kSum) {
-        OP_REQUIRES_OK(context, scales.allocate(
-                                    f, tensorflow::TensorShape({0}), &scale));
-        continue;
-      }
-      OP_REQUIRES_OK(context, scales.allocate(
-                                  f, tensorflow::TensorShape({count}),
-                                  &scale));
-      float* c = scale->flat<float>().data();
-      std::fill(c, c + count, 0.0f);
-      for (int64_t i = 0; i < n; ++i) {
-        const float weight = weighted ? w[i] : 1.0f;
-        c[seg[i]] = c[seg[i]] +
-                    (combiners_[f] == kMean ? weight : weight * weight);
-      }
-      for (int64_t s = 0; s < count; ++s) {
-        const float sum = combiners_[f] == kMean ? c[s] : std::sqrt(c[s]);
-        c[s] = sum == 0.0f ? 0.0f : 1.0f / sum;
-        float* target = o + s * dim;
-        for (int64_t j = 0; j < dim; ++j) target[j] = target[j] * c[s];
-      }
-    }
+    OP_REQUIRES_OK(context,
+                   Combine(context, combiners_, segments, weights,
+                           num_segments, dim, [&](int, int64_t, int64_t k) {
+                             return r + static_cast<int64_t>(idx[k]) * dim;
+                           }));
   }
 
  private:
-  enum Combiner { kSum, kMean, kSqrtn };
   std::vector<Combiner> combiners_;
 };
 
@@ -844,6 +771,163 @@ REGISTER_OP("HostEmbeddingCombine")
 
 REGISTER_KERNEL_BUILDER(Name("HostEmbeddingCombine").Device(DEVICE_CPU),
                         CombineOp);
+
+// A table's lookup, in one pass over its features' ids: what a
+// concatenation of the ids, Unique, a gather of the distinct ids' rows and
+// Combine compute, read under the table's lock. For the ids of all features
+// in feature order (k counts them), unique_ids holds each distinct id once
+// in the order of its first appearance, index[k] is the place of id k in
+// unique_ids, and the activations and scales are Combine's (above), with
+// each id's row read from the table. With keep_rows, rows[u] is the table's
+// row of unique_ids[u] (for an update that is not compiled); else rows is
+// empty [0, dimension]. An id outside the table fails the op before
+// anything is computed.
+template <typename Index>
+class LookupOp : public OpKernel {
+ public:
+  explicit LookupOp(OpKernelConstruction* context) : OpKernel(context) {
+    OP_REQUIRES_OK(context, ParseCombiners(context, &combiners_));
+    OP_REQUIRES_OK(context, context->GetAttr("keep_rows", &keep_rows_));
+  }
+
+  void Compute(OpKernelContext* context) override {
+    tensorflow::core::RefCountPtr<Var> variable;
+    OP_REQUIRES_OK(context, tensorflow::LookupResource(
+                                context, tensorflow::HandleFromInput(context, 0),
+                                &variable));
+    tensorflow::OpInputList ids, segments, weights, num_segments;
+    OP_REQUIRES_OK(context, context->input_list("ids", &ids));
+    OP_REQUIRES_OK(context, context->input_list("segments", &segments));
+    OP_REQUIRES_OK(context, context->input_list("weights", &weights));
+    OP_REQUIRES_OK(context,
+                   context->input_list("num_segments", &num_segments));
+    int64_t total = 0;
+    OP_REQUIRES_OK(context, CheckCombineInputs(combiners_, segments, weights,
+                                               num_segments, &total));
+    for (int f = 0; f < ids.size(); ++f) {
+      OP_REQUIRES(context,
+                  ids[f].dims() == 1 &&
+                      ids[f].NumElements() == segments[f].NumElements(),
+                  errors::InvalidArgument(
+                      "ids[", f, "] must be a vector of one id per segment "
+                      "entry; got shape ", ids[f].shape().DebugString(),
+                      " for ", segments[f].NumElements(), " entries"));
+    }
+    OP_REQUIRES(context, total <= std::numeric_limits<int32_t>::max(),
+                errors::InvalidArgument("more than 2^31 - 1 ids: ", total));
+    tensorflow::tf_shared_lock lock(*variable->mu());
+    OP_REQUIRES_OK(context, CheckTable(variable.get(), "the table"));
+    const Tensor* table = variable->tensor();
+    AdviseHugePages(table);
+    const int64_t rows = table->dim_size(0);
+    const int64_t dim = table->dim_size(1);
+    std::vector<const Index*> id_of(ids.size());
+    for (int f = 0; f < ids.size(); ++f) {
+      id_of[f] = ids[f].flat<Index>().data();
+      const absl::Status status =
+          CheckIndices(id_of[f], ids[f].NumElements(), rows);
+      OP_REQUIRES(context, status.ok(),
+                  errors::InvalidArgument("ids[", f, "]: ", status.message()));
+    }
+    Tensor* index = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(
+                                1, tensorflow::TensorShape({total}), &index));
+    int32_t* where = index->flat<int32_t>().data();
+    const float* w = table->flat<float>().data();
+    // Open addressing: slot -> place in `distinct` (-1: free), at most half
+    // full.
+    int64_t capacity = 16;
+    while (capacity < 2 * total) capacity *= 2;
+    const uint64_t mask = static_cast<uint64_t>(capacity - 1);
+    std::vector<int32_t> slots(capacity, -1);
+    std::vector<Index> distinct;
+    distinct.reserve(total);
+    int64_t k = 0;
+    for (int f = 0; f < ids.size(); ++f) {
+      const Index* id = id_of[f];
+      const int64_t n = ids[f].NumElements();
+      for (int64_t i = 0; i < n; ++i, ++k) {
+        uint64_t h = MixId(static_cast<uint64_t>(id[i])) & mask;
+        while (true) {
+          const int32_t place = slots[h];
+          if (place < 0) {
+            slots[h] = static_cast<int32_t>(distinct.size());
+            where[k] = slots[h];
+            distinct.push_back(id[i]);
+            // Its row is read below: ask for it now.
+            PrefetchRow(w + static_cast<int64_t>(id[i]) * dim, dim);
+            break;
+          }
+          if (distinct[place] == id[i]) {
+            where[k] = place;
+            break;
+          }
+          h = (h + 1) & mask;
+        }
+      }
+    }
+    const int64_t u = static_cast<int64_t>(distinct.size());
+    Tensor *unique_ids = nullptr, *out = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(
+                                0, tensorflow::TensorShape({u}), &unique_ids));
+    OP_REQUIRES_OK(context,
+                   context->allocate_output(
+                       2, tensorflow::TensorShape({keep_rows_ ? u : 0, dim}),
+                       &out));
+    std::copy(distinct.begin(), distinct.end(),
+              unique_ids->flat<Index>().data());
+    if (keep_rows_) {
+      CopyRows(w, dim, distinct.data(), u, out->flat<float>().data());
+    }
+    OP_REQUIRES_OK(context,
+                   Combine(context, combiners_, segments, weights,
+                           num_segments, dim, [&](int f, int64_t i, int64_t) {
+                             return w + static_cast<int64_t>(id_of[f][i]) *
+                                            dim;
+                           }));
+  }
+
+ private:
+  std::vector<Combiner> combiners_;
+  bool keep_rows_ = false;
+};
+
+REGISTER_OP("HostEmbeddingLookup")
+    .Input("table: resource")
+    .Input("ids: F * Tindices")
+    .Input("segments: F * int32")
+    .Input("weights: F * float")
+    .Input("num_segments: F * int32")
+    .Output("unique_ids: Tindices")
+    .Output("index: int32")
+    .Output("rows: float")
+    .Output("activations: F * float")
+    .Output("scales: F * float")
+    .Attr("F: int >= 1")
+    .Attr("Tindices: {int32, int64}")
+    .Attr("combiners: list(string)")
+    .Attr("keep_rows: bool")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      int features = 0;
+      TF_RETURN_IF_ERROR(c->GetAttr("F", &features));
+      c->set_output(0, c->Vector(c->UnknownDim()));
+      c->set_output(1, c->Vector(c->UnknownDim()));
+      c->set_output(2, c->Matrix(c->UnknownDim(), c->UnknownDim()));
+      for (int f = 0; f < features; ++f) {
+        c->set_output(3 + f, c->Matrix(c->UnknownDim(), c->UnknownDim()));
+        c->set_output(3 + features + f, c->Vector(c->UnknownDim()));
+      }
+      return absl::OkStatus();
+    });
+
+REGISTER_KERNEL_BUILDER(Name("HostEmbeddingLookup")
+                            .Device(DEVICE_CPU)
+                            .TypeConstraint<int32_t>("Tindices"),
+                        LookupOp<int32_t>);
+REGISTER_KERNEL_BUILDER(Name("HostEmbeddingLookup")
+                            .Device(DEVICE_CPU)
+                            .TypeConstraint<int64_t>("Tindices"),
+                        LookupOp<int64_t>);
 
 // The per-id gradient sums of one table (SEMANTICS 4.2-4.3): for each
 // feature f in order and each of its ids i in order,
