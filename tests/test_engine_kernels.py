@@ -427,9 +427,11 @@ def test_the_lookup_equals_unique_a_gather_and_the_combine(dtype, combiner):
       _plan([0, 2, 2], 64, [0.5, 1.5, -1.5], combiner),
   ]
   ids = [tf.constant(f, dtype) for f in features]
-  unique_ids, index, rows, activations, scales = _lookup(table, ids, plans)
+  unique_ids, index, rows, num_ids, activations, scales = _lookup(
+      table, ids, plans)
   want_ids, want_index = tf.unique(tf.concat(ids, 0))
   assert unique_ids.dtype == dtype and index.dtype == tf.int32
+  assert num_ids.dtype == tf.int32 and num_ids.numpy() == len(want_ids)
   np.testing.assert_array_equal(unique_ids.numpy(), want_ids.numpy())
   np.testing.assert_array_equal(index.numpy(), want_index.numpy())
   np.testing.assert_array_equal(rows.numpy(), values[want_ids.numpy()])
@@ -441,15 +443,16 @@ def test_the_lookup_equals_unique_a_gather_and_the_combine(dtype, combiner):
     else:
       np.testing.assert_array_equal(scale.numpy(), plan.scale.numpy())
   # Without the rows: the same ids, places and activations; rows [0, 3].
-  unique_ids, index, rows, activations_only, _ = _lookup(
+  unique_ids, index, rows, _, activations_only, _ = _lookup(
       table, ids, plans, keep_rows=False)
   np.testing.assert_array_equal(index.numpy(), want_index.numpy())
   assert rows.shape == (0, 3)
   for out, want in zip(activations_only, activations):
     np.testing.assert_array_equal(out.numpy(), want.numpy())
-  unique_ids, index, rows, activations, _ = _lookup(
+  unique_ids, index, rows, num_ids, activations, _ = _lookup(
       table, [tf.zeros([0], dtype)], [_plan([], 2, None, combiner)])
   assert unique_ids.shape == index.shape == (0,) and rows.shape == (0, 3)
+  assert num_ids.numpy() == 0
   np.testing.assert_array_equal(activations[0].numpy(), np.zeros((2, 3)))
 
 

@@ -67,6 +67,8 @@ class TableLookup:
     self.index = index
     self.sizes = sizes
     self._read = read
+    # The number of distinct ids, where the compiled lookup counts them.
+    self.num_ids = None
     # The combiners' scales per feature from the compiled combine (an empty
     # tensor for 'sum'), which its gradient sums reuse.
     self.scales = None
@@ -94,7 +96,7 @@ class TableLookup:
             self.rows, self.index, **combine)
       else:
         handle, keep_rows = self._read
-        (self.unique_ids, self.index, self.rows, outputs,
+        (self.unique_ids, self.index, self.rows, self.num_ids, outputs,
          self.scales) = ops.host_embedding_lookup(
              handle, [item.flat.ids for item in self.features],
              keep_rows=keep_rows, **combine)
@@ -560,7 +562,8 @@ class HostEmbeddingEngine:
     scalar): by the compiled kernel where the lookup was compiled, else by
     TF ops (the same operations in the same order)."""
     plans = [lookup.plans[item.name] for item in lookup.features]
-    num_ids = tf.shape(lookup.unique_ids)[0]
+    num_ids = (lookup.num_ids if lookup.num_ids is not None else
+               tf.shape(lookup.unique_ids)[0])
     if not lookup.compiled:
       summed = tf.math.unsorted_segment_sum(
           tf.concat([plan.backprop(g) for plan, g in zip(plans, grads)],

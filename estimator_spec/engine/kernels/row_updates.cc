@@ -777,7 +777,9 @@ REGISTER_KERNEL_BUILDER(Name("HostEmbeddingCombine").Device(DEVICE_CPU),
 // Combine compute, read under the table's lock. For the ids of all features
 // in feature order (k counts them), unique_ids holds each distinct id once
 // in the order of its first appearance, index[k] is the place of id k in
-// unique_ids, and the activations and scales are Combine's (above), with
+// unique_ids, num_ids counts the distinct ids (for the gradient sums, which
+// need no op of their own to find it), and the activations and scales are
+// Combine's (above), with
 // each id's row read from the table. With keep_rows, rows[u] is the table's
 // row of unique_ids[u] (for an update that is not compiled); else rows is
 // empty [0, dimension]. An id outside the table fails the op before
@@ -876,6 +878,10 @@ class LookupOp : public OpKernel {
                        &out));
     std::copy(distinct.begin(), distinct.end(),
               unique_ids->flat<Index>().data());
+    Tensor* count = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(
+                                3, tensorflow::TensorShape({}), &count));
+    count->scalar<int32_t>()() = static_cast<int32_t>(u);
     if (keep_rows_) {
       CopyRows(w, dim, distinct.data(), u, out->flat<float>().data());
     }
@@ -901,6 +907,7 @@ REGISTER_OP("HostEmbeddingLookup")
     .Output("unique_ids: Tindices")
     .Output("index: int32")
     .Output("rows: float")
+    .Output("num_ids: int32")
     .Output("activations: F * float")
     .Output("scales: F * float")
     .Attr("F: int >= 1")
@@ -913,9 +920,10 @@ REGISTER_OP("HostEmbeddingLookup")
       c->set_output(0, c->Vector(c->UnknownDim()));
       c->set_output(1, c->Vector(c->UnknownDim()));
       c->set_output(2, c->Matrix(c->UnknownDim(), c->UnknownDim()));
+      c->set_output(3, c->Scalar());
       for (int f = 0; f < features; ++f) {
-        c->set_output(3 + f, c->Matrix(c->UnknownDim(), c->UnknownDim()));
-        c->set_output(3 + features + f, c->Vector(c->UnknownDim()));
+        c->set_output(4 + f, c->Matrix(c->UnknownDim(), c->UnknownDim()));
+        c->set_output(4 + features + f, c->Vector(c->UnknownDim()));
       }
       return absl::OkStatus();
     });
