@@ -399,14 +399,18 @@ REGISTER_OP("HostEmbeddingGatherRows")
       return absl::OkStatus();
     });
 
-REGISTER_KERNEL_BUILDER(Name("HostEmbeddingGatherRows")
-                            .Device(DEVICE_CPU)
-                            .TypeConstraint<int32_t>("Tindices"),
-                        GatherRowsOp<int32_t>);
-REGISTER_KERNEL_BUILDER(Name("HostEmbeddingGatherRows")
-                            .Device(DEVICE_CPU)
-                            .TypeConstraint<int64_t>("Tindices"),
-                        GatherRowsOp<int64_t>);
+// A kernel template over the index type, registered for int32 and int64.
+#define ESTIMATOR_SPEC_REGISTER_BY_INDEX(NAME, KERNEL)                       \
+  REGISTER_KERNEL_BUILDER(Name(NAME)                                         \
+                              .Device(DEVICE_CPU)                            \
+                              .TypeConstraint<int32_t>("Tindices"),          \
+                          KERNEL<int32_t>);                                  \
+  REGISTER_KERNEL_BUILDER(Name(NAME)                                         \
+                              .Device(DEVICE_CPU)                            \
+                              .TypeConstraint<int64_t>("Tindices"),          \
+                          KERNEL<int64_t>)
+
+ESTIMATOR_SPEC_REGISTER_BY_INDEX("HostEmbeddingGatherRows", GatherRowsOp);
 
 // A hash of an id that spreads neighbouring and patterned ids over the
 // slots of a power-of-two table (the finalizer of a 64-bit mixing hash).
@@ -928,14 +932,7 @@ REGISTER_OP("HostEmbeddingLookup")
       return absl::OkStatus();
     });
 
-REGISTER_KERNEL_BUILDER(Name("HostEmbeddingLookup")
-                            .Device(DEVICE_CPU)
-                            .TypeConstraint<int32_t>("Tindices"),
-                        LookupOp<int32_t>);
-REGISTER_KERNEL_BUILDER(Name("HostEmbeddingLookup")
-                            .Device(DEVICE_CPU)
-                            .TypeConstraint<int64_t>("Tindices"),
-                        LookupOp<int64_t>);
+ESTIMATOR_SPEC_REGISTER_BY_INDEX("HostEmbeddingLookup", LookupOp);
 
 // The per-id gradient sums of one table (SEMANTICS 4.2-4.3): for each
 // feature f in order and each of its ids i in order,
