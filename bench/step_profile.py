@@ -83,6 +83,9 @@ GROUPS = (EMB_PARSE, EMB_LOOKUP, EMB_BACKWARD, EMB_APPLY, EMB_CHECKS, INPUT,
 EMBEDDING_GROUPS = (EMB_PARSE, EMB_LOOKUP, EMB_BACKWARD, EMB_APPLY,
                     EMB_CHECKS)
 SMALL_US = 10  # "small" ops: self time under this (us)
+# Ops every step runs first, whatever they feed (constants, variable
+# handles): a phase's window leaves them out.
+BOOKKEEPING_TYPES = ("Const", "VarHandleOp", "NoOp")
 CHECK_TYPES = ("Assert", "CheckNumerics")
 # DeserializeSparse: the SparseTensors of IteratorGetNext's output.
 INPUT_TYPES = ("IteratorGetNext", "IteratorV2", "MakeIterator",
@@ -346,6 +349,10 @@ class Profile:
     self.by_group_type = collections.defaultdict(lambda: [0, 0])
     self.by_scope = collections.defaultdict(lambda: [0, 0])
     self.group_busy_us = collections.defaultdict(int)
+    # {group: [(first start, last end) per step]}, us from the step's first
+    # op, of the group's ops of at least SMALL_US (where it has none: of its
+    # ops other than BOOKKEEPING_TYPES)
+    self.windows_us = collections.defaultdict(list)
     self.span_us = 0
     self.busy_us = 0  # wall time with at least one op running
     self.devices = set()
@@ -354,6 +361,7 @@ class Profile:
     self.unmatched = collections.Counter()  # names of 'name' nodes
     for stats in hook.step_stats:
       intervals = collections.defaultdict(list)
+      work = collections.defaultdict(list)
       starts, ends = [], []
       for device in stats.dev_stats:
         self.devices.add(device.device)
@@ -375,6 +383,8 @@ class Profile:
           starts.append(node.all_start_micros)
           ends.append(node.all_start_micros + node.all_end_rel_micros)
           intervals[group].append((start, end))
+          if op_type not in BOOKKEEPING_TYPES:
+            work[group].append((start, end))
           scope = _scope(name)
           for table, key in ((self.by_type, op_type), (self.by_group, group),
                              (self.by_group_type, (group, op_type)),
@@ -383,10 +393,27 @@ class Profile:
             table[key][1] += us
       for group, spans in intervals.items():
         self.group_busy_us[group] += _union_us(spans)
+      for group, spans in work.items():
+        spans = [(a, b) for a, b in spans if b - a >= SMALL_US] or spans
+        origin = min(starts)
+        self.windows_us[group].append(
+            (min(a for a, _ in spans) - origin, max(b for _, b in spans) -
+             origin))
       self.busy_us += _union_us(
           [span for spans in intervals.values() for span in spans])
       if starts:
         self.span_us += max(ends) - min(starts)
+
+  def window_ms(self, group):
+    """(from, to): the median over the traced steps of when the group's
+    first op starts and its last op ends (of its ops of SMALL_US or more,
+    if it has any), in ms from the step's first op; None when none of its
+    ops ran."""
+    spans = self.windows_us.get(group)
+    if not spans:
+      return None
+    return (float(np.median([a for a, _ in spans])) / 1e3,
+            float(np.median([b for _, b in spans])) / 1e3)
 
   @property
   def ops_per_step(self):
@@ -488,6 +515,18 @@ def format_profile(p, top=15, per_group=6, scopes=15):
   lines.append(_row(("(all)", f"{p.ops_per_step:.0f}",
                      f"{total_us / n / 1e3:.2f}", "100.0%",
                      f"{p.span_us / n / 1e3:.2f}"), widths))
+  lines += ["", "phases: when each group runs in the step (ms from the "
+            f"step's first op to the first and last of its ops of {SMALL_US} "
+            "us or more, medians); at once = summed ms / busy ms"]
+  widths = (16, 8, 8, 8)
+  lines.append(_row(("group", "from", "to", "at once"), widths))
+  windows = [(group, p.window_ms(group)) for group in p.by_group]
+  for group, window in sorted((gw for gw in windows if gw[1]),
+                              key=lambda gw: gw[1]):
+    busy = p.group_busy_us[group]
+    lines.append(_row((group, f"{window[0]:.2f}", f"{window[1]:.2f}",
+                       f"{p.by_group[group][1] / busy:.2f}" if busy else "-"),
+                      widths))
   lines += ["", f"top {top} op types by summed self time"]
   widths = (28, 8, 10, 7, 8, 30)
   lines.append(_row(("op type", "ops/step", "ms/step", "share", "us/op",

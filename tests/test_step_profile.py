@@ -43,8 +43,13 @@ def test_the_shares_add_up_to_the_summed_op_time(side, request):
   assert sum(c for c, _ in p.by_type.values()) == p.ops_per_step * p.steps
   assert set(p.by_group) <= set(sp.GROUPS)
   assert p.matched["op"] > 0 and p.untraced_ms is not None
-  # Every group's busy wall time fits in the steps' span.
+  # Every group's busy wall time fits in the steps' span, and its window
+  # in the step.
   assert all(0 <= us <= p.span_us for us in p.group_busy_us.values())
+  for group in p.by_group:
+    window = p.window_ms(group)
+    if window is not None:
+      assert 0 <= window[0] <= window[1] <= p.span_us / p.steps / 1e3 + 1e-9
 
 
 def test_ours_groups_the_engine_ops_by_the_call_that_built_them(ours):
@@ -86,6 +91,21 @@ def test_tf_groups_the_feature_columns_ops_by_name(theirs):
   assert "ResourceSparseApplyAdagrad" not in _types_in(theirs,
                                                        sp.DENSE_OPTIMIZER)
   assert "ResourceApplyAdagrad" in _types_in(theirs, sp.DENSE_OPTIMIZER)
+
+
+def test_the_phases_put_the_updates_after_the_lookups(ours):
+  """A table's update waits for the step's lookups (through the forward
+  and backward passes): the apply phase starts after the lookup phase
+  ends, and the text lists the phases in the order they start."""
+  lookup, apply = ours.window_ms(sp.EMB_LOOKUP), ours.window_ms(sp.EMB_APPLY)
+  assert lookup is not None and apply is not None
+  assert apply[0] >= lookup[1]
+  text = sp.format_profile(ours)
+  lines = text.splitlines()
+  first = next(i for i, l in enumerate(lines) if l.startswith("phases:"))
+  end = lines.index("", first)
+  listed = [l.split("  ")[0] for l in lines[first + 2:end]]
+  assert listed.index(sp.EMB_LOOKUP) < listed.index(sp.EMB_APPLY)
 
 
 def test_the_text_has_the_summary_the_groups_and_the_op_types(ours):
