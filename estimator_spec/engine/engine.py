@@ -54,7 +54,8 @@ class TableLookup:
   `read`, for a table in one partition with the compiled kernels: (the
   partition's resource handle, whether the update needs `rows`). Then one
   op finds the distinct ids and computes the activations when
-  `activations()` runs, which sets `unique_ids`, `index` and `rows`."""
+  `activations()` runs, which sets `unique_ids`, `index`, `rows` and
+  `num_ids` (the number of distinct ids)."""
 
   def __init__(self, table, unique_ids, rows, features, plans, index, sizes,
                compiled=False, read=None):
@@ -67,7 +68,8 @@ class TableLookup:
     self.index = index
     self.sizes = sizes
     self._read = read
-    # The number of distinct ids, where the compiled lookup counts them.
+    # The number of distinct ids, where the compiled lookup counts them
+    # (else None: the gradient sums take it from `unique_ids`).
     self.num_ids = None
     # The combiners' scales per feature from the compiled combine (an empty
     # tensor for 'sum'), which its gradient sums reuse.
@@ -433,8 +435,9 @@ class HostEmbeddingEngine:
     variables = self._table_variables(table.name)
     ids = [item.flat.ids for item in items]
     # In the graphs of `_compiles`, compiled kernels find the distinct ids
-    # and read their rows (one op for a table in one partition), combine
-    # and differentiate.
+    # and combine their rows (one op for a table in one partition; else
+    # Unique, a compiled gather per partition and a compiled combine), and
+    # differentiate.
     ops = (kernels.ops_for(variables.partitions) if self._compiles else None)
     plans = {
         item.name: column_lookup.make_plan(

@@ -782,12 +782,11 @@ REGISTER_KERNEL_BUILDER(Name("HostEmbeddingCombine").Device(DEVICE_CPU),
 // in feature order (k counts them), unique_ids holds each distinct id once
 // in the order of its first appearance, index[k] is the place of id k in
 // unique_ids, num_ids counts the distinct ids (for the gradient sums, which
-// need no op of their own to find it), and the activations and scales are
-// Combine's (above), with
-// each id's row read from the table. With keep_rows, rows[u] is the table's
-// row of unique_ids[u] (for an update that is not compiled); else rows is
-// empty [0, dimension]. An id outside the table fails the op before
-// anything is computed.
+// then need no op of their own to count them), and the activations and
+// scales are Combine's (above), with each id's row read from the table.
+// With keep_rows, rows[u] is the table's row of unique_ids[u] (for an
+// update that is not compiled); else rows is empty [0, dimension]. An id
+// outside the table fails the op before anything is computed.
 template <typename Index>
 class LookupOp : public OpKernel {
  public:
