@@ -393,9 +393,9 @@ class Profile:
             table[key][1] += us
       for group, spans in intervals.items():
         self.group_busy_us[group] += _union_us(spans)
+      origin = min(starts, default=0)
       for group, spans in work.items():
         spans = [(a, b) for a, b in spans if b - a >= SMALL_US] or spans
-        origin = min(starts)
         self.windows_us[group].append(
             (min(a for a, _ in spans) - origin, max(b for _, b in spans) -
              origin))

@@ -433,7 +433,6 @@ class HostEmbeddingEngine:
 
   def _lookup_table(self, table, items):
     variables = self._table_variables(table.name)
-    ids = [item.flat.ids for item in items]
     # In the graphs of `_compiles`, compiled kernels find the distinct ids
     # and combine their rows (one op for a table in one partition; else
     # Unique, a compiled gather per partition and a compiled combine), and
@@ -452,6 +451,7 @@ class HostEmbeddingEngine:
       return TableLookup(table, None, None, items, plans, None, None,
                          compiled=True,
                          read=(variables.partitions[0].handle, keep_rows))
+    ids = [item.flat.ids for item in items]
     unique_ids, index = tf.unique(tf.concat(ids, axis=0))
     rows = variables.gather(unique_ids, compiled=ops is not None)
     sizes = None if ops is not None else tf.concat(tf.shape_n(ids), axis=0)
