@@ -44,6 +44,7 @@ few us per op: with some 1,400 ops a step, the traced step is slower).
 
 Usage: .venv/bin/python -m bench.step_profile [--side ours|tf|both]
          [--workload peer26] [--warmup 20] [--timed 50] [--traced 10]
+         [--rows 100000] [--tables 26]
 """
 import argparse
 import collections
@@ -572,12 +573,20 @@ def main():
   parser.add_argument("--timed", type=int, default=50)
   parser.add_argument("--traced", type=int, default=10)
   parser.add_argument("--top", type=int, default=15)
+  parser.add_argument("--rows", type=int, default=None,
+                      help="rows per table (default the peer's 100,000)")
+  parser.add_argument("--tables", type=int, default=None,
+                      help="the 26 features share this many tables "
+                      "(default 26; e2e_bench's `vocab` runs use 2)")
   args = parser.parse_args()
   sides = e2e_bench.SIDES if args.side == "both" else (args.side,)
   print(f"step_profile: {os.cpu_count()} CPUs, TF {tf.__version__}, "
         f"load average {os.getloadavg()[0]:.2f}", flush=True)
   for side in sides:
     job = dict(e2e_bench.peer26_job(0, 0), side=side)
+    job.update({key: value for key, value in
+                (("rows", args.rows), ("tables", args.tables))
+                if value is not None})
     p = profile(job, args.warmup, args.timed, args.traced)
     print(format_profile(p, top=args.top), flush=True)
     print(f"(load average after this side: {os.getloadavg()[0]:.2f})\n",

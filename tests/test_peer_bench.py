@@ -350,6 +350,46 @@ def test_the_vocab_runs_share_two_tables_and_count_their_slots(tmp_path):
     e2e_bench.build_parts(dict(job, tables=4))
 
 
+def test_streamed_input_gives_the_batches_constants_give_without_constants():
+  """The `vocab` runs stream their batches (a generator) so that the graph
+  holds no copy of the data; the step sees the same batches, cycled."""
+  from bench import e2e_bench  # pylint: disable=g-import-not-at-top
+  tf = e2e_bench.tf
+  features, labels = peer.make_data(3 * 64, rows=1000)
+  batches = {}
+  for streamed in (False, True):
+    with tf.Graph().as_default() as graph:
+      dataset = e2e_bench._batched_input_fn(features, labels,
+                                            streamed=streamed)(
+                                                {"batch_size": 64})
+      batch = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+      # The data's bytes in the graph's constants.
+      constant_bytes = sum(
+          op.get_attr("value").ByteSize() for op in graph.get_operations()
+          if op.type == "Const")
+      with tf.compat.v1.Session() as session:
+        # Four batches of three: the cycle starts again.
+        batches[streamed] = [session.run(batch) for _ in range(4)]
+    data_bytes = sum(v.nbytes for v in features.values())
+    if streamed:
+      assert constant_bytes < data_bytes / 10
+    else:
+      assert constant_bytes > data_bytes
+  for constant, streamed in zip(batches[False], batches[True]):
+    (ids_c, labels_c), (ids_s, labels_s) = constant, streamed
+    np.testing.assert_array_equal(labels_c, labels_s)
+    assert sorted(ids_c) == sorted(ids_s) == peer.feature_names()
+    for name in ids_c:
+      np.testing.assert_array_equal(ids_c[name].indices, ids_s[name].indices)
+      np.testing.assert_array_equal(ids_c[name].values, ids_s[name].values)
+  np.testing.assert_array_equal(batches[True][3][1], batches[True][0][1])
+  np.testing.assert_array_equal(batches[True][1][1], labels[64:128])
+  _, jobs, _, _, _ = e2e_bench.plan(["--workloads", "vocab,peer26"])
+  assert {label: job["input"] for label, job, _ in jobs} == {
+      "peer26": "batched", "vocab1e5": "streamed", "vocab1e6": "streamed",
+      "vocab1e7": "streamed"}
+
+
 def test_the_summary_prints_the_embedding_cost_and_memory(capsys):
   from bench import e2e_bench  # pylint: disable=g-import-not-at-top
   run = lambda ms: {"median_step_ms": ms}
