@@ -212,6 +212,92 @@ def test_weighted_sequence_and_mean_features_equal_the_graph_ops(
   assert not np.array_equal(with_kernels[-1]["t"], with_kernels[0]["t"])
 
 
+def _concatenated_run(monkeypatch, use_kernels, features):
+  """`features` features over two tables (mean and sum), their activations
+  concatenated (as DenseFeatures does) into a linear model; the engine
+  trains from the gradients tf.gradients gives each activation. Two steps:
+  tables and slots after each, and the graph."""
+  monkeypatch.setenv(kernels.ENV, "1" if use_kernels else "0")
+  names = [f"f{i:02d}" for i in range(features)]
+  spec = es.EmbeddingConfigSpec(
+      feature_to_config_dict={
+          name: es.FeatureConfig("t" if i % 2 else "s")
+          for i, name in enumerate(names)},
+      table_to_config_dict={
+          "t": es.TableConfig(10, 3, combiner="mean"),
+          "s": es.TableConfig(8, 3, combiner="sum")},
+      optimization_parameters=OPTIMIZERS["adagrad"]())
+  config = es.EmbeddingConfig(spec, batch_size=4)
+  history = []
+  rng = np.random.RandomState(5)
+  with tf.Graph().as_default() as graph:
+    engine = HostEmbeddingEngine(config, num_shards=1)
+    ph = {name: v1.sparse_placeholder(tf.int64, [None, None])
+          for name in names}
+    result = engine.lookup(ph)
+    pieces = [result.activations[name] for name in names]
+    joined = tf.concat(pieces, axis=1)
+    weights = tf.constant(rng.uniform(-1, 1, [3 * features, 1]), tf.float32)
+    loss = tf.reduce_sum(tf.square(tf.matmul(joined, weights)))
+    grads = dict(zip(names, tf.gradients(loss, pieces)))
+    train = engine.apply_gradients(result, grads, tf.constant(0, tf.int64))
+    with v1.Session(config=_exact_session_config()) as sess:
+      sess.run(v1.global_variables_initializer())
+      steps.set_initial_tables(engine, sess.run)
+      for _ in range(2):
+        feed = {}
+        for i, name in enumerate(names):
+          ids = [list(rng.randint(0, 8, rng.randint(0, 3))) for _ in range(4)]
+          feed[ph[name]] = sparse_value(ids, np.int64)
+        sess.run(train, feed)
+        history.append(steps.state(engine, sess.run))
+  return history, graph
+
+
+@pytest.mark.parametrize("features", [17, 3])
+def test_gradients_of_concatenated_activations_are_read_unsplit(
+    monkeypatch, features):
+  """With more than 16 activations concatenated, TF's gradient of the
+  concatenation splits the gradient of the whole (one SplitV): the compiled
+  per-id sums read each feature's columns of the whole instead, so the split
+  is not needed, with the same numbers. With fewer, TF slices each piece
+  (no SplitV): the sums read the pieces."""
+  with_kernels, graph = _concatenated_run(monkeypatch, True, features)
+  without, _ = _concatenated_run(monkeypatch, False, features)
+  steps.assert_same(with_kernels, without, exact=True)
+  assert not np.array_equal(with_kernels[-1]["t"], with_kernels[0]["t"])
+  sums = [op for op in graph.get_operations()
+          if op.type == "HostEmbeddingIdGradients"]
+  assert len(sums) == 2
+  splits = [op for op in graph.get_operations() if op.type == "SplitV"]
+  read = {t.op.type for op in sums for t in op.inputs[:op.get_attr("F")]}
+  if features > 16:
+    assert len(splits) == 1 and "SplitV" not in read
+    whole = splits[0].inputs[0]
+    for op in sums:
+      assert all(t is whole for t in op.inputs[:op.get_attr("F")])
+      assert op.get_attr("dim") == 3
+    # Feature i's columns start at 3 * i; table "s" has the even features.
+    assert sorted(sums[0].get_attr("offsets") + sums[1].get_attr("offsets")
+                  ) == [3 * i for i in range(features)]
+    # Nothing the step runs needs the split.
+    closure, pending = set(), [op for op in sums]
+    while pending:
+      op = pending.pop()
+      for tensor in list(op.inputs):
+        if tensor.op not in closure:
+          closure.add(tensor.op)
+          pending.append(tensor.op)
+      for control in op.control_inputs:
+        if control not in closure:
+          closure.add(control)
+          pending.append(control)
+    assert splits[0] not in closure
+  else:
+    assert not splits
+    assert all(op.get_attr("offsets") == [] for op in sums)
+
+
 def test_optimizers_without_a_kernel_keep_the_graph_ops(monkeypatch):
   """Adam's update stays TF ops (gathers and scatters); its lookup and
   gradient sums are compiled, with the same numbers."""
@@ -361,6 +447,33 @@ def test_the_combine_and_its_gradient_sums_equal_the_graph_ops(combiner):
   assert not id_gradients(grads, tf.constant(3e38))[1].numpy()
   nan = [tf.tensor_scatter_nd_update(grads[0], [[0, 2]], [np.nan])]
   assert not id_gradients(nan + grads[1:], empty)[1].numpy()
+  # Read where they lie in wider gradients: columns [offset, offset + 3),
+  # the first two features from one matrix, the third alone at offset 0.
+  wide = tf.concat([tf.constant(rng.randn(5, 2), tf.float32), grads[1],
+                    tf.constant(rng.randn(5, 1), tf.float32), grads[0]],
+                   axis=1)
+  summed, finite = ops.host_embedding_id_gradients(
+      grads=[wide, wide, grads[2]], segments=[p.segment for p in plans],
+      weights=[empty if p.weights is None else p.weights for p in plans],
+      scales=scales, index=index, num_ids=8, multiplier=empty,
+      offsets=[6, 2, 0], dim=3)
+  np.testing.assert_array_equal(summed.numpy(), want.numpy())
+  assert summed.shape == (8, 3) and finite.numpy()
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"grads\[1\] has 9 columns; columns \[7, 10\) are "
+                     "outside them"):
+    ops.host_embedding_id_gradients(
+        grads=[wide, wide, grads[2]], segments=[p.segment for p in plans],
+        weights=[empty if p.weights is None else p.weights for p in plans],
+        scales=scales, index=index, num_ids=8, multiplier=empty,
+        offsets=[6, 7, 0], dim=3)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="offsets must be empty or one per feature"):
+    ops.host_embedding_id_gradients(
+        grads=[wide, wide, grads[2]], segments=[p.segment for p in plans],
+        weights=[empty if p.weights is None else p.weights for p in plans],
+        scales=scales, index=index, num_ids=8, multiplier=empty,
+        offsets=[6, 2], dim=3)
   if combiner != "sum":
     # The last feature: examples 1 and 3 are empty, and example 2's weights
     # sum to 0 (their squares do not); the scale is 0 where the sum is 0.

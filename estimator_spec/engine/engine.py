@@ -574,12 +574,24 @@ class HostEmbeddingEngine:
       if multiplier is not None:
         summed = summed * multiplier
       return summed, tf.reduce_all(tf.math.is_finite(summed))
+    # A feature's gradient that is a column window of a wider one (the
+    # gradient of the concatenated activations, split) is read in place:
+    # the split is then not needed.
+    dimension = lookup.table.dimension
+    windows = [_split_window(grad, dimension) for grad in grads]
+    window_attrs = {}
+    if any(window is not None for window in windows):
+      grads = [grad if window is None else window[0]
+               for grad, window in zip(grads, windows)]
+      window_attrs = {"offsets": [0 if window is None else window[1]
+                                  for window in windows],
+                      "dim": dimension}
     summed, finite = kernels.row_updates().host_embedding_id_gradients(
         grads=grads,
         segments=[plan.segment for plan in plans],
         weights=kernels.or_empty([plan.weights for plan in plans]),
         scales=lookup.scales, index=lookup.index, num_ids=num_ids,
-        multiplier=kernels.or_empty([multiplier])[0])
+        multiplier=kernels.or_empty([multiplier])[0], **window_attrs)
     summed.set_shape([None, lookup.table.dimension])
     return summed, finite
 
@@ -802,6 +814,44 @@ def _row_kernel(optimizer, table):
     return None
   return {"adagrad": ops.host_embedding_adagrad_rows,
           "sgd": ops.host_embedding_sgd_rows}[optimizer.row_kernel]
+
+
+def _split_window(grad, dimension):
+  """(matrix, column) when `grad`, a graph tensor [rows, dimension], is
+  columns [column, column + dimension) of `matrix` [rows, width] as a
+  SplitV along the columns gives them (TF's gradient of a concatenation of
+  more than 16 tensors: DenseFeatures' of its columns' activations), up to
+  identities and reshapes that keep the shape; else None. The values are
+  the same bits either way."""
+  if not isinstance(grad, tf.Tensor) or tf.executing_eagerly():
+    return None
+  tensor = grad
+  while (tensor.op.type in ("Identity", "Reshape") and
+         _is_rows_of(tensor, dimension) and
+         _is_rows_of(tensor.op.inputs[0], dimension)):
+    tensor = tensor.op.inputs[0]
+  if tensor.op.type != "SplitV" or not _is_rows_of(tensor, dimension):
+    return None
+  matrix = tensor.op.inputs[0]
+  pieces = tensor.op.outputs
+  width = (tf.compat.dimension_value(matrix.shape[1])
+           if matrix.shape.rank == 2 else None)
+  widths = [tf.compat.dimension_value(piece.shape[1])
+            if piece.shape.rank == 2 else None for piece in pieces]
+  # Pieces narrower than the matrix that add up to its width: a split of
+  # its columns (a split of its rows gives pieces as wide as the matrix).
+  if (matrix.dtype != tf.float32 or width is None or len(pieces) < 2 or
+      None in widths or sum(widths) != width or max(widths) >= width or
+      any(not piece.shape[:1].is_compatible_with(matrix.shape[:1])
+          for piece in pieces)):
+    return None
+  return matrix, sum(widths[:tensor.value_index])
+
+
+def _is_rows_of(tensor, dimension):
+  """Whether `tensor` is a float32 [rows, dimension] (rows may be unknown)."""
+  return (tensor.dtype == tf.float32 and tensor.shape.rank == 2 and
+          tf.compat.dimension_value(tensor.shape[1]) == dimension)
 
 
 def _rule_only(model, optimizer):

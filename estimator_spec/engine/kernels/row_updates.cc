@@ -944,9 +944,18 @@ ESTIMATOR_SPEC_REGISTER_BY_INDEX("HostEmbeddingLookup", LookupOp);
 // of its last dimension. This is the order and the float operations of the
 // scaled gradients, a gather, a multiplication, a concatenation, an
 // unsorted segment sum and the multiplication by the multiplier.
+//
+// With `offsets` (one per feature), grad_f[s] is instead columns
+// [offsets[f], offsets[f] + dim) of row s of grads[f] (rows of its last
+// dimension): the features' gradients are read where they lie in a wider
+// gradient, such as that of a concatenation of the activations, which then
+// need not be split.
 class IdGradientsOp : public OpKernel {
  public:
-  explicit IdGradientsOp(OpKernelConstruction* context) : OpKernel(context) {}
+  explicit IdGradientsOp(OpKernelConstruction* context) : OpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("offsets", &offsets_));
+    OP_REQUIRES_OK(context, context->GetAttr("dim", &dim_));
+  }
 
   void Compute(OpKernelContext* context) override {
     tensorflow::OpInputList grads, segments, weights, scales;
@@ -967,25 +976,40 @@ class IdGradientsOp : public OpKernel {
     OP_REQUIRES(context, n_out >= 0,
                 errors::InvalidArgument("num_ids must be >= 0"));
     const int32_t* idx = index.flat<int32_t>().data();
-    int64_t dim = -1;
+    const bool windows = !offsets_.empty();
+    OP_REQUIRES(context,
+                !windows || (static_cast<int>(offsets_.size()) ==
+                                 grads.size() && dim_ >= 0),
+                errors::InvalidArgument(
+                    "offsets must be empty or one per feature (", grads.size(),
+                    "; got ", offsets_.size(), "), with dim >= 0 (got ", dim_,
+                    ")"));
+    int64_t dim = windows ? dim_ : -1;
     int64_t total = 0;
+    // Feature f's gradient row s starts at grads[f] + s * stride[f] +
+    // offset[f].
+    std::vector<int64_t> stride(grads.size()), offset(grads.size(), 0);
     for (int f = 0; f < grads.size(); ++f) {
       const Tensor& grad = grads[f];
       OP_REQUIRES(context, grad.dims() >= 2,
                   errors::InvalidArgument("grads[", f,
                                           "] must have rank >= 2"));
       const int64_t columns = grad.dim_size(grad.dims() - 1);
-      if (dim < 0) dim = columns;
-      OP_REQUIRES(context, columns == dim,
-                  errors::InvalidArgument("grads[", f, "] has ", columns,
-                                          " columns, not ", dim));
+      if (windows) {
+        offset[f] = offsets_[f];
+        OP_REQUIRES(context, offset[f] >= 0 && offset[f] + dim <= columns,
+                    errors::InvalidArgument(
+                        "grads[", f, "] has ", columns, " columns; columns [",
+                        offset[f], ", ", offset[f] + dim,
+                        ") are outside them"));
+      } else {
+        if (dim < 0) dim = columns;
+        OP_REQUIRES(context, columns == dim,
+                    errors::InvalidArgument("grads[", f, "] has ", columns,
+                                            " columns, not ", dim));
+      }
+      stride[f] = columns;
       const int64_t grad_rows = columns ? grad.NumElements() / columns : 0;
-      OP_REQUIRES(context,
-                  scales[f].NumElements() == 0 ||
-                      scales[f].NumElements() == grad_rows,
-                  errors::InvalidArgument("feature ", f,
-                                          ": scales must be empty or one per "
-                                          "gradient row"));
       OP_REQUIRES_OK(context,
                      CheckSegments(f, segments[f], weights[f], grad_rows));
       const int64_t n = segments[f].NumElements();
@@ -1013,7 +1037,9 @@ class IdGradientsOp : public OpKernel {
     std::fill(o, o + n_out * dim, 0.0f);
     int64_t k = 0;
     for (int f = 0; f < grads.size(); ++f) {
-      const float* g = grads[f].flat<float>().data();
+      const float* g = grads[f].NumElements() > 0
+                           ? grads[f].flat<float>().data() + offset[f]
+                           : nullptr;
       const int32_t* seg = segments[f].flat<int32_t>().data();
       const int64_t n = segments[f].NumElements();
       const bool weighted = weights[f].NumElements() > 0;
@@ -1023,7 +1049,7 @@ class IdGradientsOp : public OpKernel {
       for (int64_t i = 0; i < n; ++i, ++k) {
         float* row = o + static_cast<int64_t>(idx[k]) * dim;
         const int64_t s = seg[i];
-        const float* in = g + s * dim;
+        const float* in = g + s * stride[f];
         const float weight = weighted ? w[i] : 1.0f;
         const float scale = scaled ? c[s] : 1.0f;
         for (int64_t j = 0; j < dim; ++j) {
@@ -1046,6 +1072,10 @@ class IdGradientsOp : public OpKernel {
                                 1, tensorflow::TensorShape({}), &all_finite));
     all_finite->scalar<bool>()() = finite;
   }
+
+ private:
+  std::vector<int64_t> offsets_;
+  int64_t dim_ = -1;
 };
 
 REGISTER_OP("HostEmbeddingIdGradients")
@@ -1059,10 +1089,17 @@ REGISTER_OP("HostEmbeddingIdGradients")
     .Output("sums: float")
     .Output("finite: bool")
     .Attr("F: int >= 1")
+    .Attr("offsets: list(int) = []")
+    .Attr("dim: int = -1")
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
       const auto grad = c->input(0);
+      std::vector<int64_t> offsets;
+      int64_t dim = -1;
+      TF_RETURN_IF_ERROR(c->GetAttr("offsets", &offsets));
+      TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim));
       c->set_output(0, c->Matrix(c->UnknownDim(),
-                                 c->RankKnown(grad)
+                                 !offsets.empty() ? c->MakeDim(dim)
+                                 : c->RankKnown(grad)
                                      ? c->Dim(grad, c->Rank(grad) - 1)
                                      : c->UnknownDim()));
       c->set_output(1, c->Scalar());
