@@ -482,6 +482,21 @@ def test_the_combine_and_its_gradient_sums_equal_the_graph_ops(combiner):
     assert np.all(scales[2].numpy()[[0]] != 0.0)
 
 
+def test_the_gradient_sums_refuse_scales_of_another_length():
+  """A scale per gradient row (mean, sqrtn), or none: another count would
+  be read past its end."""
+  ops = kernels.row_updates()
+  for offsets in ([], [1]):
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="feature 0: scales must be empty or one per "
+                       "gradient row"):
+      ops.host_embedding_id_gradients(
+          grads=[tf.ones([3, 4])], segments=[tf.constant([0, 2], tf.int32)],
+          weights=[tf.zeros([0])], scales=[tf.ones([2])],
+          index=tf.constant([0, 1]), num_ids=2, multiplier=tf.zeros([0]),
+          offsets=offsets, dim=3 if offsets else -1)
+
+
 def test_the_combine_refuses_segments_outside_the_batch():
   ops = kernels.row_updates()
   with pytest.raises(tf.errors.InvalidArgumentError,

@@ -1010,6 +1010,12 @@ class IdGradientsOp : public OpKernel {
       }
       stride[f] = columns;
       const int64_t grad_rows = columns ? grad.NumElements() / columns : 0;
+      OP_REQUIRES(context,
+                  scales[f].NumElements() == 0 ||
+                      scales[f].NumElements() == grad_rows,
+                  errors::InvalidArgument("feature ", f,
+                                          ": scales must be empty or one per "
+                                          "gradient row"));
       OP_REQUIRES_OK(context,
                      CheckSegments(f, segments[f], weights[f], grad_rows));
       const int64_t n = segments[f].NumElements();
