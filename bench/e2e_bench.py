@@ -157,9 +157,10 @@ def _embedding_spec(side, columns, clipping=True):
 
 
 def _estimator(side, model_fn, model_dir, batch_size, spec,
-               profile_sampling_rate=None):
+               profile_sampling_rate=None, tf_random_seed=None):
   config = tf.compat.v1.estimator.tpu.RunConfig(
       model_dir=model_dir,
+      tf_random_seed=tf_random_seed,
       save_checkpoints_steps=None,
       save_checkpoints_secs=None,
       save_summary_steps=None,
@@ -429,12 +430,14 @@ def build_parts(job):
 def build_estimator(job):
   """(estimator, input_fn) of `job` (workload, side, model_dir, batch, and
   the workload's own keys; `profile_rate`: ours with lookup statistics
-  sampled at that rate into `<model_dir>/profile`)."""
+  sampled at that rate into `<model_dir>/profile`; `tf_random_seed`: the
+  graph's seed, for runs that must start from the same values)."""
   if job.get("profile_rate"):
     job = dict(job, profile_dir=os.path.join(job["model_dir"], "profile"))
   model_fn, spec, input_fn = build_parts(job)
   estimator = _estimator(job["side"], model_fn, job["model_dir"], job["batch"],
-                         spec, job.get("profile_rate"))
+                         spec, job.get("profile_rate"),
+                         job.get("tf_random_seed"))
   return estimator, input_fn
 
 

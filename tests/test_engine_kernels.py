@@ -212,7 +212,7 @@ def test_weighted_sequence_and_mean_features_equal_the_graph_ops(
   assert not np.array_equal(with_kernels[-1]["t"], with_kernels[0]["t"])
 
 
-def _concatenated_run(monkeypatch, use_kernels, features):
+def _concatenated_run(monkeypatch, use_kernels, features, num_shards=1):
   """`features` features over two tables (mean and sum), their activations
   concatenated (as DenseFeatures does) into a linear model; the engine
   trains from the gradients tf.gradients gives each activation. Two steps:
@@ -231,7 +231,7 @@ def _concatenated_run(monkeypatch, use_kernels, features):
   history = []
   rng = np.random.RandomState(5)
   with tf.Graph().as_default() as graph:
-    engine = HostEmbeddingEngine(config, num_shards=1)
+    engine = HostEmbeddingEngine(config, num_shards=num_shards)
     ph = {name: v1.sparse_placeholder(tf.int64, [None, None])
           for name in names}
     result = engine.lookup(ph)
@@ -254,16 +254,17 @@ def _concatenated_run(monkeypatch, use_kernels, features):
   return history, graph
 
 
-@pytest.mark.parametrize("features", [17, 3])
+@pytest.mark.parametrize("features, num_shards", [(17, 1), (17, 2), (3, 1)])
 def test_gradients_of_concatenated_activations_are_read_unsplit(
-    monkeypatch, features):
+    monkeypatch, features, num_shards):
   """With more than 16 activations concatenated, TF's gradient of the
   concatenation splits the gradient of the whole (one SplitV): the compiled
   per-id sums read each feature's columns of the whole instead, so the split
   is not needed, with the same numbers. With fewer, TF slices each piece
   (no SplitV): the sums read the pieces."""
-  with_kernels, graph = _concatenated_run(monkeypatch, True, features)
-  without, _ = _concatenated_run(monkeypatch, False, features)
+  with_kernels, graph = _concatenated_run(monkeypatch, True, features,
+                                          num_shards)
+  without, _ = _concatenated_run(monkeypatch, False, features, num_shards)
   steps.assert_same(with_kernels, without, exact=True)
   assert not np.array_equal(with_kernels[-1]["t"], with_kernels[0]["t"])
   sums = [op for op in graph.get_operations()

@@ -390,6 +390,76 @@ def test_streamed_input_gives_the_batches_constants_give_without_constants():
       "vocab1e7": "streamed"}
 
 
+def _peer_training(tmp_path, label):
+  """Two steps of the peer26 estimator (26 features, DenseFeatures, tables
+  of 1,000 rows) with the compiled kernels: every variable's value after
+  them, and the graph."""
+  from bench import e2e_bench  # pylint: disable=g-import-not-at-top
+  tf = e2e_bench.tf
+  job = dict(e2e_bench.peer26_job(steps=2, warmup=0), side="ours", rows=1000,
+             examples=2 * peer.BATCH, tf_random_seed=3,
+             model_dir=str(tmp_path / label))
+  estimator, input_fn = e2e_bench.build_estimator(job)
+  # The tables' initializers follow the graph's seed (tf_random_seed); the
+  # dense layers' (Keras's, unseeded) follow Python's random module.
+  tf.keras.utils.set_random_seed(3)
+  seen = {}
+
+  class Capture(tf.compat.v1.train.SessionRunHook):
+
+    def begin(self):
+      seen["graph"] = tf.compat.v1.get_default_graph()
+      seen["variables"] = tf.compat.v1.global_variables()
+
+    def end(self, session):
+      seen["values"] = dict(zip(
+          [v.op.name for v in seen["variables"]],
+          session.run(seen["variables"])))
+
+  estimator.train(input_fn, max_steps=2, hooks=[Capture()])
+  return seen["values"], seen["graph"]
+
+
+@pytest.mark.filterwarnings("ignore:`tf.layers.dense` is deprecated")
+# Keras draws its unseeded initializers' seeds with random.randint(1, 1e9).
+@pytest.mark.filterwarnings("ignore:non-integer arguments to randrange")
+def test_the_peer_model_trains_alike_with_the_split_read_in_place(
+    monkeypatch, tmp_path):
+  """The estimator path (TPUEstimator, DenseFeatures of 26 columns): the
+  compiled per-id sums read the concatenation's gradient in place, and two
+  steps give every variable the same bits as when they read the split's
+  pieces."""
+  from estimator_spec.engine import engine  # pylint: disable=g-import-not-at-top
+  from estimator_spec.engine import kernels  # pylint: disable=g-import-not-at-top
+  monkeypatch.setenv(kernels.ENV, "1")
+  in_place, graph = _peer_training(tmp_path, "in_place")
+  monkeypatch.setattr(engine, "_split_window", lambda grad, dimension: None)
+  pieces, split_graph = _peer_training(tmp_path, "pieces")
+  assert sorted(in_place) == sorted(pieces)
+  tables = [name for name in in_place if "embedding_weights" in name]
+  assert len(tables) == 2 * peer.FEATURES  # tables and their accumulators
+  for name in in_place:
+    np.testing.assert_array_equal(in_place[name], pieces[name], err_msg=name)
+  assert not np.array_equal(in_place[tables[0]], np.zeros_like(
+      in_place[tables[0]]))
+
+  def sums_inputs(graph):
+    ops = [op for op in graph.get_operations()
+           if op.type == "HostEmbeddingIdGradients"]
+    assert len(ops) == peer.FEATURES
+    return [(op.get_attr("offsets"), [t.shape.as_list()[-1]
+                                      for t in op.inputs[:op.get_attr("F")]])
+            for op in ops]
+
+  wide = peer.FEATURES * peer.DIM
+  assert all(len(offsets) == 1 and widths == [wide]
+             for offsets, widths in sums_inputs(graph))
+  assert sorted(offsets[0] for offsets, _ in sums_inputs(graph)) == [
+      peer.DIM * i for i in range(peer.FEATURES)]
+  assert all(offsets == [] and widths == [peer.DIM]
+             for offsets, widths in sums_inputs(split_graph))
+
+
 def test_the_summary_prints_the_embedding_cost_and_memory(capsys):
   from bench import e2e_bench  # pylint: disable=g-import-not-at-top
   run = lambda ms: {"median_step_ms": ms}
