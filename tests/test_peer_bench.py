@@ -353,7 +353,7 @@ def test_the_vocab_runs_share_two_tables_and_count_their_slots(tmp_path):
 def test_streamed_input_gives_the_batches_constants_give_without_constants():
   """The `vocab` runs stream their batches (a generator) so that the graph
   holds no copy of the data; the step sees the same batches, cycled."""
-  from bench import e2e_bench  # pylint: disable=g-import-not-at-top
+  from bench import e2e_bench
   tf = e2e_bench.tf
   features, labels = peer.make_data(3 * 64, rows=1000)
   batches = {}
@@ -394,7 +394,7 @@ def _peer_training(tmp_path, label):
   """Two steps of the peer26 estimator (26 features, DenseFeatures, tables
   of 1,000 rows) with the compiled kernels: every variable's value after
   them, and the graph."""
-  from bench import e2e_bench  # pylint: disable=g-import-not-at-top
+  from bench import e2e_bench
   tf = e2e_bench.tf
   job = dict(e2e_bench.peer26_job(steps=2, warmup=0), side="ours", rows=1000,
              examples=2 * peer.BATCH, tf_random_seed=3,
@@ -429,8 +429,8 @@ def test_the_peer_model_trains_alike_with_the_split_read_in_place(
   compiled per-id sums read the concatenation's gradient in place, and two
   steps give every variable the same bits as when they read the split's
   pieces."""
-  from estimator_spec.engine import engine  # pylint: disable=g-import-not-at-top
-  from estimator_spec.engine import kernels  # pylint: disable=g-import-not-at-top
+  from estimator_spec.engine import engine
+  from estimator_spec.engine import kernels
   monkeypatch.setenv(kernels.ENV, "1")
   in_place, graph = _peer_training(tmp_path, "in_place")
   monkeypatch.setattr(engine, "_split_window", lambda grad, dimension: None)
