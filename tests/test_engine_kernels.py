@@ -282,18 +282,9 @@ def test_gradients_of_concatenated_activations_are_read_unsplit(
     assert sorted(sums[0].get_attr("offsets") + sums[1].get_attr("offsets")
                   ) == [3 * i for i in range(features)]
     # Nothing the step runs needs the split.
-    closure, pending = set(), [op for op in sums]
-    while pending:
-      op = pending.pop()
-      for tensor in list(op.inputs):
-        if tensor.op not in closure:
-          closure.add(tensor.op)
-          pending.append(tensor.op)
-      for control in op.control_inputs:
-        if control not in closure:
-          closure.add(control)
-          pending.append(control)
-    assert splits[0] not in closure
+    needed = v1.graph_util.extract_sub_graph(graph.as_graph_def(),
+                                             [op.name for op in sums])
+    assert splits[0].name not in {node.name for node in needed.node}
   else:
     assert not splits
     assert all(op.get_attr("offsets") == [] for op in sums)
@@ -429,11 +420,12 @@ def test_the_combine_and_its_gradient_sums_equal_the_graph_ops(combiner):
            tf.constant(rng.randn(5, 3), tf.float32),
            tf.constant(rng.randn(4, 3), tf.float32)]
 
-  def id_gradients(grads, multiplier):
+  def id_gradients(grads, multiplier, **windows):
     return ops.host_embedding_id_gradients(
         grads=grads, segments=[p.segment for p in plans],
         weights=[empty if p.weights is None else p.weights for p in plans],
-        scales=scales, index=index, num_ids=8, multiplier=multiplier)
+        scales=scales, index=index, num_ids=8, multiplier=multiplier,
+        **windows)
 
   summed, finite = id_gradients(grads, empty)
   want = tf.math.unsorted_segment_sum(
@@ -453,28 +445,17 @@ def test_the_combine_and_its_gradient_sums_equal_the_graph_ops(combiner):
   wide = tf.concat([tf.constant(rng.randn(5, 2), tf.float32), grads[1],
                     tf.constant(rng.randn(5, 1), tf.float32), grads[0]],
                    axis=1)
-  summed, finite = ops.host_embedding_id_gradients(
-      grads=[wide, wide, grads[2]], segments=[p.segment for p in plans],
-      weights=[empty if p.weights is None else p.weights for p in plans],
-      scales=scales, index=index, num_ids=8, multiplier=empty,
-      offsets=[6, 2, 0], dim=3)
+  summed, finite = id_gradients([wide, wide, grads[2]], empty,
+                                offsets=[6, 2, 0], dim=3)
   np.testing.assert_array_equal(summed.numpy(), want.numpy())
   assert summed.shape == (8, 3) and finite.numpy()
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match=r"grads\[1\] has 9 columns; columns \[7, 10\) are "
                      "outside them"):
-    ops.host_embedding_id_gradients(
-        grads=[wide, wide, grads[2]], segments=[p.segment for p in plans],
-        weights=[empty if p.weights is None else p.weights for p in plans],
-        scales=scales, index=index, num_ids=8, multiplier=empty,
-        offsets=[6, 7, 0], dim=3)
+    id_gradients([wide, wide, grads[2]], empty, offsets=[6, 7, 0], dim=3)
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match="offsets must be empty or one per feature"):
-    ops.host_embedding_id_gradients(
-        grads=[wide, wide, grads[2]], segments=[p.segment for p in plans],
-        weights=[empty if p.weights is None else p.weights for p in plans],
-        scales=scales, index=index, num_ids=8, multiplier=empty,
-        offsets=[6, 2], dim=3)
+    id_gradients([wide, wide, grads[2]], empty, offsets=[6, 2], dim=3)
   if combiner != "sum":
     # The last feature: examples 1 and 3 are empty, and example 2's weights
     # sum to 0 (their squares do not); the scale is 0 where the sum is 0.

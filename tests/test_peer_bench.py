@@ -452,9 +452,10 @@ def test_the_peer_model_trains_alike_with_the_split_read_in_place(
             for op in ops]
 
   wide = peer.FEATURES * peer.DIM
+  read = sums_inputs(graph)
   assert all(len(offsets) == 1 and widths == [wide]
-             for offsets, widths in sums_inputs(graph))
-  assert sorted(offsets[0] for offsets, _ in sums_inputs(graph)) == [
+             for offsets, widths in read)
+  assert sorted(offsets[0] for offsets, _ in read) == [
       peer.DIM * i for i in range(peer.FEATURES)]
   assert all(offsets == [] and widths == [peer.DIM]
              for offsets, widths in sums_inputs(split_graph))

@@ -592,7 +592,7 @@ class HostEmbeddingEngine:
         weights=kernels.or_empty([plan.weights for plan in plans]),
         scales=lookup.scales, index=lookup.index, num_ids=num_ids,
         multiplier=kernels.or_empty([multiplier])[0], **window_attrs)
-    summed.set_shape([None, lookup.table.dimension])
+    summed.set_shape([None, dimension])
     return summed, finite
 
   def flush(self):
