@@ -373,12 +373,9 @@ def _build_peer26(side, job):
   features, labels = peer.make_data(job["examples"], rows=rows,
                                     seed=job.get("seed", 0))
   if job.get("fed"):
-    # What DenseFeatures would give: [N, 26 x 16], at a table's scale; with
-    # `fed_gradients`, as 26 inputs [N, 16] whose gradients the step
-    # computes.
-    rng = np.random.RandomState(job.get("seed", 0))
-    activations = rng.normal(0.0, 0.05, size=(
-        len(labels), peer.FEATURES * peer.DIM)).astype(np.float32)
+    # One input [N, 26 x 16]; with `fed_gradients`, 26 inputs [N, 16] whose
+    # gradients the step computes.
+    activations = peer.fed_activations(len(labels), job.get("seed", 0))
     pieces = None
     if job.get("fed_gradients"):
       pieces = [f"activation_{name}" for name in features]

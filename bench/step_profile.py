@@ -44,7 +44,11 @@ few us per op: with some 1,400 ops a step, the traced step is slower).
 
 Usage: .venv/bin/python -m bench.step_profile [--side ours|tf|both]
          [--workload peer26] [--warmup 20] [--timed 50] [--traced 10]
-         [--rows 100000] [--tables 26]
+         [--rows 100000] [--tables 26] [--fed]
+
+`--fed` profiles the fed twin (e2e_bench's `peer26-fed`: the same model
+with its activations given as an input, no lookup and no update), the
+reference of the embedding's cost: what the dense model alone takes.
 """
 import argparse
 import collections
@@ -564,7 +568,8 @@ def format_profile(p, top=15, per_group=6, scopes=15):
   return "\n".join(lines)
 
 
-def main():
+def parse(argv=None):
+  """The command line's arguments and the e2e_bench jobs they ask for."""
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--side", default=e2e_bench.OURS,
                       choices=e2e_bench.SIDES + ("both",))
@@ -578,15 +583,26 @@ def main():
   parser.add_argument("--tables", type=int, default=None,
                       help="the 26 features share this many tables "
                       "(default 26; e2e_bench's `vocab` runs use 2)")
-  args = parser.parse_args()
-  sides = e2e_bench.SIDES if args.side == "both" else (args.side,)
-  print(f"step_profile: {os.cpu_count()} CPUs, TF {tf.__version__}, "
-        f"load average {os.getloadavg()[0]:.2f}", flush=True)
-  for side in sides:
-    job = dict(e2e_bench.peer26_job(0, 0), side=side)
+  parser.add_argument("--fed", action="store_true",
+                      help="the fed twin: activations as an input")
+  args = parser.parse_args(argv)
+  if args.fed and (args.rows is not None or args.tables is not None):
+    parser.error("--fed has no tables: --rows and --tables do not apply")
+  jobs = []
+  for side in e2e_bench.SIDES if args.side == "both" else (args.side,):
+    job = dict(e2e_bench.peer26_job(0, 0), side=side, fed=args.fed)
     job.update({key: value for key, value in
                 (("rows", args.rows), ("tables", args.tables))
                 if value is not None})
+    jobs.append(job)
+  return args, jobs
+
+
+def main():
+  args, jobs = parse()
+  print(f"step_profile: {os.cpu_count()} CPUs, TF {tf.__version__}, "
+        f"load average {os.getloadavg()[0]:.2f}", flush=True)
+  for job in jobs:
     p = profile(job, args.warmup, args.timed, args.traced)
     print(format_profile(p, top=args.top), flush=True)
     print(f"(load average after this side: {os.getloadavg()[0]:.2f})\n",

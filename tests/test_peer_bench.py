@@ -226,6 +226,16 @@ def test_the_sides_run_from_the_checkout_with_their_pythons():
   assert compare.side_command("tf", args, describe=True) == [
       "/p/project", "-m", "bench.peers.estimator_side", "--side", "tf",
       "--describe"]
+  assert compare.side_command("ours-fed", args) == [
+      "/p/project", "-m", "bench.peers.estimator_side", "--side", "ours",
+      "--fed", "--steps", "80", "--warmup", "20"]
+  assert compare.side_command("torchrec-fed", args)[:6] == [
+      "/p/peers", "-m", "bench.peers.torchrec_side", "--threads", "2",
+      "--table-optimizer"]
+  assert compare.side_command("torchrec-fed", args)[-5:] == [
+      "--fed", "--steps", "80", "--warmup", "20"]
+  with pytest.raises(ValueError, match="ours-fed is a fed twin"):
+    compare.side_command("ours-fed", args, describe=True)
   result = compare.run_side(_side(
       "import json, os; print('PEER_RESULT ' + json.dumps("
       "[os.getcwd(), os.environ['PYTHONPATH'].split(os.pathsep)[0], "
@@ -459,6 +469,51 @@ def test_the_peer_model_trains_alike_with_the_split_read_in_place(
       peer.DIM * i for i in range(peer.FEATURES)]
   assert all(offsets == [] and widths == [peer.DIM]
              for offsets, widths in sums_inputs(split_graph))
+
+
+def test_each_side_with_tables_is_costed_against_its_fed_twin():
+  # Examples/s at batch 1024: 1024 / rate seconds per step.
+  rate = {"ours": 1024 / 0.008, "ours-fed": 1024 / 0.005,
+          "torchrec": 1024 / 0.02, "torchrec-rowwise": 1024 / 0.01,
+          "torchrec-fed": 1024 / 0.0064, "tf": 1024 / 0.02}
+  costs = {side: (full, twin, fed)
+           for side, full, twin, fed in compare.embedding_costs(rate)}
+  assert sorted(costs) == ["ours", "torchrec", "torchrec-rowwise"]
+  assert costs["ours"] == (pytest.approx(8.0), "ours-fed",
+                           pytest.approx(5.0))
+  assert costs["torchrec-rowwise"] == (pytest.approx(10.0), "torchrec-fed",
+                                       pytest.approx(6.4))
+  assert costs["torchrec"][1:] == ("torchrec-fed", pytest.approx(6.4))
+  # Without its twin, a side has no cost.
+  del rate["torchrec-fed"]
+  assert [c[0] for c in compare.embedding_costs(rate)] == ["ours"]
+
+
+def test_a_fed_twin_must_train_the_workload_s_mlp(data):
+  expected = peer.expected_work(data[0])
+  compare.check_twin("ours-fed", {"mlp": expected["mlp"]}, expected)
+  compare.check_twin("ours", {}, expected)  # not a twin: described instead
+  with pytest.raises(compare.SideFailed,
+                     match="torchrec-fed: its MLP has 7 parameters"):
+    compare.check_twin("torchrec-fed", {"mlp": 7}, expected)
+  with pytest.raises(compare.SideFailed, match="ours-fed: its MLP has None"):
+    compare.check_twin("ours-fed", {}, expected)
+
+
+def test_the_fed_activations_are_the_concatenated_embeddings_shape():
+  activations = peer.fed_activations(2048, seed=1)
+  assert activations.shape == (2048, peer.FEATURES * peer.DIM)
+  assert activations.dtype == np.float32
+  np.testing.assert_array_equal(activations, peer.fed_activations(2048, 1))
+  assert not np.array_equal(activations, peer.fed_activations(2048, 2))
+  assert 0.04 < float(activations.std()) < 0.06
+
+
+def test_the_ours_fed_twin_reports_the_workload_s_mlp():
+  from bench.peers import estimator_side
+  result = estimator_side.timed("ours", steps=2, warmup=1, fed=True)
+  assert result["mlp"] == peer.mlp_parameters()
+  assert result["examples_per_s"] > 0
 
 
 def test_the_summary_prints_the_embedding_cost_and_memory(capsys):

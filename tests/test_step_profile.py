@@ -119,6 +119,31 @@ def test_the_text_has_the_summary_the_groups_and_the_op_types(ours):
   assert "top 5 op types" in text
 
 
+def _matmuls_per_step(profile, group):
+  return sum(count for (g, t), (count, _) in profile.by_group_type.items()
+             if g == group and "MatMul" in t) / profile.steps
+
+
+def test_the_fed_twin_has_no_embedding_op_and_one_product_fewer():
+  """`--fed` profiles the peer model with its activations as an input: no
+  op of the embedding runs, and its backward pass has no product for the
+  activations' gradient (the model with tables has one more)."""
+  args, jobs = sp.parse(["--fed"])
+  assert args.fed and [job["fed"] for job in jobs] == [True]
+  small = dict(examples=2 * 1024)
+  fed = sp.profile(dict(jobs[0], **small), warmup=1, timed=1, traced=2)
+  full = sp.profile(dict(sp.parse([])[1][0], **small), warmup=1, timed=1,
+                    traced=2)
+  embedding = {sp.EMB_PARSE, sp.EMB_LOOKUP, sp.EMB_BACKWARD, sp.EMB_APPLY,
+               sp.EMB_CHECKS}
+  assert not embedding & set(fed.by_group)
+  assert embedding <= set(full.by_group)
+  assert _matmuls_per_step(full, sp.DENSE_BACKWARD) == (
+      _matmuls_per_step(fed, sp.DENSE_BACKWARD) + 1)
+  with pytest.raises(SystemExit):
+    sp.parse(["--fed", "--rows", "1000"])
+
+
 def test_a_node_grappler_rewrote_is_grouped_with_its_op():
   graph = tf.Graph()
   with graph.as_default():

@@ -25,16 +25,26 @@ group, killed past `--timeout`):
   TorchRec's fastest CPU Adagrad, which is another optimizer: one
   accumulator per row (+= the mean of g * g over the row's 16 elements)
   instead of one per element. The same-work check allows exactly that
-  difference for it and says so.
+  difference for it and says so;
+* `ours-fed`, `torchrec-fed`: the fed twins, for the embedding's cost: the
+  same dense model, dense optimizer and loss as `ours` (e2e_bench's
+  `peer26-fed`) and as the TorchRec sides (the MLP in
+  DistributedDataParallel), trained on workload.fed_activations in place
+  of the concatenated embeddings: no table, no lookup, no update, and no
+  gradient for the activations. They have no tables to describe; each run
+  reports its MLP's parameter count, which must be the workload's.
 
-First the same-work check: every side describes the work as it built it
-(tables, ids looked up and unique rows touched per batch for the first
-batches as fed, MLP parameters, the optimizers of tables and dense
-variables); each must equal what workload.py defines, or the script stops
-before timing. Then `--rounds` rounds, each running every side once in
-turn (ours, tf, torchrec, torchrec-rowwise); a run's rate is the examples of its steps after
-`--warmup` over their wall time; a side's rate is the median over rounds.
-Ratios: ours / torchrec, ours / torchrec-rowwise, ours / tf. Each run also says how busy the
+First the same-work check: every side with tables describes the work as
+it built it (tables, ids looked up and unique rows touched per batch for
+the first batches as fed, MLP parameters, the optimizers of tables and
+dense variables); each must equal what workload.py defines, or the script
+stops before timing. Then `--rounds` rounds, each running every side once
+in turn (in the order of `--sides`); a run's rate is the examples of its
+steps after `--warmup` over their wall time; a side's rate is the median
+over rounds. Ratios: ours / torchrec, ours / torchrec-rowwise, ours / tf.
+The embedding's cost of a side: its time per step (the batch over its
+rate) less its fed twin's, over the twin's (ours against ours-fed, both
+TorchRec sides against torchrec-fed). Each run also says how busy the
 machine was with other work meanwhile (Linux: CPU time of the whole
 machine, from /proc/stat, less the side's own, over the run's wall time):
 numbers from a busy machine are not comparable, and the summary says so.
@@ -55,7 +65,11 @@ import time
 from bench.peers import workload as peer
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-SIDES = ("ours", "tf", "torchrec", "torchrec-rowwise")
+SIDES = ("ours", "tf", "torchrec", "torchrec-rowwise", "ours-fed",
+         "torchrec-fed")
+# The fed twin of each side with tables, for the embedding's cost.
+TWINS = {"ours": "ours-fed", "torchrec": "torchrec-fed",
+         "torchrec-rowwise": "torchrec-fed"}
 # What a side is allowed to do differently, as the facts it reports instead.
 ALLOWED = {"torchrec-rowwise": {"table_optimizer": "rowwise adagrad"}}
 MARK = "PEER_RESULT "
@@ -125,17 +139,42 @@ def run_measured(command, timeout):
   return result
 
 
+def is_twin(side):
+  return side.endswith("-fed")
+
+
 def side_command(side, args, describe=False):
-  if side.startswith("torchrec"):
+  if describe and is_twin(side):
+    raise ValueError(f"{side} is a fed twin: it has no tables to describe")
+  base = side[:-len("-fed")] if is_twin(side) else side
+  if base.startswith("torchrec"):
     command = [args.peers_python, "-m", "bench.peers.torchrec_side",
                "--threads", str(args.threads), "--table-optimizer",
-               "rowwise" if side == "torchrec-rowwise" else "exact"]
+               "rowwise" if base == "torchrec-rowwise" else "exact"]
   else:
     command = [args.project_python, "-m", "bench.peers.estimator_side",
-               "--side", side]
+               "--side", base]
   if describe:
     return command + ["--describe"]
+  if is_twin(side):
+    command.append("--fed")
   return command + ["--steps", str(args.steps), "--warmup", str(args.warmup)]
+
+
+def check_twin(side, result, expected):
+  """Raises SideFailed unless a fed twin's run trained the workload's MLP."""
+  if is_twin(side) and result.get("mlp") != expected["mlp"]:
+    raise SideFailed(
+        f"{side}: its MLP has {result.get('mlp')} parameters; the "
+        f"workload's has {expected['mlp']}")
+
+
+def embedding_costs(rate, batch=peer.BATCH):
+  """[(side, ms per step, twin, twin's ms per step)] for each side with
+  tables whose twin ran too; a step's time is the batch over the rate."""
+  return [(side, 1e3 * batch / rate[side], TWINS[side],
+           1e3 * batch / rate[TWINS[side]])
+          for side in rate if side in TWINS and TWINS[side] in rate]
 
 
 def same_work(descriptions, expected):
@@ -206,10 +245,16 @@ def main():
     print("\nSame work (every side describes what it built and feeds):",
           flush=True)
     data, _ = peer.make_data()
+    expected = peer.expected_work(data)
     descriptions = {s: run_side(side_command(s, args, describe=True),
-                                args.timeout) for s in sides}
-    print("\n".join(same_work(descriptions, peer.expected_work(data))),
-          flush=True)
+                                args.timeout) for s in sides
+                    if not is_twin(s)}
+    print("\n".join(same_work(descriptions, expected)), flush=True)
+    twins = [s for s in sides if is_twin(s)]
+    if twins:
+      print(f"  {', '.join(twins)}: fed twins, checked to train the "
+            f"workload's MLP ({expected['mlp']:,} parameters) in every run",
+            flush=True)
 
     print("\nThroughput (examples/s of the steps after the warm-up):",
           flush=True)
@@ -217,6 +262,7 @@ def main():
     for r in range(args.rounds):
       for side in sides:
         result = run_measured(side_command(side, args), args.timeout)
+        check_twin(side, result, expected)
         results[side].append(result)
         others = result.get("others_cpus")
         print(f"  round {r + 1} {side:16s} {result['examples_per_s']:9,.0f} "
@@ -238,6 +284,13 @@ def main():
   for other in ("torchrec", "torchrec-rowwise", "tf"):
     if "ours" in sides and other in sides:
       print(f"  ours / {other:16s} {rate['ours'] / rate[other]:5.2f}x")
+  costs = embedding_costs(rate)
+  if costs:
+    print("  Embedding cost (time per step less the fed twin's, over the "
+          "twin's):")
+    for side, full, twin, fed in costs:
+      print(f"    {side:16s} {full:6.2f} ms - {fed:6.2f} ms ({twin}) = "
+            f"{full - fed:6.2f} ms = {100 * (full - fed) / fed:4.0f}%")
   busiest = max((r.get("others_cpus") or 0.0) for runs in results.values()
                 for r in runs)
   if busiest > BUSY:

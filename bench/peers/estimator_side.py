@@ -9,6 +9,10 @@
       dense parameters and optimizer ops of its graph after one step)
   python -m bench.peers.estimator_side --side ours --steps 80 --warmup 20
       one timed run (e2e_bench.run_in_child: a fresh child process)
+  python -m bench.peers.estimator_side --side ours --fed --steps 80
+      the same for the side's fed twin (e2e_bench's `peer26-fed`: the same
+      model with its activations fed, no lookup, no update), for the
+      embedding's cost
 
 Prints one line `PEER_RESULT {json}` last.
 """
@@ -87,13 +91,16 @@ def describe(side, batches=peer.CHECKED_BATCHES):
       threads=_threads(), version=f"TF {tf.__version__}")
 
 
-def timed(side, steps, warmup):
-  job = dict(e2e_bench.peer26_job(warmup + steps, warmup), side=side)
+def timed(side, steps, warmup, fed=False):
+  job = dict(e2e_bench.peer26_job(warmup + steps, warmup), side=side,
+             fed=fed)
   result = e2e_bench.run_in_child(job)
+  mlp = sum(size for name, size in result["trainable"].items()
+            if name.startswith(MLP_SCOPES))
   return {"examples_per_s": result["examples_per_s"],
           "median_step_ms": result["median_step_ms"],
-          "max_rss_mb": result["max_rss_mb"], "threads": _threads(),
-          "version": f"TF {tf.__version__}"}
+          "max_rss_mb": result["max_rss_mb"], "mlp": mlp,
+          "threads": _threads(), "version": f"TF {tf.__version__}"}
 
 
 def main():
@@ -102,11 +109,15 @@ def main():
   parser.add_argument("--describe", action="store_true")
   parser.add_argument("--steps", type=int, default=80)
   parser.add_argument("--warmup", type=int, default=20)
+  parser.add_argument("--fed", action="store_true",
+                      help="time the side's fed twin")
   args = parser.parse_args()
+  if args.fed and args.describe:
+    parser.error("--fed is timed only: the twin has no tables to describe")
   if args.describe:
     result = describe(args.side)
   else:
-    result = timed(args.side, args.steps, args.warmup)
+    result = timed(args.side, args.steps, args.warmup, fed=args.fed)
   print("PEER_RESULT " + json.dumps(result), flush=True)
 
 

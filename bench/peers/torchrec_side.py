@@ -24,9 +24,14 @@ bench/peers/compare.py starts it as a subprocess.
   BCEWithLogitsLoss (mean), fp32.
 * Data: workload.make_data's batches as KeyedJaggedTensors built once,
   cycled (pre-batched, like the estimator sides).
+* `--fed`: the fed twin, for the embedding's cost: the same MLP, dense
+  optimizer and loss in DistributedDataParallel (as DistributedModelParallel
+  wraps it), trained on workload.fed_activations in place of the
+  concatenated embeddings: no table, no lookup, no update.
 
   python -m bench.peers.torchrec_side --describe
   python -m bench.peers.torchrec_side --steps 80 --warmup 20 [--threads 2]
+  python -m bench.peers.torchrec_side --fed --steps 80 --warmup 20
 
 A run's rate: examples of the steps after `--warmup` over their wall time
 (each step ends with its loss read). Prints one line `PEER_RESULT {json}`
@@ -66,6 +71,15 @@ TABLE_OPTIMIZER_NAMES = {EmbOptimType.EXACT_ADAGRAD: "adagrad",
                          EmbOptimType.EXACT_ROWWISE_ADAGRAD: "rowwise adagrad"}
 
 
+def _mlp(width):
+  """width -> workload.HIDDEN relu layers -> one logit."""
+  layers = []
+  for out in peer.HIDDEN:
+    layers += [nn.Linear(width, out), nn.ReLU()]
+    width = out
+  return nn.Sequential(*layers, nn.Linear(width, 1))
+
+
 class PeerModel(nn.Module):
   """Sum-pooled tables, concatenated, -> the MLP -> one logit."""
 
@@ -81,11 +95,7 @@ class PeerModel(nn.Module):
     self.ebc = torchrec.EmbeddingBagCollection(
         tables=self.table_configs,
         device=torch.device("meta"))  # DMP materializes the shards
-    layers, width = [], len(names) * peer.DIM
-    for out in peer.HIDDEN:
-      layers += [nn.Linear(width, out), nn.ReLU()]
-      width = out
-    self.mlp = nn.Sequential(*layers, nn.Linear(width, 1))
+    self.mlp = _mlp(len(names) * peer.DIM)
 
   def forward(self, kjt):
     return self.mlp(self.ebc(kjt).values())
@@ -149,6 +159,31 @@ def build(optimizer):
   return model, dense_optimizer, _batches(data, labels)
 
 
+class FedModel(nn.Module):
+  """The fed twin: the MLP alone, on the activations as an input."""
+
+  def __init__(self):
+    super().__init__()
+    self.mlp = _mlp(peer.FEATURES * peer.DIM)
+
+  def forward(self, activations):
+    return self.mlp(activations)
+
+
+def build_fed():
+  """(the fed twin in DistributedDataParallel, dense optimizer, batches of
+  (activations, labels))."""
+  _, labels = peer.make_data()
+  activations = torch.from_numpy(peer.fed_activations(len(labels)))
+  model = nn.parallel.DistributedDataParallel(FedModel())
+  dense_optimizer = torch.optim.Adagrad(
+      model.parameters(), lr=peer.LEARNING_RATE,
+      initial_accumulator_value=peer.INITIAL_ACCUMULATOR)
+  batches = [(activations[part], torch.from_numpy(labels[part]))
+             for part in peer.batch_slices(len(labels))]
+  return model, dense_optimizer, batches
+
+
 def _threads():
   return (f"torch intra-op {torch.get_num_threads()}, inter-op "
           f"{torch.get_num_interop_threads()}")
@@ -202,8 +237,8 @@ def describe(model, dense_optimizer, batches, count=peer.CHECKED_BATCHES):
       threads=_threads(), version=_version())
 
 
-def _step(model, dense_optimizer, loss_fn, kjt, labels):
-  loss = loss_fn(model(kjt), labels)
+def _step(model, dense_optimizer, loss_fn, inputs, labels):
+  loss = loss_fn(model(inputs), labels)
   dense_optimizer.zero_grad()
   loss.backward()  # the fused optimizer updates the tables here
   dense_optimizer.step()
@@ -247,15 +282,17 @@ def timed(model, dense_optimizer, batches, steps, warmup):
   model.train()
   times = []
   for step in range(steps):
-    kjt, labels = batches[step % len(batches)]
-    _step(model, dense_optimizer, loss_fn, kjt, labels)
+    inputs, labels = batches[step % len(batches)]
+    _step(model, dense_optimizer, loss_fn, inputs, labels)
     times.append(time.perf_counter())
   steady = np.diff(times[warmup:])
+  mlp = sum(p.numel() for name, p in model.named_parameters()
+            if "mlp." in name)
   return {"examples_per_s": peer.BATCH * len(steady) / float(steady.sum()),
           "median_step_ms": float(np.median(steady)) * 1e3,
           "max_rss_mb": resource.getrusage(
               resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-          "threads": _threads(), "version": _version()}
+          "mlp": int(mlp), "threads": _threads(), "version": _version()}
 
 
 def main():
@@ -267,11 +304,16 @@ def main():
                       help="torch.set_num_threads (default: the CPUs)")
   parser.add_argument("--table-optimizer", choices=sorted(OPTIMIZERS),
                       default="exact")
+  parser.add_argument("--fed", action="store_true",
+                      help="time the fed twin (the MLP on fed activations)")
   args = parser.parse_args()
+  if args.fed and args.describe:
+    parser.error("--fed is timed only: the twin has no tables to describe")
   torch.set_num_threads(args.threads)
   _init_process_group()
   try:
-    model, dense_optimizer, batches = build(args.table_optimizer)
+    model, dense_optimizer, batches = (build_fed() if args.fed else
+                                       build(args.table_optimizer))
     if args.describe:
       result = describe(model, dense_optimizer, batches)
       if args.table_optimizer == "exact":

@@ -62,6 +62,15 @@ def make_data(num_examples=BATCHES * BATCH, features=FEATURES, rows=ROWS,
   return data, labels.astype(np.float32).reshape(-1, 1)
 
 
+def fed_activations(num_examples=BATCHES * BATCH, seed=SEED):
+  """[N, FEATURES x DIM] float32: what the concatenated embeddings would
+  give, at a table's scale, for the fed twins (the same dense model with
+  its activations as an input: no lookup, no update)."""
+  rng = np.random.RandomState(seed)
+  return rng.normal(0.0, 0.05, size=(num_examples, FEATURES * DIM)).astype(
+      np.float32)
+
+
 def batch_slices(num_examples, batch=BATCH):
   """The consecutive whole batches the sides cycle through."""
   return [slice(b * batch, (b + 1) * batch)
