@@ -149,8 +149,10 @@ def side_command(side, args, describe=False):
   base = side[:-len("-fed")] if is_twin(side) else side
   if base.startswith("torchrec"):
     command = [args.peers_python, "-m", "bench.peers.torchrec_side",
-               "--threads", str(args.threads), "--table-optimizer",
-               "rowwise" if base == "torchrec-rowwise" else "exact"]
+               "--threads", str(args.threads)]
+    if not is_twin(side):
+      command += ["--table-optimizer",
+                  "rowwise" if base == "torchrec-rowwise" else "exact"]
   else:
     command = [args.project_python, "-m", "bench.peers.estimator_side",
                "--side", base]

@@ -303,12 +303,14 @@ def main():
   parser.add_argument("--threads", type=int, default=os.cpu_count(),
                       help="torch.set_num_threads (default: the CPUs)")
   parser.add_argument("--table-optimizer", choices=sorted(OPTIMIZERS),
-                      default="exact")
+                      default=None, help="default: exact")
   parser.add_argument("--fed", action="store_true",
                       help="time the fed twin (the MLP on fed activations)")
   args = parser.parse_args()
-  if args.fed and args.describe:
-    parser.error("--fed is timed only: the twin has no tables to describe")
+  if args.fed and (args.describe or args.table_optimizer):
+    parser.error("--fed has no tables: --describe and --table-optimizer do "
+                 "not apply")
+  args.table_optimizer = args.table_optimizer or "exact"
   torch.set_num_threads(args.threads)
   _init_process_group()
   try:
