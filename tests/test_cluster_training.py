@@ -29,6 +29,7 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from estimator_spec.engine import statistics as st
 from estimator_spec.estimator import placement
@@ -78,7 +79,11 @@ def _placements(log):
               if line.startswith("PLACEMENT "))
 
 
-def _run_cluster(tmp_path, workers, argv, ps=2, evaluator=False):
+def _run_cluster(tmp_path, workers, argv, ps=2, evaluator=False,
+                 while_ps_run=None):
+  """Every task's log once the training tasks (and the evaluator) are
+  done; with `while_ps_run`, also what it returns, called with the cluster
+  before the ps tasks stop."""
   with LocalCluster(tmp_path, chief=1, workers=workers, ps=ps,
                     evaluator=evaluator, timeout=WAIT) as cluster:
     cluster.start_all(lambda task: argv)
@@ -87,7 +92,10 @@ def _run_cluster(tmp_path, workers, argv, ps=2, evaluator=False):
     if evaluator:
       assert cluster.wait("evaluator:0") == 0, cluster.log_tails(
           first="evaluator:0")
-    return {task: cluster.log(task) for task in cluster.tasks}
+    logs = {task: cluster.log(task) for task in cluster.tasks}
+    if while_ps_run is None:
+      return logs
+    return logs, while_ps_run(cluster)
 
 
 @pytest.mark.parametrize("workers,batch,extra", [
@@ -125,6 +133,56 @@ def test_synchronous_tasks_train_like_one_process(tmp_path, workers, batch,
                      logs["evaluator:0"]), logs["evaluator:0"][-3000:]
 
 
+def _read_on_ps(cluster, variables, most_parts=8):
+  """{name: value} of `variables` ({checkpoint name: its value there})
+  as the cluster's ps tasks hold them now: each variable, or each of its
+  partitions `<name>/part_<i>` (a checkpoint holds a partitioned variable
+  whole), read from the one ps task that has it."""
+  graph = tf.Graph()
+  handles = {}
+  with graph.as_default():
+    for name, like in variables.items():
+      dtype = tf.as_dtype(like.dtype)
+      for candidate in [name] + [f"{name}/part_{i}"
+                                 for i in range(most_parts)]:
+        for task in (t for t in cluster.tasks if t.startswith("ps:")):
+          with tf.device("/job:{}/task:{}".format(*task.split(":"))):
+            handle = tf.raw_ops.VarHandleOp(
+                dtype=dtype, shape=tf.TensorShape(None),
+                shared_name=candidate, container="")
+            handles[candidate, task] = (
+                tf.raw_ops.VarIsInitializedOp(resource=handle),
+                tf.raw_ops.ReadVariableOp(resource=handle, dtype=dtype))
+  # Only the ps tasks are asked for their devices (the others have
+  # stopped), with a bound on every call. Which task holds which name is
+  # asked first (a variable that does not exist reads as uninitialized):
+  # reading one that does not exist would fail the session's step.
+  config = tf.compat.v1.ConfigProto(device_filters=["/job:ps"],
+                                    operation_timeout_in_ms=WAIT * 1000)
+  with tf.compat.v1.Session(f"grpc://{cluster.address('ps:0')}",
+                            graph=graph, config=config) as session:
+    held = session.run({key: exists for key, (exists, _)
+                        in handles.items()})
+    values = session.run({key: handles[key][1]
+                          for key, exists in held.items() if exists})
+  found = {}
+  for (name, _), value in values.items():
+    found.setdefault(name, []).append(value)
+  twice = [name for name, values in found.items() if len(values) > 1]
+  assert not twice, f"on several ps tasks: {twice}"
+  found = {name: values[0] for name, values in found.items()}
+  for name, like in variables.items():
+    parts = sorted(int(n.rsplit("_", 1)[1]) for n in found
+                   if n.startswith(name + "/part_"))
+    assert (name in found) != bool(parts), (name, sorted(found))
+    assert parts == list(range(len(parts))), (name, parts)
+    whole = found.get(name, None)
+    if whole is None:
+      whole = np.concatenate([found[f"{name}/part_{i}"] for i in parts])
+    assert whole.shape == like.shape, (name, whole.shape)
+  return found
+
+
 def test_asynchronous_tasks_lose_no_update(tmp_path):
   # Three tasks add +1 to the rows of each id they look up, concurrently,
   # mostly on the same four rows: every addition must be in the table.
@@ -133,17 +191,29 @@ def test_asynchronous_tasks_lose_no_update(tmp_path):
   batch = 6
   argv = ["--model", "counter", "--model-dir", model_dir, "--steps", 300,
           "--batch", batch, "--mode", "async", "--out", out]
-  logs = _run_cluster(tmp_path, 2, argv)
+
+  def final_state(cluster):
+    # The chief's last checkpoint can be written while another task's step
+    # is under way (its global step counted, its rows not yet written):
+    # the table is read from the ps tasks once every task has stopped.
+    checkpoint = cluster_programs.read_result(out)["checkpoint"]
+    names = [n for n, _ in tf.train.list_variables(checkpoint)
+             if n == "global_step" or "id_embedding" in n]
+    return _read_on_ps(cluster, {
+        n: tf.train.load_variable(checkpoint, n) for n in names})
+
+  logs, final = _run_cluster(tmp_path, 2, argv, while_ps_run=final_state)
   result = cluster_programs.read_result(out)
-  table = cluster_programs.table_rows(result["variables"], "id_embedding")
+  table = cluster_programs.table_rows(final, "id_embedding")
+  global_step = int(final["global_step"])
   steps_run = sum(len(re.findall(r"^STEP ", log, re.MULTILINE))
                   for task, log in logs.items() if not task.startswith("ps"))
-  assert result["global_step"] >= 300
-  # Two ids per example; each task step adds 2 * batch; every step counts
-  # once in the global step, which the final checkpoint holds.
-  assert table.sum() == 2 * batch * result["global_step"], (
-      table.sum(), result["global_step"], steps_run)
-  assert steps_run >= result["global_step"] - 3  # all three tasks stepped
+  assert global_step >= 300 and result["global_step"] >= 300
+  # Two ids per example; each task step adds 2 * batch and counts once in
+  # the global step.
+  assert table.sum() == 2 * batch * global_step, (
+      table.sum(), global_step, steps_run)
+  assert steps_run >= global_step - 3  # all three tasks stepped
 
 
 def _fault_run(tmp_path, victim, restart=True, extra=()):
