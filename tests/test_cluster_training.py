@@ -165,12 +165,12 @@ def _read_on_ps(cluster, variables, most_parts=8):
                         in handles.items()})
     values = session.run({key: handles[key][1]
                           for key, exists in held.items() if exists})
-  found = {}
+  holders = {}
   for (name, _), value in values.items():
-    found.setdefault(name, []).append(value)
-  twice = [name for name, values in found.items() if len(values) > 1]
+    holders.setdefault(name, []).append(value)
+  twice = [name for name, held_by in holders.items() if len(held_by) > 1]
   assert not twice, f"on several ps tasks: {twice}"
-  found = {name: values[0] for name, values in found.items()}
+  found = {name: held_by[0] for name, held_by in holders.items()}
   for name, like in variables.items():
     parts = sorted(int(n.rsplit("_", 1)[1]) for n in found
                    if n.startswith(name + "/part_"))
@@ -196,14 +196,15 @@ def test_asynchronous_tasks_lose_no_update(tmp_path):
     # The chief's last checkpoint can be written while another task's step
     # is under way (its global step counted, its rows not yet written):
     # the table is read from the ps tasks once every task has stopped.
-    checkpoint = cluster_programs.read_result(out)["checkpoint"]
+    result = cluster_programs.read_result(out)
+    checkpoint = result["checkpoint"]
     names = [n for n, _ in tf.train.list_variables(checkpoint)
              if n == "global_step" or "id_embedding" in n]
-    return _read_on_ps(cluster, {
+    return result, _read_on_ps(cluster, {
         n: tf.train.load_variable(checkpoint, n) for n in names})
 
-  logs, final = _run_cluster(tmp_path, 2, argv, while_ps_run=final_state)
-  result = cluster_programs.read_result(out)
+  logs, (result, final) = _run_cluster(tmp_path, 2, argv,
+                                       while_ps_run=final_state)
   table = cluster_programs.table_rows(final, "id_embedding")
   global_step = int(final["global_step"])
   steps_run = sum(len(re.findall(r"^STEP ", log, re.MULTILINE))

@@ -37,6 +37,12 @@ def _threads():
           f"(default: all {os.cpu_count()} CPUs)")
 
 
+def _mlp_parameters(trainable):
+  """The dense layers' parameter count, from {variable name: size}."""
+  return sum(size for name, size in trainable.items()
+             if name.startswith(MLP_SCOPES))
+
+
 def optimizer_of(apply_ops, sparse):
   """'adagrad' when the graph updates with Adagrad ops of that kind
   (sparse: the table rows a batch touches; dense: whole variables)."""
@@ -61,8 +67,7 @@ def describe(side, batches=peer.CHECKED_BATCHES):
     batch_size = int(labels.shape[0])
   # The graph's dense layers and optimizer ops, after one training step.
   graph = e2e_bench.run_in_child(job)
-  mlp = sum(size for name, size in graph["trainable"].items()
-            if name.startswith(MLP_SCOPES))
+  mlp = _mlp_parameters(graph["trainable"])
   in_graph_tables = sum(size for name, size in graph["trainable"].items()
                         if not name.startswith(MLP_SCOPES))
   parameters = spec.optimization_parameters
@@ -95,8 +100,7 @@ def timed(side, steps, warmup, fed=False):
   job = dict(e2e_bench.peer26_job(warmup + steps, warmup), side=side,
              fed=fed)
   result = e2e_bench.run_in_child(job)
-  mlp = sum(size for name, size in result["trainable"].items()
-            if name.startswith(MLP_SCOPES))
+  mlp = _mlp_parameters(result["trainable"])
   return {"examples_per_s": result["examples_per_s"],
           "median_step_ms": result["median_step_ms"],
           "max_rss_mb": result["max_rss_mb"], "mlp": mlp,

@@ -80,6 +80,13 @@ def _mlp(width):
   return nn.Sequential(*layers, nn.Linear(width, 1))
 
 
+def _mlp_parameters(model):
+  """The parameter count of the model's `mlp` (a wrapper such as
+  DistributedDataParallel prefixes its names with `module.`)."""
+  return sum(p.numel() for name, p in model.named_parameters()
+             if name.removeprefix("module.").startswith("mlp."))
+
+
 class PeerModel(nn.Module):
   """Sum-pooled tables, concatenated, -> the MLP -> one logit."""
 
@@ -212,8 +219,7 @@ def describe(model, dense_optimizer, batches, count=peer.CHECKED_BATCHES):
   for kjt, _ in batches[:count]:
     fed.append(peer.batch_work(
         {name: jt.values().numpy() for name, jt in kjt.to_dict().items()}))
-  mlp = sum(p.numel() for name, p in model.named_parameters()
-            if name.startswith("mlp."))
+  mlp = _mlp_parameters(model)
   momentum = modules[0].momentum1_host
   return peer.work(
       tables=tables, batches=fed, batch_size=len(batches[0][1]),
@@ -286,8 +292,7 @@ def timed(model, dense_optimizer, batches, steps, warmup):
     _step(model, dense_optimizer, loss_fn, inputs, labels)
     times.append(time.perf_counter())
   steady = np.diff(times[warmup:])
-  mlp = sum(p.numel() for name, p in model.named_parameters()
-            if "mlp." in name)
+  mlp = _mlp_parameters(model)
   return {"examples_per_s": peer.BATCH * len(steady) / float(steady.sum()),
           "median_step_ms": float(np.median(steady)) * 1e3,
           "max_rss_mb": resource.getrusage(
