@@ -301,3 +301,55 @@ def test_negative_ids_are_dropped_in_every_input_kind(use_function):
   np.testing.assert_array_equal(acc[untouched], np.full((len(untouched), DIM),
                                                         0.1, F32))
   assert (acc[touched] > 0.1).all()
+
+
+def _tuple_config():
+  table = emb.TableConfig(VOCAB, DIM, name="t")
+  return (emb.FeatureConfig(table, name="a"),
+          emb.FeatureConfig(table, max_sequence_length=2, name="b"))
+
+
+def test_build_takes_shapes_whose_flattened_structure_agrees():
+  # TF compares the flattened structures: a list of shapes for a tuple of
+  # features is accepted, and gives the same activation shapes as the
+  # tuple itself.
+  shapes = [tf.TensorShape([4, 3]), tf.TensorShape([4, 5])]
+  results = []
+  for given in (shapes, tuple(shapes), [[4, 3], [4, 5]], ([4, 3], [4, 5])):
+    embedding = es.HostTPUEmbedding(_tuple_config(), emb.SGD(0.1))
+    embedding.build(given)
+    acts = embedding((tf.sparse.from_dense(tf.ones([4, 3], tf.int64)),
+                      tf.sparse.from_dense(tf.ones([4, 5], tf.int64))))
+    assert isinstance(acts, tuple)
+    results.append([a.shape.as_list() for a in acts])
+  assert results == [[[4, DIM], [4, 2, DIM]]] * 4
+  # A structure of another size is refused, saying how many each holds.
+  embedding = es.HostTPUEmbedding(_tuple_config(), emb.SGD(0.1))
+  with pytest.raises(ValueError, match="3 shapes.*2 features.*'0', '1'"):
+    embedding.build([tf.TensorShape([4, 3])] * 3)
+  with pytest.raises(ValueError, match="'1'.*not a shape"):
+    embedding.build({"x": tf.TensorShape([4, 3]), "y": "wide"})
+  # Nothing was built by the refused calls: a good call still works.
+  embedding.build([tf.TensorShape([4, 3]), tf.TensorShape([4, 5])])
+  acts = embedding((tf.sparse.from_dense(tf.ones([4, 3], tf.int64)),
+                    tf.sparse.from_dense(tf.ones([4, 5], tf.int64))))
+  assert [a.shape.as_list() for a in acts] == [[4, DIM], [4, 2, DIM]]
+
+
+def test_build_takes_an_int_as_the_batch_size_with_a_warning():
+  embedding = es.HostTPUEmbedding(_tuple_config(), emb.SGD(0.1))
+  with pytest.warns(FutureWarning, match="batch size"):
+    embedding.build(2)
+  acts = embedding((tf.sparse.from_dense(tf.ones([2, 3], tf.int64)),
+                    tf.sparse.from_dense(tf.ones([2, 5], tf.int64))))
+  assert [a.shape.as_list() for a in acts] == [[2, DIM], [2, 2, DIM]]
+  # The batch size is checked like build's shapes.
+  with pytest.raises(ValueError, match="'0'.*build"):
+    embedding.enqueue((tf.sparse.from_dense(tf.ones([3, 3], tf.int64)),
+                       tf.sparse.from_dense(tf.ones([2, 5], tf.int64))))
+  other = es.HostTPUEmbedding(_tuple_config(), emb.SGD(0.1))
+  with pytest.warns(FutureWarning), pytest.raises(ValueError,
+                                                  match="two batch sizes"):
+    other.build(2, per_replica_batch_size=3)
+  with pytest.raises(ValueError, match="positive int"):
+    other.build(per_replica_batch_size=0)

@@ -9,6 +9,9 @@ ids, `output_shape`, the enqueue/dequeue split.
 """
 import collections
 import collections.abc
+import warnings
+
+import numpy as np
 
 import tensorflow as tf
 
@@ -111,6 +114,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
                                                   same_batch_size=False)
     self._strategy = replicas.strategy_at_construction(owner)
     self._input_shapes = None
+    self._input_batch = None  # build's per-replica batch size, if given
     self._built = False
     self._step = None   # the _Step enqueued last, until its apply_gradients
 
@@ -141,13 +145,19 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     it has one (see the class docs).
 
     Args:
-      per_replica_input_shapes: optional nested structure (like
-        `feature_config`) of the ids' shapes (`tf.TensorShape`s); later
-        inputs must be compatible with them, and the activations take their
-        static dimensions from them.
+      per_replica_input_shapes: optional nested structure of the ids'
+        shapes (`tf.TensorShape`s), one per feature: `feature_config`'s
+        structure, or any structure that flattens to one shape per feature
+        in `feature_config`'s flattened order (a list for a tuple of
+        features, as TF accepts); later inputs must be compatible with
+        them, and the activations take their static dimensions from them.
+        An int here is the per-replica batch size (TF's deprecated form;
+        a FutureWarning says so).
       per_replica_batch_size: optional int: the batch size of every input.
 
     Raises:
+      ValueError: when the shapes do not flatten to one per feature (saying
+        how many each holds), or a shape or batch size is not one.
       ValueError: naming the table and the slot, when a
         `slot_variable_creation_fn` returns anything but a dict of the
         optimizer's slot names (TF2's) to distinct float32 `tf.Variable`s
@@ -156,18 +166,42 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     if self._built:
       return
     shapes = None
+    if _is_int(per_replica_input_shapes):
+      # TF's older form: the batch size as the first argument.
+      warnings.warn(
+          "HostTPUEmbedding.build: an int as `per_replica_input_shapes` is "
+          "the per-replica batch size (a deprecated form, as in TF); give "
+          "the inputs' shapes, or `per_replica_batch_size=`.",
+          FutureWarning, stacklevel=2)
+      if (per_replica_batch_size is not None and
+          int(per_replica_batch_size) != int(per_replica_input_shapes)):
+        raise ValueError(
+            "HostTPUEmbedding.build: two batch sizes: "
+            f"{int(per_replica_input_shapes)} (the first argument) and "
+            f"per_replica_batch_size={per_replica_batch_size}; give one.")
+      per_replica_batch_size = int(per_replica_input_shapes)
+      per_replica_input_shapes = None
     if per_replica_input_shapes is not None:
-      tf.nest.assert_same_structure(self._feature_config,
-                                    per_replica_input_shapes)
-      shapes = [tf.TensorShape(s)
-                for s in tf.nest.flatten(per_replica_input_shapes)]
+      shapes = self._flat_input_shapes(per_replica_input_shapes)
     if per_replica_batch_size is not None:
+      if not _is_int(per_replica_batch_size) or per_replica_batch_size < 1:
+        raise ValueError(
+            "HostTPUEmbedding.build: `per_replica_batch_size` must be a "
+            f"positive int; got {per_replica_batch_size!r}.")
       batch = int(per_replica_batch_size)
-      shapes = [tf.TensorShape([batch]).concatenate(
-          tf.TensorShape(None)) if s is None else
-                s.merge_with(tf.TensorShape([batch]).concatenate(
-                    [None] * (s.rank - 1))) if s.rank else s
-                for s in (shapes or [None] * len(self._names))]
+      merged = []
+      for name, s in zip(self._names, shapes or [None] * len(self._names)):
+        if s is not None and s.rank:
+          try:
+            s = s.merge_with(tf.TensorShape([batch] + [None] * (s.rank - 1)))
+          except ValueError:
+            raise ValueError(
+                f"HostTPUEmbedding.build: feature {name!r}: the shape {s} "
+                f"has another batch size than per_replica_batch_size="
+                f"{batch}.") from None
+        merged.append(s)
+      shapes = merged
+      self._input_batch = batch
     self._input_shapes = (None if shapes is None else
                           dict(zip(self._names, shapes)))
     if self.is_training:
@@ -184,6 +218,33 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     for name, variable in self._checkpoint_variables().items():
       # Restores what a checkpoint restored before build holds for it.
       self._handle_deferred_dependencies(name=name, trackable=variable)
+
+  def _flat_input_shapes(self, given):
+    """build()'s `per_replica_input_shapes` as one `tf.TensorShape` per
+    feature, in `feature_config`'s flattened order. As TF does, only the
+    flattened structures must agree (a list of shapes for a tuple of
+    features is accepted); a shape may be a `tf.TensorShape` or, where the
+    nesting is `feature_config`'s own, a list of dimensions."""
+    where = "HostTPUEmbedding.build: `per_replica_input_shapes`"
+    flat = _leaves_up_to(self._feature_config, given)
+    if flat is None:
+      flat = tf.nest.flatten(given)
+      if len(flat) != len(self._names):
+        raise ValueError(
+            f"{where} holds {len(flat)} shapes once flattened; "
+            f"feature_config holds {len(self._names)} features "
+            f"({', '.join(map(repr, self._names))}). Give one shape per "
+            "feature, in feature_config's flattened order (or in its "
+            "structure).") from None
+    shapes = []
+    for name, shape in zip(self._names, flat):
+      try:
+        shapes.append(None if shape is None else tf.TensorShape(shape))
+      except (TypeError, ValueError):
+        raise ValueError(
+            f"{where}: feature {name!r}: {shape!r} is not a shape; give a "
+            "tf.TensorShape per feature.") from None
+    return shapes
 
   def _slot_supplier(self, table_name, fn, supplied):
     """The engine's slot supplier for a table whose TF2 optimizer has a
@@ -569,6 +630,14 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     """The static shape of `ids`, completed by what `build` was given;
     ValueError when the two disagree."""
     given = ids.shape
+    batch = self._input_batch
+    if batch is not None and given.rank:
+      first = tf.compat.dimension_value(given[0])
+      if first is not None and first != batch:
+        raise ValueError(f"{where}: ids of shape {given} (batch {first}); "
+                         f"build() was given the per-replica batch size "
+                         f"{batch}.")
+      given = tf.TensorShape([batch]).concatenate(given[1:])
     if self._input_shapes is None or self._input_shapes[name] is None:
       return given
     expected = self._input_shapes[name]
@@ -694,6 +763,31 @@ def _check_output_shape(owner, name, feature):
     raise ValueError(
         f"{owner}: feature {name!r}: `output_shape` {shape} must be fully "
         "defined.")
+
+
+def _leaves_up_to(structure, given):
+  """The parts of `given` at the leaves of `structure`, in `tf.nest`'s
+  flattened order, when `given` nests as `structure` does up to its leaves
+  (lists and tuples alike; a leaf of `given` may itself be a list); else
+  None."""
+  if isinstance(structure, collections.abc.Mapping):
+    if not isinstance(given, collections.abc.Mapping) or (
+        sorted(structure) != sorted(given)):
+      return None
+    parts = [_leaves_up_to(structure[k], given[k]) for k in sorted(structure)]
+  elif isinstance(structure, (list, tuple)):
+    if not isinstance(given, (list, tuple)) or len(given) != len(structure):
+      return None
+    parts = [_leaves_up_to(s, g) for s, g in zip(structure, given)]
+  else:
+    return [given]
+  if any(part is None for part in parts):
+    return None
+  return [leaf for part in parts for leaf in part]
+
+
+def _is_int(value):
+  return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 def _current_graph():
