@@ -224,6 +224,10 @@ def test_load_all_reads_every_table_and_skips_bad_files(tmp_path):
   assert skipped == [str(tmp_path / "junk.json"), str(renamed)]
 
 
-def test_saved_files_are_readable_by_others(tmp_path):
-  path = st.save(str(tmp_path), _observed(_batches(5)))
+def test_saved_files_are_readable_by_others_as_the_umask_allows(tmp_path):
+  old = os.umask(0o022)
+  try:
+    path = st.save(str(tmp_path), _observed(_batches(5)))
+  finally:
+    os.umask(old)
   assert os.stat(path).st_mode & 0o777 == 0o644

@@ -14,6 +14,7 @@ Naming and order (`../shared/SEMANTICS.md` sections 1 and 7):
 """
 import collections
 import dataclasses
+import re
 from typing import Any, Callable, Optional, Tuple
 
 from tpu_embedding_columns import columns as _columns
@@ -346,6 +347,8 @@ def _from_columns(columns):
         hot_id_replication=False,
         embedding_var_name=column.embedding_var_name)
   _check_weight_keys(features, "feature_columns")
+  for name, column in owners.items():
+    check_table_name(name, f"`feature_columns`: column {column.name!r}")
   return _finish(tables, features)
 
 
@@ -371,6 +374,7 @@ def _from_dicts(table_to_config_dict, feature_to_config_dict):
         "remove them or add features for them.")
   tables = {}
   for name, config in table_to_config_dict.items():
+    check_table_name(name, "`table_to_config_dict`")
     tables[name] = dict(
         name=name,
         vocabulary_size=config.vocabulary_size,
@@ -400,6 +404,31 @@ def _check_weight_keys(features, what):
           "weighted_categorical_column is not supported on TPU. Give each "
           "weighted feature its own weight key (copy the weights in the "
           "input_fn).")
+
+
+# A table's name names its variables (a root name scope of the graph) and
+# its lookup statistics file: TF's rule for a root scope name
+# (`[A-Za-z0-9.][A-Za-z0-9_.\\/>-]*`) less what TF's node names or a file
+# name cannot carry: no backslash, no leading '.' (a hidden file), no empty
+# part between '/'s.
+TABLE_NAME_RULE = "[A-Za-z0-9][A-Za-z0-9_.>/-]*, no '//', not ending in '/'"
+_TABLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.>/-]*")
+
+
+def check_table_name(name, where):
+  """Raises ValueError (naming `where` and the rule) unless `name` is a
+  table name TF can scope and a statistics file can carry."""
+  if not isinstance(name, str):
+    raise TypeError(f"EmbeddingConfigSpec: {where}: table name {name!r} must "
+                    "be a string.")
+  if (not _TABLE_NAME.fullmatch(name) or "//" in name or
+      name.endswith("/")):
+    raise ValueError(
+        f"EmbeddingConfigSpec: {where}: table name {name!r} is not allowed: "
+        f"a table name must match {TABLE_NAME_RULE} (it becomes the root name "
+        "scope of the table's variables and the name of its statistics "
+        "file); rename the table (or the column's key or "
+        "shared_embedding_collection_name it comes from).")
 
 
 def _finish(table_fields, features):

@@ -20,6 +20,7 @@ from them (coverage) are lower bounds in the same way and are marked ">=".
 import html
 import math
 
+from estimator_spec import files
 from estimator_spec.engine import statistics
 
 TOP_IDS = 5
@@ -643,8 +644,9 @@ def render_html(stats_list, source=None):
 
 def write_html(stats_list, path, source=None):
   """Writes the report page of `stats_list` to `path`; returns `path`.
-  `source` (e.g. the statistics directory) is named in the page's title."""
+  `source` (e.g. the statistics directory) is named in the page's title.
+  The page is written atomically, with the user's umask, and a symbolic
+  link at `path` is replaced, never written through
+  (`files.write_atomic`)."""
   page = render_html(stats_list, source)
-  with open(path, "w", encoding="utf-8") as out:
-    out.write(page)
-  return path
+  return files.write_atomic(path, page)

@@ -20,10 +20,12 @@ import json
 import math
 import os
 import time
+import warnings
 
 import tensorflow as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 
+from estimator_spec import files
 from estimator_spec.estimator import cluster as cluster_lib
 from estimator_spec.estimator import tpu_context
 from estimator_spec.config import embedding_config as config_lib
@@ -155,43 +157,87 @@ def assignment_report(model, assignment, stats_by_table, num_ps):
   return "\n".join(lines)
 
 
-def _valid_assignment(model, num_ps, assignment):
-  """Whether `assignment` (decoded JSON) places every table of `model` on
-  `num_ps` ps tasks, one partition per task."""
-  if not isinstance(assignment, dict) or sorted(assignment) != sorted(
-      model.tables):
-    return False
+# The largest ps-assignment file read (a model of 1,000 tables on 1,000 ps
+# tasks writes about 5 MB).
+MAX_ASSIGNMENT_BYTES = 16 * 2**20
+
+
+def _assignment_problem(model, num_ps, assignment):
+  """Why `assignment` (decoded JSON) does not place every table of `model`
+  on `num_ps` ps tasks, one partition per task; None when it does."""
+  if not isinstance(assignment, dict):
+    return "it is not a JSON object of {table: [ps task of each partition]}"
+  if sorted(assignment) != sorted(model.tables):
+    return (f"it names the tables {sorted(assignment)[:8]}, not this model's "
+            f"{sorted(model.tables)[:8]}")
   for name, table in model.tables.items():
     tasks = assignment[name]
     partitions = min(table.vocabulary_size, num_ps)
-    if (not isinstance(tasks, list) or len(tasks) != partitions or
-        sorted(tasks) != sorted(set(tasks)) or
-        not all(isinstance(t, int) and 0 <= t < num_ps for t in tasks)):
-      return False
-  return True
+    if not isinstance(tasks, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) for t in tasks):
+      return f"table {name!r}: it is not a list of ps task indices"
+    if len(tasks) != partitions:
+      return (f"table {name!r}: {len(tasks)} partitions, not {partitions} "
+              f"(one per ps task of {num_ps})")
+    if not all(0 <= t < num_ps for t in tasks):
+      return f"table {name!r}: a ps task index is not in [0, {num_ps})"
+    if len(set(tasks)) != len(tasks):
+      return f"table {name!r}: a ps task holds two partitions"
+  return None
+
+
+def _read_text(path):
+  """The bytes of the assignment file `path` (a local path: a regular file
+  only, never followed through a link; a URL: through tf.io.gfile), at
+  most MAX_ASSIGNMENT_BYTES; raises FileRejected or OSError."""
+  if "://" not in path:
+    return files.read_bytes(path, MAX_ASSIGNMENT_BYTES)
+  size = tf.io.gfile.stat(path).length
+  if size > MAX_ASSIGNMENT_BYTES:
+    raise files.FileRejected(f"it holds {size:,} bytes, more than the "
+                             f"{MAX_ASSIGNMENT_BYTES:,} allowed")
+  with tf.io.gfile.GFile(path, "rb") as f:
+    return f.read(MAX_ASSIGNMENT_BYTES + 1)
 
 
 def _recorded_assignment(model_dir, model, num_ps):
-  """The assignment the latest checkpoint, else the model directory's
-  file, records for this model and ps count; None if neither does."""
+  """(the assignment the latest checkpoint, else the model directory's
+  file, records for this model and ps count, or None; [(where, why) of
+  each record that is not a valid one])."""
   checkpoint = tf.train.latest_checkpoint(model_dir)
   texts = []
   if checkpoint is not None:
     reader = tf.compat.v1.train.NewCheckpointReader(checkpoint)
     if reader.has_tensor(ASSIGNMENT_TENSOR):
-      texts.append(reader.get_tensor(ASSIGNMENT_TENSOR))
+      texts.append((f"checkpoint {checkpoint} ({ASSIGNMENT_TENSOR})",
+                    lambda: reader.get_tensor(ASSIGNMENT_TENSOR)))
   path = os.path.join(model_dir, ASSIGNMENT_FILE)
-  if tf.io.gfile.exists(path):
-    with tf.io.gfile.GFile(path) as f:
-      texts.append(f.read())
-  for text in texts:
+  if tf.io.gfile.exists(path) or os.path.lexists(path):
+    texts.append((path, lambda: _read_text(path)))
+  problems = []
+  for where, read in texts:
     try:
-      decoded = json.loads(text)
-    except ValueError:
-      continue
-    if _valid_assignment(model, num_ps, decoded):
-      return decoded
-  return None
+      decoded = files.parse_json(read(), max_depth=4)
+      problem = _assignment_problem(model, num_ps, decoded)
+    except FileNotFoundError:
+      continue  # removed since
+    except (OSError, ValueError, tf.errors.OpError) as error:
+      problem = (error.strerror if isinstance(error, OSError) and
+                 error.strerror else getattr(error, "message", None) or
+                 str(error))
+    if problem is None:
+      return decoded, problems
+    problems.append((where, problem))
+  return None, problems
+
+
+def _warn(problems, said, then):
+  """A warning for each (where, why) in `problems` not yet `said`."""
+  for where, why in problems:
+    if (where, why) not in said:
+      said.add((where, why))
+      warnings.warn(f"The ps assignment in {where} is not used: {why}. "
+                    f"{then}", RuntimeWarning, stacklevel=3)
 
 
 def resolve_ps_assignment(model, cluster, model_dir, stats_by_table,
@@ -201,23 +247,34 @@ def resolve_ps_assignment(model, cluster, model_dir, stats_by_table,
   The chief takes the one recorded in the model directory (checkpoint,
   then file) or else computes it from `stats_by_table` and writes the
   file; other training tasks wait up to `wait_secs` for a recorded one.
+  A record that is unreadable or does not fit this model and ps count
+  (docs/security.md) gets a warning naming it and the reason: the chief
+  then replaces the file, a worker waits for the chief's.
   """
-  recorded = _recorded_assignment(model_dir, model, cluster.num_ps)
+  said = set()
+  recorded, problems = _recorded_assignment(model_dir, model, cluster.num_ps)
   if recorded is not None:
     return recorded
   if cluster.is_chief:
+    _warn(problems, said, "The chief writes a new one.")
     assignment = balanced_assignment(model, cluster.num_ps, stats_by_table)
     tf.io.gfile.makedirs(model_dir)
     path = os.path.join(model_dir, ASSIGNMENT_FILE)
-    partial = path + ".partial"
-    with tf.io.gfile.GFile(partial, "w") as f:
-      f.write(json.dumps(assignment, sort_keys=True))
-    tf.io.gfile.rename(partial, path, overwrite=True)
+    text = json.dumps(assignment, sort_keys=True)
+    if "://" in path:
+      partial = path + ".partial"
+      with tf.io.gfile.GFile(partial, "w") as f:
+        f.write(text)
+      tf.io.gfile.rename(partial, path, overwrite=True)
+    else:
+      files.write_atomic(path, text)
     return assignment
   deadline = time.monotonic() + wait_secs
   while time.monotonic() < deadline:
+    _warn(problems, said, "This task waits for the chief's.")
     time.sleep(0.5)
-    recorded = _recorded_assignment(model_dir, model, cluster.num_ps)
+    recorded, problems = _recorded_assignment(model_dir, model,
+                                              cluster.num_ps)
     if recorded is not None:
       return recorded
   raise RuntimeError(

@@ -27,6 +27,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from estimator_spec import files
 from estimator_spec.config import report
 from estimator_spec.engine import statistics
 from estimator_spec.estimator import placement
@@ -269,7 +270,7 @@ class StatisticsHook(tf.compat.v1.train.SessionRunHook):
       try:
         statistics.add_to_file(self._profiler.directory, stats)
         saved.append(table)
-      except OSError as error:
+      except (OSError, files.FileRejected) as error:
         tf.compat.v1.logging.warning(
             "Lookup statistics of table %r not saved to %s (%s); they are "
             "kept for the next save.", table, self._profiler.directory,

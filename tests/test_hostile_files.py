@@ -1,0 +1,448 @@
+"""Files the library reads or writes, broken or planted by someone else
+(docs/security.md): the careful reader and writer (`estimator_spec/files.py`),
+lookup statistics files, the `profile` command, the ps-assignment file and
+table names. Each hostile file gives a warning naming the file and the
+reason (or a clear error) and never a crash, a hang, or a write outside.
+"""
+import base64
+import json
+import os
+import stat
+import warnings
+
+import hypothesis
+from hypothesis import strategies as hs
+import numpy as np
+import pytest
+
+import estimator_spec as es
+import tpu_embedding_columns as tec
+from estimator_spec import files
+from estimator_spec.engine import statistics as st
+from estimator_spec.estimator import cluster as cluster_lib
+from estimator_spec.estimator import placement
+
+FAST = hypothesis.settings(max_examples=60, deadline=None,
+                           suppress_health_check=list(
+                               hypothesis.HealthCheck))
+
+
+# --- the careful reader and writer ------------------------------------------
+
+
+def test_read_bytes_takes_a_regular_file_within_its_cap(tmp_path):
+  path = tmp_path / "f"
+  path.write_bytes(b"abc")
+  assert files.read_bytes(str(path), 3) == b"abc"
+  with pytest.raises(files.FileRejected, match="3 bytes, more than the 2"):
+    files.read_bytes(str(path), 2)
+  with pytest.raises(FileNotFoundError):
+    files.read_bytes(str(tmp_path / "missing"), 10)
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "directory", "device"])
+def test_read_bytes_refuses_what_is_not_a_regular_file(tmp_path, kind):
+  target = tmp_path / "target"
+  target.write_bytes(b"{}")
+  path = tmp_path / "f"
+  if kind == "symlink":
+    path.symlink_to(target)
+  elif kind == "fifo":
+    os.mkfifo(path)  # nobody writes it: opening it must not block
+  elif kind == "directory":
+    path.mkdir()
+  else:
+    path = "/dev/zero"
+  words = {"symlink": "a symbolic link", "fifo": "a FIFO",
+           "directory": "a directory", "device": "a device"}[kind]
+  with pytest.raises(files.FileRejected, match=words):
+    files.read_bytes(str(path), 100)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("[" * 200_000 + "]" * 200_000, "nests 200000 levels"),
+    ('{"a": NaN}', "NaN"),
+    ('{"a": Infinity}', "Infinity"),
+    ('{"a": 1e400}', "out of range"),
+    ('{"a": ' + "9" * 5000 + "}", "integer of 5000 digits"),
+    (b'{"a": "\xff"}', "not UTF-8"),
+    ('{"a": 1, "a": 2}', "key 'a' twice"),
+    ("{not json", "not valid JSON"),
+], ids=["deep", "nan", "infinity", "huge-float", "huge-int", "utf8",
+        "duplicate-key", "invalid"])
+def test_parse_json_refuses_with_the_reason(text, words):
+  with pytest.raises(files.FileRejected, match=words):
+    files.parse_json(text)
+
+
+def test_json_depth_skips_brackets_inside_strings():
+  assert files.json_depth(b'{"a": "[[[[\\"[[", "b": [[1]]}') == 3
+  assert files.parse_json('["[[[[[[", {"]": [1]}]', max_depth=3) == [
+      "[[[[[[", {"]": [1]}]
+
+
+@FAST
+@hypothesis.given(hs.binary(max_size=300))
+def test_parse_json_of_random_bytes_returns_or_refuses(data):
+  try:
+    files.parse_json(data)
+  except files.FileRejected:
+    pass
+
+
+@pytest.mark.parametrize("mask, mode", [(0o077, 0o600), (0o022, 0o644),
+                                        (0o002, 0o664)])
+def test_write_atomic_respects_the_umask(tmp_path, mask, mode):
+  old = os.umask(mask)
+  try:
+    path = files.write_atomic(str(tmp_path / "f"), "text")
+  finally:
+    os.umask(old)
+  assert stat.S_IMODE(os.stat(path).st_mode) == mode
+  assert open(path).read() == "text"
+  assert os.listdir(tmp_path) == ["f"]  # no temporary file left
+
+
+def test_write_atomic_replaces_a_link_never_writes_through_it(tmp_path):
+  outside = tmp_path / "outside"
+  outside.write_text("precious")
+  inside = tmp_path / "dir"
+  inside.mkdir()
+  link = inside / "report.html"
+  link.symlink_to(outside)
+  files.write_atomic(str(link), "page")
+  assert outside.read_text() == "precious"
+  assert not link.is_symlink() and link.read_text() == "page"
+  dangling = inside / "dangling"
+  dangling.symlink_to(tmp_path / "created-outside")
+  files.write_atomic(str(dangling), "x")
+  assert not (tmp_path / "created-outside").exists()
+
+
+def test_open_lock_refuses_links_and_creates_nothing_outside(tmp_path):
+  link = tmp_path / ".lock"
+  link.symlink_to(tmp_path / "outside")
+  with pytest.raises(files.FileRejected, match="symbolic link"):
+    files.open_lock(str(link))
+  assert not (tmp_path / "outside").exists()
+  fifo = tmp_path / "fifo"
+  os.mkfifo(fifo)
+  with pytest.raises(files.FileRejected, match="FIFO"):
+    files.open_lock(str(fifo))
+  handle = files.open_lock(str(tmp_path / "lock"))
+  os.close(handle)
+  assert (tmp_path / "lock").is_file()
+
+
+# --- statistics files -------------------------------------------------------
+
+
+def _settings(shards=3, table="tbl_items"):
+  return {"table": table, "vocabulary_size": 1000,
+          "features": [["items", 0]], "partition_strategy": "div",
+          "num_shards": shards}
+
+
+def _stats(settings=None):
+  stats = st.TableStatistics(settings or _settings(), 1.0)
+  rng = np.random.RandomState(0)
+  for _ in range(3):
+    lengths = rng.randint(0, 4, 32)
+    stats.observe(rng.randint(0, 1000, lengths.sum()), lengths)
+  return stats
+
+
+def _mutated(**changes):
+  data = _stats().to_json()
+  for dotted, value in changes.items():
+    where = data
+    *parents, last = dotted.split(".")
+    for key in parents:
+      where = where[key]
+    where[last] = value
+  return data
+
+
+def _hostile_texts():
+  """{case: file content} of the statistics cases of issue 35 (each kept
+  under the name of `_settings()`'s file)."""
+  good = _stats().to_json()
+  heavy = _mutated()
+  heavy["heavy_hitters"]["ids"][0][1] = 10**30
+  many_shards = dict(good, settings=_settings(shards=3_000_000))
+  many_shards["key"] = st.settings_key(many_shards["settings"])
+  return {
+      "huge-count": json.dumps(heavy),
+      "infinite-lookups": json.dumps(good).replace(
+          f'"lookups": {good["lookups"]}', '"lookups": Infinity'),
+      "nested": "[" * 200_000 + "]" * 200_000,
+      "negative": json.dumps(_mutated(lookups=-5, examples=-100, runs=-1)),
+      "nan-rate": json.dumps(good).replace(
+          f'"sampling_rate": {good["sampling_rate"]}', '"sampling_rate": NaN'),
+      "bool-count": json.dumps(_mutated(runs=True)),
+      "float-count": json.dumps(_mutated(lookups=float(good["lookups"]))),
+      "shards": json.dumps(many_shards),
+      "registers": json.dumps(_mutated(hll_registers=base64.b64encode(
+          bytes([200]) * 4096).decode())),
+      "unbalanced-load": json.dumps(_mutated(**{
+          "shard_load.div": [good["lookups"] + 1, 0, 0]})),
+      "utf8": b'\xff\xfe' + json.dumps(good).encode(),
+      "duplicate-heavy": json.dumps(_mutated(**{
+          "heavy_hitters.ids": [[1, 1], [1, 1]]})),
+  }
+
+
+@pytest.mark.parametrize("case", sorted(_hostile_texts()))
+def test_a_hostile_statistics_file_is_a_warning_then_ignored(tmp_path, case):
+  content = _hostile_texts()[case]
+  path = tmp_path / st.file_name(_settings())
+  (path.write_bytes if isinstance(content, bytes) else path.write_text)(
+      content)
+  with pytest.warns(RuntimeWarning, match=f"{path} is ignored: .+"):
+    assert st.load(str(tmp_path), _settings()) is None
+  # Adding to it replaces it with the new counts alone (valid JSON).
+  with pytest.warns(RuntimeWarning, match="is ignored"):
+    st.add_to_file(str(tmp_path), _stats())
+  assert st.load(str(tmp_path), _settings()).to_json() == _stats().to_json()
+
+
+def test_a_statistics_file_with_too_many_shards_is_refused_before_any_work(
+    tmp_path):
+  data = _stats().to_json()
+  data["settings"] = _settings(shards=10**7)
+  data["key"] = st.settings_key(data["settings"])
+  with pytest.raises(ValueError, match="num_shards is 10000000, not in"):
+    st.TableStatistics.from_json(data)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "big", "symlink", "directory"])
+def test_a_statistics_file_that_is_no_regular_small_file_is_ignored(
+    tmp_path, kind):
+  path = tmp_path / st.file_name(_settings())
+  if kind == "fifo":
+    os.mkfifo(path)
+  elif kind == "big":
+    with open(path, "wb") as f:
+      f.truncate(200 * 2**20)  # sparse: refused by its size, not read
+  elif kind == "symlink":
+    target = tmp_path / "elsewhere"
+    target.write_text(json.dumps(_stats().to_json()))
+    path.symlink_to(target)
+  else:
+    path.mkdir()
+  words = {"fifo": "a FIFO", "big": "more than the 16,777,216 allowed",
+           "symlink": "a symbolic link", "directory": "a directory"}[kind]
+  with pytest.warns(RuntimeWarning, match=f"is ignored: it .*{words}"):
+    assert st.load(str(tmp_path), _settings()) is None
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    assert st.load_all(str(tmp_path)) == []
+  assert [words in str(w.message) for w in caught] == [True]
+
+
+def test_a_lock_link_is_refused_and_nothing_is_created_outside(tmp_path):
+  (tmp_path / ".lock").symlink_to(tmp_path / "outside")
+  with pytest.raises(files.FileRejected, match=r"lock file .*\.lock is "
+                     "refused: it is a symbolic link"):
+    st.add_to_file(str(tmp_path), _stats())
+  assert not (tmp_path / "outside").exists()
+  assert not os.path.exists(tmp_path / st.file_name(_settings()))
+
+
+@pytest.mark.parametrize("mask, mode", [(0o077, 0o600), (0o022, 0o644)])
+def test_statistics_files_follow_the_umask(tmp_path, mask, mode):
+  old = os.umask(mask)
+  try:
+    path = st.add_to_file(str(tmp_path), _stats())
+  finally:
+    os.umask(old)
+  assert stat.S_IMODE(os.stat(path).st_mode) == mode
+
+
+@FAST
+@hypothesis.given(hs.binary(max_size=400))
+def test_random_bytes_in_a_statistics_file_are_ignored(tmp_path_factory,
+                                                       data):
+  directory = tmp_path_factory.mktemp("stats")
+  (directory / st.file_name(_settings())).write_bytes(data)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)
+    assert st.load(str(directory), _settings()) is None
+
+
+_JSON = hs.recursive(
+    hs.none() | hs.booleans() | hs.integers(-2**70, 2**70) |
+    hs.floats(allow_nan=True, allow_infinity=True) | hs.text(max_size=8),
+    lambda inner: hs.lists(inner, max_size=4) | hs.dictionaries(
+        hs.text(max_size=8), inner, max_size=4), max_leaves=12)
+_FIELDS = ["settings", "key", "sampling_rate", "runs", "lookups", "examples",
+           "hll_precision", "hll_registers", "heavy_hitters",
+           "heavy_hitters.capacity", "heavy_hitters.ids", "ids_per_example",
+           "shard_load", "shard_load.div", "settings.num_shards",
+           "settings.vocabulary_size", "settings.features", "settings.table"]
+
+
+@FAST
+@hypothesis.given(hs.sampled_from(_FIELDS), _JSON)
+def test_any_field_replaced_by_random_json_is_refused_or_valid(field, value):
+  data = _mutated(**{field: value})
+  try:
+    stats = st.TableStatistics.from_json(data)
+  except ValueError:
+    return
+  # Accepted only as a valid file: it writes and reads back unchanged.
+  again = json.loads(json.dumps(stats.to_json(), allow_nan=False))
+  assert st.TableStatistics.from_json(again).to_json() == stats.to_json()
+
+
+@FAST
+@hypothesis.given(_JSON)
+def test_random_json_is_no_statistics(value):
+  with pytest.raises(ValueError):
+    st.TableStatistics.from_json(value)
+
+
+# --- the profile command ----------------------------------------------------
+
+
+def test_profile_survives_hostile_files_and_a_report_link(tmp_path, capsys):
+  from estimator_spec import __main__ as cli  # pylint: disable=import-outside-toplevel
+  directory = tmp_path / "profile"
+  directory.mkdir()
+  st.save(str(directory), _stats())
+  for i, (case, content) in enumerate(sorted(_hostile_texts().items())):
+    path = directory / f"tbl_x{i}-{case}.json"
+    (path.write_bytes if isinstance(content, bytes) else path.write_text)(
+        content)
+  os.mkfifo(directory / "tbl_fifo-0000000000000000.json")
+  outside = tmp_path / "outside.txt"
+  outside.write_text("precious")
+  (directory / "report.html").symlink_to(outside)
+  code = cli.main(["profile", str(directory)])
+  out, err = capsys.readouterr()
+  assert code == 0, err
+  assert outside.read_text() == "precious"
+  assert "<html" in (directory / "report.html").read_text()
+  assert "Traceback" not in err
+  warned = [line for line in err.splitlines() if "warning:" in line]
+  assert len(warned) == len(_hostile_texts()) + 1
+  assert "tbl_items" in out
+
+
+# --- the ps assignment file -------------------------------------------------
+
+NUM_PS = 3
+
+
+def _model():
+  tables = {f"t{i}": es.TableConfig(v, 4) for i, v in enumerate((30, 2))}
+  features = {f"f{i}": es.FeatureConfig(f"t{i}") for i in range(2)}
+  return es.EmbeddingConfigSpec(
+      table_to_config_dict=tables, feature_to_config_dict=features,
+      optimization_parameters=es.AdagradParameters(0.1)).model
+
+
+def _cluster(task_type="chief"):
+  return cluster_lib.Cluster(task_type, 0, NUM_PS,
+                             (("chief", 0), ("worker", 0)))
+
+
+_ASSIGNMENTS = {
+    "invalid-utf8": (b'{"t0": [0, 1, 2], "t1": [0, 1]}\xff', "not UTF-8"),
+    "nested": ("[" * 200_000 + "]" * 200_000, "nests 200000 levels"),
+    "booleans": ('{"t0": [0, 1, 2], "t1": [true, false]}',
+                 "'t1': it is not a list of ps task indices"),
+    "wrong-ps-count": ('{"t0": [0, 1], "t1": [0, 1]}',
+                       "'t0': 2 partitions, not 3"),
+    "out-of-range": ('{"t0": [0, 1, 3], "t1": [0, 1]}', r"not in \[0, 3\)"),
+    "negative": ('{"t0": [0, 1, -1], "t1": [0, 1]}', r"not in \[0, 3\)"),
+    "duplicates": ('{"t0": [0, 1, 1], "t1": [0, 1]}', "holds two partitions"),
+    "floats": ('{"t0": [0, 1.0, 2], "t1": [0, 1]}', "not a list of ps task"),
+    "strings": ('{"t0": "012", "t1": [0, 1]}', "not a list of ps task"),
+    "other-tables": ('{"t0": [0, 1, 2], "x": [0, 1]}', "names the tables"),
+    "not-an-object": ("[0, 1, 2]", "not a JSON object"),
+    "invalid-json": ('{"t0": [0, 1, 2', "not valid JSON"),
+    "empty": ("", "not valid JSON"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_ASSIGNMENTS))
+def test_a_bad_ps_assignment_is_a_warning_and_the_chief_replaces_it(
+    tmp_path, case):
+  content, words = _ASSIGNMENTS[case]
+  path = tmp_path / placement.ASSIGNMENT_FILE
+  (path.write_bytes if isinstance(content, bytes) else path.write_text)(
+      content)
+  model = _model()
+  with pytest.warns(RuntimeWarning, match=f"{path} is not used: .*{words}"
+                    ".* The chief writes a new one"):
+    got = placement.resolve_ps_assignment(model, _cluster(), str(tmp_path),
+                                          {}, wait_secs=1)
+  assert got == placement.balanced_assignment(model, NUM_PS, {})
+  assert json.loads(path.read_text()) == got
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+def test_a_ps_assignment_that_is_no_regular_file_is_not_followed(tmp_path,
+                                                                 kind):
+  path = tmp_path / placement.ASSIGNMENT_FILE
+  outside = tmp_path / "outside.json"
+  good = placement.balanced_assignment(_model(), NUM_PS, {})
+  if kind == "symlink":
+    outside.write_text(json.dumps(good))
+    path.symlink_to(outside)
+  else:
+    os.mkfifo(path)
+  with pytest.warns(RuntimeWarning, match="not a regular file"):
+    placement.resolve_ps_assignment(_model(), _cluster(), str(tmp_path), {},
+                                    wait_secs=1)
+  assert not path.is_symlink() and json.loads(path.read_text()) == good
+  if kind == "symlink":
+    assert json.loads(outside.read_text()) == good  # untouched
+
+
+def test_a_worker_warns_once_and_waits_for_the_chiefs_file(tmp_path):
+  path = tmp_path / placement.ASSIGNMENT_FILE
+  path.write_text('{"t0": [true, false, 2], "t1": [0, 1]}')
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with pytest.raises(RuntimeError, match="waited 1 s for the chief"):
+      placement.resolve_ps_assignment(_model(), _cluster("worker"),
+                                      str(tmp_path), {}, wait_secs=1)
+  messages = [str(w.message) for w in caught]
+  assert len(messages) == 1 and "This task waits for the chief's" in (
+      messages[0])
+  assert path.read_text() == '{"t0": [true, false, 2], "t1": [0, 1]}'
+
+
+# --- table names ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["a b", "/abs", "\u00e9", "a\\b", ".x", "..",
+                                  "../x", "a//b", "a/", "_a", "a\n"])
+def test_a_table_name_tf_cannot_scope_or_a_file_would_hide_is_refused(name):
+  with pytest.raises(ValueError, match=r"table name .* is not allowed: a "
+                     r"table name must match \[A-Za-z0-9\]"):
+    es.EmbeddingConfigSpec(
+        table_to_config_dict={name: es.TableConfig(10, 2)},
+        feature_to_config_dict={"a": es.FeatureConfig(name)},
+        optimization_parameters=es.AdagradParameters(0.1))
+
+
+@pytest.mark.parametrize("name", ["a/b", "a.b", "a-b", "9a", "a>b", "T_1"])
+def test_table_names_tf_scopes_are_accepted(name):
+  spec = es.EmbeddingConfigSpec(
+      table_to_config_dict={name: es.TableConfig(10, 2)},
+      feature_to_config_dict={"a": es.FeatureConfig(name)},
+      optimization_parameters=es.AdagradParameters(0.1))
+  assert list(spec.model.tables) == [name]
+
+
+def test_a_column_whose_table_name_is_refused_names_the_column():
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  column = tec.embedding_column(
+      tf.feature_column.categorical_column_with_identity("user id", 10), 2)
+  with pytest.raises(ValueError, match=r"`feature_columns`: column .*user "
+                     r"id.* table name .*user id.* is not allowed"):
+    es.EmbeddingConfigSpec(feature_columns=[column],
+                           optimization_parameters=es.AdagradParameters(0.1))
