@@ -111,6 +111,23 @@ def shared_embedding_columns(categorical_columns,
   Returns:
     A list of `SharedEmbeddingColumn`, in the order of `categorical_columns`.
   """
+  return make_shared_columns(
+      cols.SharedEmbeddingColumn, categorical_columns, dimension, combiner,
+      initializer, shared_embedding_collection_name, max_sequence_lengths,
+      learning_rate_fn, embedding_lookup_device, tensor_core_shape,
+      use_safe_embedding_lookup)
+
+
+def make_shared_columns(column_class, categorical_columns, dimension,
+                        combiner, initializer,
+                        shared_embedding_collection_name,
+                        max_sequence_lengths, learning_rate_fn,
+                        embedding_lookup_device, tensor_core_shape,
+                        use_safe_embedding_lookup):
+  """Validates the arguments of `shared_embedding_columns` and returns one
+  `column_class` (a `SharedEmbeddingColumn` class) per categorical column,
+  all on one `SharedTable`. `tpu_embedding_columns.legacy` passes its own
+  class; the validation and the table are the same."""
   owner = _SHARED_OWNER
   if isinstance(categorical_columns, (str, bytes)) or not isinstance(
       categorical_columns, (list, tuple)):
@@ -177,7 +194,7 @@ def shared_embedding_columns(categorical_columns,
   table = cols.SharedTable(shared_embedding_collection_name, num_buckets,
                            dimension, initializer)
   return [
-      cols.SharedEmbeddingColumn(
+      column_class(
           categorical_column=column,
           shared_table=table,
           combiner=combiner,

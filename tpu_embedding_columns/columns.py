@@ -535,6 +535,120 @@ class SharedEmbeddingColumn(_TPUEmbeddingColumnBase):
         self._outer_scope_v1(), trainable=True if trainable is None else trainable)
 
 
+# The graph collection `<this>:<collection name>` holds the variable name a
+# legacy shared group's first use registered with an engine (no variable
+# exists then), which every later use of the group registers again.
+_LEGACY_REGISTERED = "tpu_embedding_columns.legacy_shared_variable_name"
+
+
+class LegacySharedEmbeddingColumn(SharedEmbeddingColumn):
+  """A shared column named as TF1's TPU shared columns were
+  (`tpu_embedding_columns.legacy.shared_embedding_columns`).
+
+  On the v1 path (`input_layer`, `_get_dense_tensor`): `_var_scope_name` is
+  the shared collection name, so `input_layer` opens
+  `input_layer/<collection name>` for each column of the group. The first
+  use creates one variable `embedding_weights` in the variable scope current
+  there and keeps it in the graph collection named by the collection name;
+  every other use (another column, layer or scope) reuses it. With an engine
+  installed, every column of the group registers that first name.
+
+  On the v2 path (DenseFeatures; TF1's columns had none) the variable is
+  named as `SharedEmbeddingColumn` names it, unless a v1 use in the same
+  graph created it first; either way the graph keeps one variable per group.
+  """
+
+  @property
+  def _var_scope_name(self):
+    return self.shared_table.name
+
+  def _group_variable(self):
+    """The group's variable kept in the graph collection named by the
+    collection name, or None before its first use."""
+    if tf.executing_eagerly():
+      return None
+    found = tf.compat.v1.get_collection(self.shared_table.name)
+    if not found:
+      return None
+    if len(found) > 1:
+      raise ValueError(
+          f"Column {self.name!r}: graph collection "
+          f"{self.shared_table.name!r} (the shared_embedding_collection_name "
+          f"of its group) can only hold the group's one variable, but holds "
+          f"{len(found)} items: {found}. Choose a collection name nothing "
+          "else uses, or add nothing to that collection yourself.")
+    variable = found[0]
+    shape = (self.vocabulary_size, self.dimension)
+    if variable.get_shape() != shape:
+      raise ValueError(
+          f"Column {self.name!r}: graph collection "
+          f"{self.shared_table.name!r} (the shared_embedding_collection_name "
+          f"of its group) holds {_variable_op_name(variable)!r} of shape "
+          f"{variable.get_shape()}, but the group's table has shape "
+          f"{tf.TensorShape(shape)}. Choose a collection name nothing else "
+          "uses, or add nothing to that collection yourself.")
+    return variable
+
+  def _first_name(self, name_here):
+    """The group's variable name in this graph: that of its variable if it
+    exists, else the first name registered, else `name_here` (recorded)."""
+    variable = self._group_variable()
+    if variable is not None:
+      return _variable_op_name(variable)
+    graph = tf.compat.v1.get_default_graph()
+    registered = graph.get_collection_ref(
+        f"{_LEGACY_REGISTERED}:{self.shared_table.name}")
+    if not registered:
+      registered.append(name_here)
+    return registered[0]
+
+  def _variable_name_v1(self):
+    return self._first_name(_scoped(EMBEDDING_WEIGHTS))
+
+  def _table_v1(self, weight_collections, trainable):
+    variable = self._group_variable()
+    if variable is not None:
+      return variable
+    if weight_collections is not None and (
+        tf.compat.v1.GraphKeys.GLOBAL_VARIABLES not in weight_collections):
+      weight_collections = list(weight_collections) + [
+          tf.compat.v1.GraphKeys.GLOBAL_VARIABLES
+      ]
+    variable = tf.compat.v1.get_variable(
+        EMBEDDING_WEIGHTS,
+        shape=(self.vocabulary_size, self.dimension),
+        dtype=tf.float32,
+        initializer=self.initializer,
+        trainable=True if trainable is None else trainable,
+        collections=weight_collections)
+    tf.compat.v1.add_to_collection(self.shared_table.name, variable)
+    return variable
+
+  def _register_v2(self, source):
+    if tf.executing_eagerly():
+      super()._register_v2(source)
+      return
+    source.register_variable(
+        self,
+        self._first_name(self.shared_table.variable_name(_current_scope())))
+
+  def _table_v2(self, state_manager):
+    variable = self._group_variable()
+    if variable is not None:
+      return variable
+    variable = super()._table_v2(state_manager)
+    if not tf.executing_eagerly():
+      tf.compat.v1.add_to_collection(self.shared_table.name, variable)
+    return variable
+
+
+def _variable_op_name(variable):
+  """A variable's (or partitioned variable's) name without ':0'."""
+  if isinstance(variable, tf.Variable):
+    return variable.op.name
+  return variable.name
+
+
 def _weighted_pair(categorical, ids, weights):
   """(ids, weights) of a weighted categorical column. Integer weights are
   cast to float32 first, as TF's TPU input path does (its CPU path refuses
