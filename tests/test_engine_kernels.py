@@ -719,5 +719,7 @@ def test_processes_building_at_once_share_one_cached_library(tmp_path):
     assert proc.returncode == 0, err
     outputs.append(out.strip())
   assert outputs[0] == outputs[1]
-  assert sorted(os.listdir(cache)) == [os.path.basename(
-      outputs[0].split()[-1])]
+  library = os.path.basename(outputs[0].split()[-1])
+  # The library, the digest recorded when it was built, the cache's lock.
+  assert sorted(os.listdir(cache)) == [".lock", library,
+                                       library + kernels.DIGEST_SUFFIX]

@@ -10,6 +10,14 @@ kernels`, else `~/.cache/tpu-embedding-estimator/kernels`. A build takes a
 few seconds; processes building at once each write their own file and
 rename it into place.
 
+A cached library is loaded only if it is the one this library built
+(docs/security.md): the cache directory must be owned by the user and
+writable by nobody else (else the library is built in a private temporary
+directory for this process, with a warning), and the library must be a
+regular file whose SHA-256 equals the digest recorded beside it
+(`<library>.sha256`) when it was built. A library that is missing its
+digest, does not match it, or fails to load is rebuilt, with a warning.
+
 `HOST_EMBEDDING_KERNELS` chooses:
   * `auto` (default): use the kernels when they build and load; otherwise
     warn once (with the compiler's message) and use the graph-op path.
@@ -17,9 +25,12 @@ rename it into place.
   * `0`: never use them (the graph-op path computes the same numbers).
 The compiler is `$CXX`, else `c++`.
 """
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -27,6 +38,8 @@ import threading
 import warnings
 
 import tensorflow as tf
+
+from estimator_spec import files
 
 ENV = "HOST_EMBEDDING_KERNELS"
 CACHE_ENV = "HOST_EMBEDDING_KERNEL_CACHE"
@@ -69,7 +82,7 @@ def row_updates():
   with _lock:
     if "module" not in _state:
       try:
-        _state["module"] = tf.load_op_library(build())
+        _state["module"] = _load()
         _state["error"] = None
       except (KernelBuildError, OSError, tf.errors.OpError) as error:
         _state["module"] = None
@@ -141,9 +154,88 @@ def _compiler():
   return path
 
 
+# The largest library read to check its digest.
+MAX_LIBRARY_BYTES = 512 * 2**20
+DIGEST_SUFFIX = ".sha256"
+
+
+def _load():
+  """The loaded op module: the cached library if it checks out, else a
+  fresh build; a cached one that fails to load is rebuilt once."""
+  path, fresh = _build()
+  try:
+    return tf.load_op_library(path)
+  except (OSError, tf.errors.OpError) as error:
+    if fresh:
+      raise
+    warnings.warn(
+        f"The cached kernel library {path} does not load "
+        f"({getattr(error, 'message', None) or error}); it is rebuilt.",
+        RuntimeWarning, stacklevel=3)
+    path, _ = _build(rebuild=True)
+    return tf.load_op_library(path)
+
+
+def _private_cache(directory):
+  """Why `directory` is no cache this user can trust (None if it is): it
+  must be a directory owned by the user, writable by no one else."""
+  info = os.stat(directory)
+  if not stat.S_ISDIR(info.st_mode):
+    return "it is not a directory"
+  if hasattr(os, "getuid") and info.st_uid != os.getuid():
+    return f"it is owned by uid {info.st_uid}, not by this user"
+  if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    return (f"others can write it (mode {stat.S_IMODE(info.st_mode):o}); "
+            "chmod go-w it")
+  return None
+
+
+def _digest(path):
+  return hashlib.sha256(files.read_bytes(path, MAX_LIBRARY_BYTES)).hexdigest()
+
+
+def _verified(target):
+  """Why the cached library `target` is not the one this library built
+  (None if it is; FileNotFoundError if there is none)."""
+  if not os.path.lexists(target):
+    raise FileNotFoundError(target)
+  try:
+    recorded = files.read_bytes(target + DIGEST_SUFFIX, 1024).decode(
+        "ascii", "replace").strip()
+  except FileNotFoundError:
+    return "no digest was recorded beside it"
+  except (OSError, ValueError) as error:
+    return f"its digest file is refused ({error})"
+  try:
+    actual = _digest(target)
+  except (OSError, ValueError) as error:
+    return f"it is refused ({error})"
+  if actual != recorded:
+    return "its SHA-256 differs from the digest recorded when it was built"
+  return None
+
+
+@contextlib.contextmanager
+def _publishing(directory):
+  """The cache's lock, held while a library and its digest are put in
+  place or checked (a `.lock` file, never followed through a link)."""
+  handle = files.open_lock(os.path.join(directory, ".lock"))
+  try:
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    yield
+  finally:
+    os.close(handle)
+
+
 def build():
   """The path of the shared library for this process's TensorFlow, built
-  now if the cache does not hold it."""
+  now if the cache does not hold it (or holds one that is not the one this
+  library built: see the module docstring)."""
+  return _build()[0]
+
+
+def _build(rebuild=False):
+  """(path of the library, whether it was built now)."""
   compiler = _compiler()
   try:
     version = subprocess.run([compiler, "--version"], capture_output=True,
@@ -160,11 +252,37 @@ def build():
       sys.platform.encode()
   ])).hexdigest()[:20]
   directory = cache_dir()
-  target = os.path.join(directory, f"row_updates-{key}.so")
-  if os.path.exists(target):
-    return target
   try:
-    os.makedirs(directory, exist_ok=True)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    distrust = _private_cache(directory)
+  except OSError as error:
+    raise KernelBuildError(
+        f"cannot write to the kernel cache {directory} ({error}); set "
+        f"${CACHE_ENV} to a writable directory") from error
+  if distrust is not None:
+    private = tempfile.mkdtemp(prefix="tpu-embedding-kernels-")
+    warnings.warn(
+        f"The kernel cache {directory} is not used: {distrust}. The kernels "
+        f"are built for this process in {private}; set ${CACHE_ENV} to a "
+        "directory only you can write.", RuntimeWarning, stacklevel=3)
+    directory = private
+  target = os.path.join(directory, f"row_updates-{key}.so")
+  if not rebuild:
+    try:
+      with _publishing(directory):
+        problem = _verified(target)
+      if problem is None:
+        return target, False
+      warnings.warn(
+          f"The cached kernel library {target} is not loaded: {problem}. "
+          "It is rebuilt.", RuntimeWarning, stacklevel=3)
+    except FileNotFoundError:
+      pass
+    except (OSError, ValueError) as error:
+      raise KernelBuildError(
+          f"cannot use the kernel cache {directory} ({error}); set "
+          f"${CACHE_ENV} to a directory only you can write") from error
+  try:
     handle, scratch = tempfile.mkstemp(prefix=".row_updates-", suffix=".so",
                                        dir=directory)
     os.close(handle)
@@ -182,10 +300,17 @@ def build():
       raise KernelBuildError(
           f"{os.path.basename(compiler)} failed on {SOURCE}: " +
           " | ".join(lines[-5:]))
-    os.replace(scratch, target)
+    digest = _digest(scratch)
+    with _publishing(directory):
+      files.write_atomic(target + DIGEST_SUFFIX, digest + "\n")
+      os.replace(scratch, target)
   except subprocess.TimeoutExpired as error:
     raise KernelBuildError(f"building {SOURCE} timed out") from error
+  except (OSError, ValueError) as error:
+    raise KernelBuildError(
+        f"cannot write to the kernel cache {directory} ({error}); set "
+        f"${CACHE_ENV} to a writable directory") from error
   finally:
     if os.path.exists(scratch):
       os.remove(scratch)
-  return target
+  return target, True
