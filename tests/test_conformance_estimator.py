@@ -64,6 +64,7 @@ Beyond TF's test files (behaviours of TF 2.15's TPUEstimator source):
   bad input refused before any write: test_bad_input_fails_before_any_write
 """
 import os
+import re
 import types
 from typing import NamedTuple, Optional
 
@@ -716,7 +717,9 @@ def test_sequence_column_length(tmp_path, side):
 def test_unknown_partition_strategy(tmp_path, side):
   x = fc.categorical_column_with_identity("x", 10)
   columns = [side.api.embedding_column(x, 2)]
-  with pytest.raises(ValueError, match="Invalid partition_strategy"):
+  # TF's exact text, as callers match it (on both sides).
+  tf_text = 'Invalid partition_strategy invalid. Must be one of "mod" or "div".'
+  with pytest.raises(ValueError, match=re.escape(tf_text)):
     spec = side.api.EmbeddingConfigSpec(
         feature_columns=columns,
         optimization_parameters=side.api.Adagrad(0.01),

@@ -656,6 +656,11 @@ def test_spec_refuses_bad_partition_strategy(strategy):
   with pytest.raises(ValueError, match=names("EmbeddingConfigSpec",
                                              "`partition_strategy`")):
     dict_spec(partition_strategy=strategy)
+  # TF's own text (the value unquoted), which callers match.
+  tf_text = (f"Invalid partition_strategy {strategy}. Must be one of \"mod\" "
+             "or \"div\".")
+  with pytest.raises(ValueError, match=re.escape(tf_text)):
+    dict_spec(partition_strategy=strategy)
 
 
 @pytest.mark.parametrize("limit,error", [(0, ValueError), (-1.0, ValueError),

@@ -209,9 +209,12 @@ class EmbeddingConfigSpec(
           "`feature_to_config_dict` and `table_to_config_dict` must be "
           f"specified; got {'both' if has_columns else 'neither'}.")
     if partition_strategy not in PARTITION_STRATEGIES:
+      # TF's text, value unquoted (callers match it), then what to do.
       raise ValueError(
-          f"{owner}: Invalid partition_strategy {partition_strategy!r}. Must "
-          "be one of \"mod\" or \"div\" (`partition_strategy`).")
+          f"{owner}: Invalid partition_strategy {partition_strategy}. Must "
+          f"be one of \"mod\" or \"div\". (`partition_strategy` got "
+          f"{partition_strategy!r}: 'div' shards a table's rows in "
+          "contiguous blocks, 'mod' round-robin.)")
     if clipping_limit is not None:
       clipping_limit = _checks.check_number(owner, "clipping_limit",
                                             clipping_limit, above=0.0)
