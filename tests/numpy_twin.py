@@ -18,9 +18,12 @@ Layout of the module
                                                                   (§4, §5)
 
 Definitions taken from outside SEMANTICS.md (see the per-function comments):
-* AdagradMomentum: literally the comment above ``message
-  AdagradMomentumParameters`` in TensorFlow's
-  ``tensorflow/core/protobuf/tpu/optimization_parameters.proto``.
+* AdagradMomentum: as TensorFlow's own TPU correctness test of the
+  mid-level API states it (the test runs on TPUs, so it states what the TPU
+  computes): the momentum accumulates the gradient times the Adagrad scale.
+  (The comment above ``message AdagradMomentumParameters`` in
+  ``optimization_parameters.proto`` reads otherwise; the TPU follows the
+  test.)
 * ProximalYogi: the proto only names the hyper-parameters ("Yogi paper plus
   some extensions based on FTRL", lazy, no hyper-parameter/bias-correction
   update, removed sign/tanh activation).  The update rule is Algorithm 2 of
@@ -380,14 +383,14 @@ def rmsprop_update(w, slots, g, lr, params):
 
 
 def adagrad_momentum_update(w, slots, g, lr, params):
-  """Adagrad + momentum, literally the optimization_parameters.proto comment:
+  """Adagrad + momentum, as TF's TPU correctness test states it:
 
     accum = accum + g^2                      if beta2 == 1
             beta2 * accum + (1 - beta2) g^2  otherwise
     s     = (accum + epsilon) ^ (-1 / exponent)
-    mom   = momentum * mom + s
-    upd   = momentum * mom + s  (use_nesterov)  else  mom
-    w     = w - lr * g * upd
+    mom   = momentum * mom + g * s
+    upd   = momentum * mom + g * s  (use_nesterov)  else  mom
+    w     = w - lr * upd
   Slots start at zero (TF's AdagradMomentum slot initializers).
   """
   mu = F32(_p(params, 'momentum', 0.0))
@@ -399,9 +402,9 @@ def adagrad_momentum_update(w, slots, g, lr, params):
   else:
     acc = beta2 * slots['accumulator'] + (F32(1) - beta2) * g * g
   s = np.power(acc + eps, F32(-1) / exponent)
-  mom = mu * slots['momenta'] + s
-  upd = mu * mom + s if _p(params, 'use_nesterov', False) else mom
-  return w - lr * g * upd, {'accumulator': acc, 'momenta': mom}
+  mom = mu * slots['momenta'] + g * s
+  upd = mu * mom + g * s if _p(params, 'use_nesterov', False) else mom
+  return w - lr * upd, {'accumulator': acc, 'momenta': mom}
 
 
 def proximal_yogi_update(w, slots, g, lr, params):

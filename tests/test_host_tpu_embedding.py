@@ -430,3 +430,39 @@ def test_to_mid_level_then_from_mid_level_gives_back_the_model():
   mid = interop.to_mid_level(spec)
   back = interop.from_mid_level(*mid, weight_keys=mid.weight_keys)
   assert back.model == spec.model
+
+
+@pytest.mark.parametrize("use_nesterov", [True, False])
+@pytest.mark.parametrize("in_function", [False, True])
+def test_adagrad_momentum_accumulates_the_scaled_gradient(use_nesterov,
+                                                          in_function):
+  # As TF's TPU test states it, with g the row's summed gradient and
+  # s = (a + eps)^(-1/exponent) after the accumulator a moved:
+  # m = mu*m + g*s; w -= lr*(mu*m + g*s) (Nesterov) or lr*m. One row, whose
+  # gradient is 6 then 1 (two examples of 3, then one of 1, sum combiner),
+  # TF's test's hyper-parameters.
+  table = emb.TableConfig(2, 1, initializer=tf.zeros_initializer(),
+                          combiner="sum", name="t")
+  embedding = es.HostTPUEmbedding(
+      {"f": emb.FeatureConfig(table)},
+      emb.AdagradMomentum(0.1, momentum=0.9, use_nesterov=use_nesterov,
+                          exponent=3.0, epsilon=0.1, beta2=0.9))
+  step = _train_step(embedding, in_function)
+  for ids, grad in (([[0], [0]], [[3.0], [3.0]]), ([[0], [1]], [[1.0],
+                                                             [0.0]])):
+    step({"f": tf.ragged.constant(ids, tf.int64)}, None,
+         {"f": tf.constant(grad)})
+  w, a, m = 0.0, 0.0, 0.0
+  for g in (6.0, 1.0):
+    a = 0.9 * a + 0.1 * g * g
+    s = (a + 0.1) ** (-1 / 3)
+    m = 0.9 * m + g * s
+    w -= 0.1 * (0.9 * m + g * s if use_nesterov else m)
+  if use_nesterov:
+    np.testing.assert_allclose(w, -1.177148, rtol=1e-6)  # the number
+  state = _state(embedding)
+  np.testing.assert_allclose(state["t"][0, 0], w, rtol=1e-5)
+  np.testing.assert_allclose(state["t/accumulators"][0, 0], a, rtol=1e-5)
+  np.testing.assert_allclose(state["t/momenta"][0, 0], m, rtol=1e-5)
+  # Row 1 took a zero gradient: its momentum holds 0 * s = 0.
+  np.testing.assert_array_equal(state["t/momenta"][1], [0.0])

@@ -343,26 +343,39 @@ def test_rmsprop_hand_two_steps():
 
 
 def test_adagrad_momentum_hand():
+  # The momentum accumulates g * s, s = (accum + eps)^(-1/exponent).
   params = P('AdagradMomentumParameters', momentum=0.9, use_nesterov=False,
              exponent=2.0, beta2=1.0, epsilon=1e-10)
   w, s = one_row(params, 1.0, {'accumulator': 0.0, 'momenta': 0.0}, 0.5)
-  close([s['accumulator'], s['momenta']], [0.25, 2.0])
-  close(w, 1.0 - 0.1 * 0.5 * 2.0)  # 0.9
+  close([s['accumulator'], s['momenta']], [0.25, 0.5 * 2.0])
+  close(w, 1.0 - 0.1 * 1.0)  # 0.9
   params.use_nesterov = True
   w, _ = one_row(params, 1.0, {'accumulator': 0.0, 'momenta': 0.0}, 0.5)
-  close(w, 1.0 - 0.1 * 0.5 * (0.9 * 2.0 + 2.0))  # 0.81
-  # beta2 < 1 (moving average) and exponent 4, two steps.
+  close(w, 1.0 - 0.1 * (0.9 * 1.0 + 1.0))  # 0.81
+  # beta2 < 1 (moving average) and exponent 4, two steps whose gradients
+  # differ (where the momentum's content shows in the table).
   params = P('AdagradMomentumParameters', momentum=0.9, use_nesterov=False,
              exponent=4.0, beta2=0.5, epsilon=1e-10)
   w, s = one_row(params, 1.0, {'accumulator': 0.0, 'momenta': 0.0}, 0.5)
   acc1 = 0.5 * 0.25
-  s1 = acc1 ** -0.25
-  close([w, s['accumulator'], s['momenta']], [1 - 0.05 * s1, acc1, s1])
-  w, s = one_row(params, w, s, 0.5)
-  acc2 = 0.5 * acc1 + 0.5 * 0.25
-  mom2 = 0.9 * s1 + acc2 ** -0.25
+  mom1 = 0.5 * acc1 ** -0.25
+  close([w, s['accumulator'], s['momenta']], [1 - 0.1 * mom1, acc1, mom1])
+  w, s = one_row(params, w, s, 2.0)
+  acc2 = 0.5 * acc1 + 0.5 * 4.0
+  mom2 = 0.9 * mom1 + 2.0 * acc2 ** -0.25
   close([w, s['accumulator'], s['momenta']],
-        [1 - 0.05 * s1 - 0.05 * mom2, acc2, mom2])
+        [1 - 0.1 * mom1 - 0.1 * mom2, acc2, mom2])
+
+
+def test_adagrad_momentum_example_of_the_tpu_test():
+  # One row, gradient 6 then 1, TF's TPU test's hyper-parameters: -1.1771
+  # (the reading that accumulates the scale alone gave -0.9153).
+  params = P('AdagradMomentumParameters', momentum=0.9, use_nesterov=True,
+             exponent=3.0, beta2=0.9, epsilon=0.1)
+  w, s = 0.0, {'accumulator': 0.0, 'momenta': 0.0}
+  for g in (6.0, 1.0):
+    w, s = one_row(params, w, s, g)
+  close([w, s['accumulator'], s['momenta']], [-1.177148, 3.34, 4.153789])
 
 
 def test_proximal_yogi_hand():

@@ -244,20 +244,21 @@ class AdagradMomentumParameters(OptimizationParameters):
 
 
   def update_rows(self, w, slots, g, lr):
-    # The TPU definition (optimization_parameters.proto): the momentum
-    # accumulates the Adagrad scaling factor, which then scales the gradient.
+    # As TensorFlow's TPU test of this optimizer states what the TPU
+    # computes (docs/numerics.md, 'Each optimizer on a touched row'): the
+    # momentum accumulates the gradient scaled by the Adagrad factor.
     # The TPU reads beta2 as a float32 proto field: compare that value.
     if np.float32(self.beta2) == 1.0:
       accumulator = slots["accumulator"] + g * g
     else:
       accumulator = (self.beta2 * slots["accumulator"] +
                      (1.0 - _f32(self.beta2)) * g * g)
-    scale = tf.pow(accumulator + self.epsilon, -1.0 / self.exponent)
-    momenta = self.momentum * slots["momenta"] + scale
-    update = self.momentum * momenta + scale if self.use_nesterov else momenta
-    return w - lr * g * update, {"accumulator": accumulator,
-                                 "momenta": momenta}
-
+    scaled = g * tf.pow(accumulator + self.epsilon, -1.0 / self.exponent)
+    momenta = self.momentum * slots["momenta"] + scaled
+    update = (self.momentum * momenta + scaled if self.use_nesterov else
+              momenta)
+    return w - lr * update, {"accumulator": accumulator,
+                             "momenta": momenta}
 
 
 class ProximalAdagradParameters(OptimizationParameters):
