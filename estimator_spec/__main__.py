@@ -27,6 +27,13 @@ command and flag.
   self-contained HTML page (default `DIR/report.html`, rewritten each
   time), whose path is the last line printed. Files that are not readable
   statistics are skipped with a warning on stderr.
+* `migrate PATH... [--output DIR | --in-place]` (no SPEC): rewrites the TF
+  TPU embedding and TPUEstimator names of the Python files under PATH to
+  this library's (`estimator_spec.migrate`, by the table of
+  `estimator_spec.tf_names`); prints `FILE:LINE: old → new` for each change
+  and what it left alone, and why. Without --output or --in-place it
+  writes nothing. Exit 2 when a file could not be parsed, read or written
+  (one line each; the others are migrated).
 
 `--model-dir` (aliases `--model_dir`, `--checkpoint`) is a model directory
 (its latest checkpoint) or a checkpoint prefix. An `--output` that already
@@ -239,6 +246,22 @@ def _parser():
                        help="the HTML page to write (default: "
                        "DIR/report.html, rewritten each time)")
   _force_argument(profile, "an --output page")
+
+  migrate = sub.add_parser(
+      "migrate",
+      help="rewrite TF's TPU embedding and TPUEstimator names in Python "
+      "files to this library's (the import change)")
+  migrate.add_argument("paths", nargs="+", metavar="PATH",
+                       help="Python files, or directories (every .py file "
+                       "below them, symbolic links not followed)")
+  target = migrate.add_mutually_exclusive_group()
+  target.add_argument("--output", default=None, metavar="DIR",
+                      help="write the migrated tree there (the files of a "
+                      "directory PATH at their paths below it, other files "
+                      "copied); default: only print the report")
+  target.add_argument("--in-place", action="store_true",
+                      help="rewrite the changed files where they are")
+  _force_argument(migrate, "files that exist below --output")
   return parser
 
 
@@ -363,14 +386,39 @@ def _one_line(text):
   return " ".join(str(text).split())
 
 
+def _op_error_text(error):
+  """What a TF error raised while reading or writing a checkpoint says,
+  without the stack of where TF built the op (`Detected at node ...
+  defined at: File ...`) or its node tags (`[[{{node ...}}]]`)."""
+  lines = str(error.message).splitlines()
+  nodes = [i for i, line in enumerate(lines) if line.startswith("Node: ")]
+  if nodes:  # the error's own text follows the stack's last `Node:` line
+    lines = lines[nodes[-1] + 1:]
+  kept = [line for line in lines if line.strip() and "[[" not in line and
+          not line.startswith("Graph execution error")]
+  text = " ".join(kept) or type(error).__name__
+  return (f"TensorFlow cannot read or write the checkpoint: {text} "
+          f"({type(error).__name__}); check that the checkpoint's files are "
+          "complete and readable.")
+
+
 def main(argv=None):
   """Runs a command; returns its exit code (argparse exits itself on a bad
   command line, with 2)."""
   args = _parser().parse_args(argv)
+  if args.command == "migrate":
+    return _run_migrate(args)
+  # TF's own log lines (C++ and Python) are silenced unless the user set
+  # their level: the command says what went wrong in its own one line.
+  # (Under `python -m`, the package has loaded TF before this runs; its
+  # C++ level is set when the package loads.)
+  user_level = "TF_CPP_MIN_LOG_LEVEL" in os.environ
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   from estimator_spec import quiet  # pylint: disable=import-outside-toplevel
   quiet.silence_deprecation_notices()
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  if not user_level:
+    tf.get_logger().setLevel("FATAL")
   user_errors = (UsageError, ValueError, TypeError, OSError,
                  tf.errors.OpError)
   try:
@@ -384,7 +432,7 @@ def main(argv=None):
     return _run_checkpoint_command(args, spec)
   except user_errors as error:
     if isinstance(error, tf.errors.OpError):
-      message = error.message
+      message = _op_error_text(error)
     elif isinstance(error, OSError) and error.strerror:
       message = (f"cannot access {error.filename}: {error.strerror}; check "
                  "the path and its permissions." if error.filename else
@@ -393,6 +441,16 @@ def main(argv=None):
       message = str(error)
     print(f"{PROG} {args.command}: error: {_one_line(message)}",
           file=sys.stderr)
+    return 2
+
+
+def _run_migrate(args):
+  from estimator_spec import migrate  # pylint: disable=import-outside-toplevel
+  try:
+    return migrate.run(args.paths, output=args.output,
+                       in_place=args.in_place, force=args.force)
+  except migrate.UsageError as error:
+    print(f"{PROG} migrate: error: {_one_line(error)}", file=sys.stderr)
     return 2
 
 

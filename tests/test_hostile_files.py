@@ -446,3 +446,205 @@ def test_a_column_whose_table_name_is_refused_names_the_column():
                      r"id.* table name .*user id.* is not allowed"):
     es.EmbeddingConfigSpec(feature_columns=[column],
                            optimization_parameters=es.AdagradParameters(0.1))
+
+
+# --- the compiled-kernel cache ----------------------------------------------
+
+_FAKE_COMPILER = """#!/bin/sh
+if [ "$1" = "--version" ]; then echo "fake-compiler 1"; exit 0; fi
+while [ $# -gt 0 ]; do
+  if [ "$1" = "-o" ]; then echo "library $$" > "$2"; fi
+  shift
+done
+"""
+
+
+@pytest.fixture(name="fake_cache")
+def _fake_cache(tmp_path, monkeypatch):
+  """The kernel module with a stand-in compiler (it writes a file where the
+  library goes) and a fresh cache directory: the cache's checks without a
+  real build."""
+  from estimator_spec.engine import kernels  # pylint: disable=import-outside-toplevel
+  compiler = tmp_path / "fake-c++"
+  compiler.write_text(_FAKE_COMPILER)
+  compiler.chmod(0o755)
+  cache = tmp_path / "cache"
+  monkeypatch.setenv("CXX", str(compiler))
+  monkeypatch.setenv(kernels.CACHE_ENV, str(cache))
+  return kernels, cache
+
+
+def test_a_built_library_has_its_digest_and_is_reused(fake_cache):
+  kernels, cache = fake_cache
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    path, fresh = kernels._build()  # pylint: disable=protected-access
+    assert fresh
+    again, fresh = kernels._build()  # pylint: disable=protected-access
+  assert again == path and not fresh
+  digest = open(path + kernels.DIGEST_SUFFIX).read().strip()
+  import hashlib  # pylint: disable=import-outside-toplevel
+  assert digest == hashlib.sha256(open(path, "rb").read()).hexdigest()
+  assert stat.S_IMODE(os.stat(cache).st_mode) & 0o077 == 0
+
+
+@pytest.mark.parametrize("how", ["planted", "corrupt", "no-digest", "link"])
+def test_a_library_this_library_did_not_build_is_rebuilt(fake_cache, how,
+                                                         tmp_path):
+  kernels, _ = fake_cache
+  path, _ = kernels._build()  # pylint: disable=protected-access
+  if how == "planted":
+    open(path, "w").write("someone else's library")
+  elif how == "corrupt":
+    with open(path, "r+b") as f:
+      f.truncate(3)
+  elif how == "no-digest":
+    os.remove(path + kernels.DIGEST_SUFFIX)
+  else:
+    elsewhere = tmp_path / "elsewhere.so"
+    os.rename(path, elsewhere)
+    os.symlink(elsewhere, path)
+  words = {"planted": "differs from the digest", "corrupt": "differs from",
+           "no-digest": "no digest was recorded",
+           "link": "a symbolic link"}[how]
+  with pytest.warns(RuntimeWarning, match=f"{path} is not loaded: .*{words}"
+                    ".* It is rebuilt"):
+    again, fresh = kernels._build()  # pylint: disable=protected-access
+  assert again == path and fresh and not os.path.islink(path)
+  assert open(path).read().startswith("library ")
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    assert kernels._build() == (path, False)  # pylint: disable=protected-access
+
+
+def test_a_cache_others_can_write_is_not_used(fake_cache):
+  kernels, cache = fake_cache
+  cache.mkdir(mode=0o777)
+  cache.chmod(0o777)
+  with pytest.warns(RuntimeWarning, match=r"kernel cache .*cache is not used:"
+                    " others can write it \\(mode 777\\)"):
+    path, fresh = kernels._build()  # pylint: disable=protected-access
+  assert fresh and not path.startswith(str(cache))
+  assert os.listdir(cache) == []
+
+
+def test_a_cached_library_that_does_not_load_is_rebuilt(fake_cache,
+                                                       monkeypatch):
+  kernels, _ = fake_cache
+  path, _ = kernels._build()  # pylint: disable=protected-access
+  loaded = []
+
+  def load_op_library(library):
+    if not loaded:
+      loaded.append(None)
+      raise OSError("invalid ELF header")
+    loaded.append(library)
+    return "module"
+
+  monkeypatch.setattr(kernels.tf, "load_op_library", load_op_library)
+  with pytest.warns(RuntimeWarning, match=f"{path} does not load .*invalid "
+                    "ELF header.*rebuilt"):
+    assert kernels._load() == "module"  # pylint: disable=protected-access
+  assert loaded == [None, path]
+
+
+# --- checkpoints on the command line ----------------------------------------
+
+
+def _cli(capsys, *argv):
+  from estimator_spec import __main__ as cli  # pylint: disable=import-outside-toplevel
+  code = cli.main([str(a) for a in argv])
+  out, err = capsys.readouterr()
+  return code, out, err
+
+
+@pytest.fixture(name="cut_checkpoint", scope="module")
+def _cut_checkpoint(tmp_path_factory):
+  """A model directory whose checkpoint's data file is cut to 10%."""
+  from tests import test_mid_level as ml  # pylint: disable=import-outside-toplevel
+  directory = tmp_path_factory.mktemp("cut") / "model"
+  prefix = ml.small_checkpoint(directory)
+  data = [f for f in os.listdir(directory) if ".data-" in f][0]
+  path = directory / data
+  with open(path, "r+b") as f:
+    f.truncate(os.path.getsize(path) // 10)
+  return prefix
+
+
+@pytest.mark.parametrize("command", ["rows", "export-mid-level"])
+def test_a_cut_checkpoint_is_one_clean_line(cut_checkpoint, capsys,
+                                            tmp_path, command):
+  argv = [command, "tests.test_mid_level:small_spec", "--model-dir",
+          os.path.dirname(cut_checkpoint)]
+  argv += (["--table", "tbl_a", "--ids", "0-2"] if command == "rows" else
+           ["--output", tmp_path / "out" / "emb"])
+  code, out, err = _cli(capsys, *argv)
+  assert code == 2 and out == ""
+  error = [line for line in err.splitlines() if "error:" in line]
+  assert len(error) == 1, err
+  assert ("cannot read or write the checkpoint: Read less bytes than "
+          "requested (OutOfRangeError)") in error[0]
+  for stack_text in ("Detected at node", "File \"", "[[", "Traceback"):
+    assert stack_text not in err
+  assert not (tmp_path / "out").exists()
+
+
+def test_a_state_file_naming_a_missing_checkpoint_says_so(tmp_path, capsys):
+  (tmp_path / "checkpoint").write_text(
+      'model_checkpoint_path: "model.ckpt-99"\n')
+  code, _, err = _cli(capsys, "rows", "tests.test_mid_level:small_spec",
+                      "--model-dir", tmp_path, "--table", "tbl_a", "--ids",
+                      "0-2")
+  assert code == 2 and len(err.splitlines()) == 1, err
+  assert (f"the `checkpoint` state file of '{tmp_path}' names "
+          f"'{tmp_path}/model.ckpt-99', which does not exist") in err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "huge"])
+def test_a_state_file_that_is_no_small_regular_file_is_refused(tmp_path,
+                                                              capsys, kind):
+  state = tmp_path / "checkpoint"
+  if kind == "fifo":
+    os.mkfifo(state)
+  else:
+    with open(state, "wb") as f:
+      f.truncate(2**21)
+  code, _, err = _cli(capsys, "rows", "tests.test_mid_level:small_spec",
+                      "--model-dir", tmp_path, "--table", "tbl_a", "--ids",
+                      "0-2")
+  assert code == 2 and len(err.splitlines()) == 1, err
+  assert "`checkpoint` state file of" in err and "cannot be read (it " in err
+
+
+# --- int64 ids for a column that declares strings ---------------------------
+
+
+@pytest.mark.parametrize("make", [
+    lambda fc: fc.categorical_column_with_hash_bucket("h", 7),
+    lambda fc: fc.categorical_column_with_vocabulary_list("h", ["a", "b"]),
+], ids=["hash-bucket", "vocabulary-list"])
+def test_integer_ids_for_a_string_column_are_refused_as_tf_does(make):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from estimator_spec.engine import inputs  # pylint: disable=import-outside-toplevel
+  fc = tf.feature_column
+  words = "Column dtype and SparseTensors dtype must be compatible"
+  ids = tf.SparseTensor([[0, 0], [1, 0]], tf.constant([3, 5], tf.int64),
+                        [2, 1])
+  with tf.Graph().as_default():  # TF's own column: the oracle
+    with pytest.raises(ValueError, match=words):
+      tf.compat.v1.feature_column.input_layer(
+          {"h": ids}, [fc.embedding_column(make(fc), 2)])
+  column = tec.embedding_column(make(fc), 2)
+  spec = es.EmbeddingConfigSpec(
+      feature_columns=[column],
+      optimization_parameters=es.AdagradParameters(0.1))
+  feature = spec.model.features["h"]
+  table = spec.model.tables[feature.table]
+  with tf.Graph().as_default():
+    with pytest.raises(ValueError, match=f"Feature 'h': {words}. key: h, "
+                       "column dtype: tf.string, tensor dtype: tf.int64"):
+      inputs.read_feature(feature, table, spec.column_for("h"), {"h": ids},
+                          "Feature 'h'")
+    strings = tf.SparseTensor([[0, 0]], tf.constant(["x"]), [1, 1])
+    assert inputs.read_feature(feature, table, spec.column_for("h"),
+                               {"h": strings}, "Feature 'h'").transformed

@@ -38,6 +38,7 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
+from estimator_spec import files
 from estimator_spec.checkpoints import bundle_index
 from estimator_spec.config import sharding
 from tpu_embedding_columns import _checks
@@ -65,18 +66,50 @@ def resolve_checkpoint(path, owner="checkpoint"):
   prefix. Raises FileNotFoundError when there is none."""
   path = os.fspath(_check_path(owner, "checkpoint", path))
   if os.path.isdir(path):
-    latest = tf.train.latest_checkpoint(path)
-    if latest is None:
-      raise FileNotFoundError(
-          f"{owner}: no checkpoint in directory {path!r} (it has no "
-          "`checkpoint` state file naming one); train the model first or "
-          "pass a checkpoint prefix such as model_dir/model.ckpt-100.")
-    path = latest
+    path = _latest_in_directory(path, owner)
   if not tf.io.gfile.exists(path + ".index"):
     raise FileNotFoundError(
         f"{owner}: {path!r} is neither a model directory nor a checkpoint "
         f"prefix ({path}.index does not exist).")
   return path
+
+
+# The largest `checkpoint` state file read (it lists the kept checkpoints).
+MAX_STATE_FILE_BYTES = 2**20
+
+
+def _latest_in_directory(directory, owner):
+  """The checkpoint prefix the model directory's `checkpoint` state file
+  names; FileNotFoundError saying which is missing: the state file, or
+  the checkpoint it names (or why the state file cannot be read)."""
+  state_path = os.path.join(directory, "checkpoint")
+  advice = ("train the model first or pass a checkpoint prefix such as "
+            "model_dir/model.ckpt-100.")
+  try:
+    files.read_bytes(state_path, MAX_STATE_FILE_BYTES)
+  except FileNotFoundError:
+    raise FileNotFoundError(
+        f"{owner}: no checkpoint in directory {directory!r} (it has no "
+        f"`checkpoint` state file naming one); {advice}") from None
+  except (files.FileRejected, OSError) as error:
+    reason = error.strerror if isinstance(error, OSError) and (
+        error.strerror) else str(error)
+    raise FileNotFoundError(
+        f"{owner}: the `checkpoint` state file of {directory!r} cannot be "
+        f"read ({reason}); {advice}") from None
+  state = tf.train.get_checkpoint_state(directory)
+  if state is None or not state.model_checkpoint_path:
+    raise FileNotFoundError(
+        f"{owner}: the `checkpoint` state file of {directory!r} names no "
+        f"checkpoint (it is empty or not a checkpoint state); {advice}")
+  prefix = state.model_checkpoint_path
+  if not tf.io.gfile.exists(prefix + ".index"):
+    raise FileNotFoundError(
+        f"{owner}: the `checkpoint` state file of {directory!r} names "
+        f"{prefix!r}, which does not exist ({prefix}.index is missing); "
+        "restore the checkpoint's files, or pass the prefix of one that "
+        "exists.")
+  return prefix
 
 
 def open_checkpoint(path, owner="checkpoint"):
