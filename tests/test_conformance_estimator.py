@@ -1074,28 +1074,66 @@ def _shared_weight_key_input_fn(params):
           params["batch_size"], drop_remainder=True)
 
 
-@pytest.mark.parametrize("impl", ["tf-cpu", "ours"])
-def test_shared_weight_key_refused(tmp_path, impl):
-  """Two weighted columns reading one weight key: a TPU refuses it (the
-  first feature consumes the weights); ours refuses it when the spec is
-  built (before any estimator exists, so for use_tpu=False and True alike).
-  TF's CPU path trains."""
-  if impl == "tf-cpu":
-    columns = _shared_weight_key_columns(TF_API)
-    spec = ET.experimental.EmbeddingConfigSpec(
-        feature_columns=columns,
-        optimization_parameters=TT.AdagradParameters(0.01))
-    make_estimator(TF_CPU, _identity_model_fn(TF_API, columns), spec,
-                   tmp_path).train(_shared_weight_key_input_fn, steps=1)
+SHARED_WEIGHTS_PHRASE = ("weight-sharing among weighted_categorical_column is "
+                         "not supported on TPU")
+
+
+def test_shared_weight_key_tf_phrase():
+  """The phrase ours carries is TF's own, from the function that refuses
+  the input on a TPU (the first reader pops the weights; the next one finds
+  none)."""
+  with pytest.raises(ValueError) as raised:
+    tf_tpu_embedding._get_weights_from_features("values", {"ids1": 0})
+  assert SHARED_WEIGHTS_PHRASE in str(raised.value)
+  assert "Cannot find weights values for weighted_categorical_column" in str(
+      raised.value)
+
+
+@pytest.mark.parametrize("side", [TF_CPU] + OURS_SIDES, ids=str)
+def test_shared_weight_key_refused(tmp_path, side):
+  """Two weighted columns reading one weight key: the spec constructs (as
+  TF's does); a TPU refuses the input when it is read (the first feature
+  consumes the weights), and so does ours, for use_tpu=False and True, in
+  every mode, before anything is written. TF's CPU path trains."""
+  columns = _shared_weight_key_columns(side.api)
+  spec = side.api.EmbeddingConfigSpec(
+      feature_columns=columns, optimization_parameters=side.api.Adagrad(0.01))
+  estimator = make_estimator(side, _identity_model_fn(side.api, columns),
+                             spec, tmp_path, eval_batch_size=8,
+                             predict_batch_size=8)
+  if side.is_tf:
+    estimator.train(_shared_weight_key_input_fn, steps=1)
     assert read_checkpoint(tmp_path)["global_step"] == 1
     return
-  columns = _shared_weight_key_columns(OURS_API)
-  with pytest.raises(
-      ValueError,
-      match="weight-sharing among weighted_categorical_column is not "
-      "supported on TPU"):
-    es.EmbeddingConfigSpec(feature_columns=columns,
-                           optimization_parameters=es.AdagradParameters(0.01))
+  assert spec.model.shared_weight_keys == {"values": ("ids1", "ids2")}
+  runs = [
+      lambda: estimator.train(_shared_weight_key_input_fn, steps=1),
+      lambda: estimator.evaluate(_shared_weight_key_input_fn, steps=1),
+      lambda: next(estimator.predict(
+          lambda params: _shared_weight_key_input_fn(params).map(
+              lambda f, l: f))),
+  ]
+  for run in runs:
+    with pytest.raises(ValueError, match=SHARED_WEIGHTS_PHRASE) as raised:
+      run()
+    for name in ("'values'", "'ids1'", "'ids2'"):
+      assert name in str(raised.value), str(raised.value)
+  assert has_no_checkpoint(tmp_path)
+
+
+def test_shared_weight_key_refused_by_split_inputs():
+  spec = es.EmbeddingConfigSpec(
+      feature_columns=_shared_weight_key_columns(OURS_API),
+      optimization_parameters=es.AdagradParameters(0.01))
+  config = es.EmbeddingConfig(spec, batch_size=2)
+  with tf.Graph().as_default():
+    features, _ = v1.data.make_one_shot_iterator(
+        _shared_weight_key_input_fn({"batch_size": 2})).get_next()
+    with pytest.raises(ValueError, match=re.escape(
+        "split_inputs: features ['ids1', 'ids2'] all take their weights "
+        "from the key 'values'")) as raised:
+      config.split_inputs(features)
+  assert SHARED_WEIGHTS_PHRASE in str(raised.value)
 
 
 # ---------------------------------------------------------------------------

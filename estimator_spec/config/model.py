@@ -271,6 +271,12 @@ class EmbeddingModel:
           " or use the spec's own column objects.")
     return feature
 
+  @property
+  def shared_weight_keys(self):
+    """{weight key: feature names} of the weight keys several features read
+    (see `shared_weight_keys`); empty for most models."""
+    return shared_weight_keys(self.features)
+
   def shard_layout(self, table_name, num_shards):
     return sharding.ShardLayout(self.tables[table_name].vocabulary_size,
                                 num_shards, self.partition_strategy)
@@ -346,7 +352,6 @@ def _from_columns(columns):
         table_optimizer=None,
         hot_id_replication=False,
         embedding_var_name=column.embedding_var_name)
-  _check_weight_keys(features, "feature_columns")
   for name, column in owners.items():
     check_table_name(name, f"`feature_columns`: column {column.name!r}")
   return _finish(tables, features)
@@ -364,7 +369,6 @@ def _from_dicts(table_to_config_dict, feature_to_config_dict):
           f" tables: {sorted(table_to_config_dict)}).")
     features[name] = Feature(name, config.table_id,
                              config.max_sequence_length, config.weight_key)
-  _check_weight_keys(features, "feature_to_config_dict")
   used = {f.table for f in features.values()}
   unused = sorted(set(table_to_config_dict) - used)
   if unused:
@@ -389,21 +393,17 @@ def _from_dicts(table_to_config_dict, feature_to_config_dict):
   return _finish(tables, features)
 
 
-def _check_weight_keys(features, what):
-  """One weight key per feature: a TPU infeed hands a weight feature to the
-  first feature that reads it, so two features cannot share one."""
+def shared_weight_keys(features):
+  """{weight key: sorted names of the features reading it} for each weight
+  key that several features read. A spec may configure that (TF's spec
+  does); a TPU infeed hands a weight feature to the first feature that reads
+  it, so reading such input fails (`engine.inputs.check_weight_keys`)."""
   readers = collections.defaultdict(list)
   for feature in features.values():
     if feature.weight_key is not None:
       readers[feature.weight_key].append(feature.name)
-  for key, names in readers.items():
-    if len(names) > 1:
-      raise ValueError(
-          f"EmbeddingConfigSpec: `{what}`: features {sorted(names)} take "
-          f"their weights from the same key {key!r}; weight-sharing among "
-          "weighted_categorical_column is not supported on TPU. Give each "
-          "weighted feature its own weight key (copy the weights in the "
-          "input_fn).")
+  return {key: tuple(sorted(names))
+          for key, names in sorted(readers.items()) if len(names) > 1}
 
 
 # A table's name names its variables (a root name scope of the graph) and

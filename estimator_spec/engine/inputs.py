@@ -234,6 +234,22 @@ def _read_weights(feature, features, where):
   return weights
 
 
+def check_weight_keys(model, where):
+  """Raises ValueError if several features of `model` (a config model) read
+  their weights from one key: a TPU infeed hands the weights to the first
+  feature that reads them, so the others find none. Checked when input is
+  read (before any lookup or update), as TF's TPU input path does."""
+  for key, names in model.shared_weight_keys.items():
+    raise ValueError(
+        f"{where}: features {list(names)} all take their weights from the "
+        f"key {key!r}; a TPU infeed gives them to the first only, so the "
+        f"others fail with 'Cannot find weights {key} for "
+        "weighted_categorical_column': weight-sharing among "
+        "weighted_categorical_column is not supported on TPU. Give each "
+        "weighted feature its own weight key (copy the weights in the "
+        "input_fn).")
+
+
 @dataclasses.dataclass
 class FeatureIds:
   """Validated ids of one feature for one step."""
@@ -256,6 +272,7 @@ def parse_features(model, spec, features, compiled_ops=None):
   here, at graph-building time; the rest is checked when the graph runs,
   for all features together (`tpu_embedding_columns.lookup.flatten_many`).
   """
+  check_weight_keys(model, "Embedding features")
   sources, details = [], []
   for feature in model.features.values():
     table = model.tables[feature.table]

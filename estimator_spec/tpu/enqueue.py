@@ -330,6 +330,7 @@ def split_inputs(config, features, labels=None):
   if not isinstance(features, dict):
     raise TypeError("split_inputs: `features` must be a dict of feature name "
                     f"to Tensor; got {type(features).__name__}.")
+  inputs_lib.check_weight_keys(config.model, "split_inputs")
   num_splits = config.num_cores_per_host
   host_batch = config.batch_size // config.num_hosts
   per_feature = collections.OrderedDict()
