@@ -5,10 +5,16 @@
 `EmbeddingConfig` derives the TPU embedding configuration proto.
 
 The TPUEstimator surface (`TPUEstimator`, `TPUEstimatorSpec`,
-`ExportSavedModelApiVersion`, `ClusterTraining`) loads on first use and
+`ExportSavedModelApiVersion`, `ClusterTraining`, and TF's own `RunConfig`,
+`TPUConfig` and `InputPipelineConfig`, re-exported unchanged) loads on
+first use and
 needs TF 2.15 and tensorflow-estimator 2.15; on current TensorFlow, using it
 raises an ImportError saying so (`estimator_spec.tf215`), and `__all__`
 leaves it out so that `from estimator_spec import *` still works there.
+
+With `estimator_spec.experimental.EmbeddingConfigSpec`, this package holds
+every name of TF's `tf.compat.v1.estimator.tpu` (`estimator_spec.tf_names`
+is the table of every TF name and where it lives here).
 
 `HostTPUEmbedding` (`estimator_spec.mid_level`, loaded on first use) is TF2's
 `tf.tpu.experimental.embedding.TPUEmbedding` trained on CPU/GPU with the
@@ -45,6 +51,9 @@ _LAZY = {
     "TPUEstimatorSpec": "estimator_spec.estimator",
     "ExportSavedModelApiVersion": "estimator_spec.estimator",
     "ClusterTraining": "estimator_spec.estimator.cluster",
+    "RunConfig": "estimator_spec.estimator.run_config",
+    "TPUConfig": "estimator_spec.estimator.run_config",
+    "InputPipelineConfig": "estimator_spec.estimator.run_config",
     "HostTPUEmbedding": "estimator_spec.mid_level",
 }
 # Of those, the names that load on current TensorFlow too.
@@ -61,7 +70,7 @@ def __getattr__(name):
 
 
 _SUBPACKAGES = ("estimator", "interop", "checkpoints", "engine", "tpu",
-                "config", "mid_level")
+                "config", "mid_level", "experimental", "tf_names")
 
 
 def __dir__():
