@@ -820,6 +820,100 @@ def test_v2_shared_feature_layer_cpu(impl, use_safe_embedding_lookup):
   np.testing.assert_array_equal(got_lengths, [1, 2, 0])
 
 
+# What use_safe_embedding_lookup controls, beyond TF's test above (which
+# counts TF's SparseFillEmptyRows ops: 2 with the flag, 1 without; our lookup
+# is our own and builds none either way). TF 2.15's CPU path is the oracle:
+# valid ids give the same values either way; a negative id is dropped with
+# True and fails the lookup with False, except in sequence columns, which TF
+# looks up safely whatever the flag.
+@pytest.mark.parametrize("shared", [False, True], ids=["own", "shared"])
+@pytest.mark.parametrize("use_safe_embedding_lookup", [True, False],
+                         ids=["safe", "unsafe"])
+def test_use_safe_embedding_lookup_negative_ids_as_tensorflow_cpu(
+    use_safe_embedding_lookup, shared):
+  # Dense ids [2], [-1, 1], [], [1]; sequence ids [2], [0, -1], [], [1].
+  dense_entries = [(0, 0, 2), (1, 0, -1), (1, 1, 1), (3, 0, 1)]
+  sequence_entries = [(0, 0, 2), (1, 0, 0), (1, 1, -1), (3, 0, 1)]
+  kept_dense = [(b, p, v) for b, p, v in dense_entries if v >= 0]
+  kept_sequence = [(b, p, v) for b, p, v in sequence_entries if v >= 0]
+
+  def run(impl, dense_ids, sequence_ids):
+    init = TableInitializer(LOOKUP_TABLE)
+    kwargs = dict(initializer=init,
+                  use_safe_embedding_lookup=use_safe_embedding_lookup)
+    if shared:
+      dense_column, sequence_column = shared_embedding_columns(
+          impl, [ident("aaa"), seq_ident("bbb")], dimension=2,
+          max_sequence_lengths=[0, 2], **kwargs)
+    else:
+      dense_column = embedding_column(impl, ident("aaa"), dimension=2,
+                                      **kwargs)
+      sequence_column = embedding_column(impl, seq_ident("bbb"), dimension=2,
+                                         max_sequence_length=2, **kwargs)
+    with tf.Graph().as_default():
+      features = {"aaa": sparse_value(dense_ids, [4, 2]),
+                  "bbb": sparse_value(sequence_ids, [4, 2])}
+      dense = v1.keras.layers.DenseFeatures([dense_column])(features)
+      sequence, lengths = tf.keras.experimental.SequenceFeatures(
+          [sequence_column])(features)
+      try:
+        return evaluate([dense, sequence, lengths])
+      except tf.errors.InvalidArgumentError as error:
+        return error
+
+  expected_dense = np_dense(LOOKUP_TABLE, ids_only(rows_of(kept_dense, 4)))
+  expected_sequence = np_sequence(LOOKUP_TABLE, rows_of(kept_sequence, 4), 2)
+  # Valid ids: the same values with either setting.
+  for impl in IMPLS:
+    got_dense, got_sequence, _ = run(impl, kept_dense, kept_sequence)
+    assert_close(got_dense, expected_dense)
+    assert_close(got_sequence, expected_sequence)
+  # A negative id in the sequence column: dropped with either setting (its
+  # position stays, as zeros, and counts in the length).
+  lengths = {}
+  for impl in IMPLS:
+    got_dense, got_sequence, lengths[impl] = run(impl, kept_dense,
+                                                 sequence_entries)
+    assert_close(got_dense, expected_dense)
+    assert_close(got_sequence, expected_sequence)
+  np.testing.assert_array_equal(lengths["ours"], [1, 2, 0, 1])
+  np.testing.assert_array_equal(lengths["ours"], lengths["tf"])
+  # A negative id in the non-sequence column.
+  results = {impl: run(impl, dense_entries, kept_sequence) for impl in IMPLS}
+  if use_safe_embedding_lookup:
+    for impl in IMPLS:
+      assert_close(results[impl][0], expected_dense)
+    return
+  assert isinstance(results["tf"], tf.errors.InvalidArgumentError)
+  assert isinstance(results["ours"], tf.errors.InvalidArgumentError)
+  table = "tbl_aaa_bbb_shared_embedding" if shared else "tbl_aaa"
+  # (TF's assert message escapes the quotes around the names.)
+  message = results["ours"].message.replace("\\'", "'")
+  assert f"Feature 'aaa' (table '{table}')" in message, message
+  assert ("negative ids are refused with use_safe_embedding_lookup=False"
+          in message), message
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_unsafe_lookup_keeps_trailing_examples_without_ids(impl):
+  """use_safe_embedding_lookup=False with the last examples of a batch
+  without ids: TF's CPU lookup returns rows only up to the last example that
+  has ids (2 rows for a batch of 4); ours gives every example its row (zeros
+  for no ids), as with the flag on and as on a TPU."""
+  column = embedding_column(impl, ident("aaa"), dimension=2,
+                            initializer=TableInitializer(LOOKUP_TABLE),
+                            use_safe_embedding_lookup=False)
+  entries = [(0, 0, 2), (1, 0, 0), (1, 1, 1)]
+  with tf.Graph().as_default():
+    dense = v1.keras.layers.DenseFeatures([column])(
+        {"aaa": sparse_value(entries, [4, 2])})
+    (got,) = evaluate([dense])
+  if impl == "tf":
+    assert got.shape == (2, 2)
+    return
+  assert_close(got, np_dense(LOOKUP_TABLE, ids_only(rows_of(entries, 4))))
+
+
 # SharedEmbeddingColumnTestV2.test_deepcopy
 @pytest.mark.parametrize("kind", ["plain", "tensor_core", "sequence"])
 @pytest.mark.parametrize("impl", IMPLS)

@@ -556,6 +556,31 @@ def test_sequence_feature_training_skips_truncated_ids():
   np.testing.assert_array_equal(table, expected)
 
 
+@pytest.mark.parametrize("safe", [True, False])
+def test_negative_sequence_ids_drop_whatever_use_safe_embedding_lookup(safe):
+  # TF's CPU path looks sequence ids up with its safe lookup whatever the
+  # flag; the engine drops them too (the column's own lookup: see
+  # test_conformance_columns.py::
+  # test_use_safe_embedding_lookup_negative_ids_as_tensorflow_cpu).
+  column = tec.embedding_column(
+      fc.sequence_categorical_column_with_identity("f", 10), 1,
+      combiner="sum", max_sequence_length=3, use_safe_embedding_lookup=safe)
+  config = es.EmbeddingConfig(es.EmbeddingConfigSpec(
+      feature_columns=[column],
+      optimization_parameters=es.StochasticGradientDescentParameters(1.0)),
+                              batch_size=2)
+  with tf.Graph().as_default():
+    engine = HostEmbeddingEngine(config)
+    result = engine.lookup({"f": ragged_to_sparse([[1, -1, 2], [-3, 4]],
+                                                  np.int64)})
+    with v1.Session() as sess:
+      init_session(sess)
+      sess.run(engine.tables["tbl_f"].assign_all(
+          np.arange(10, dtype=F32)[:, None] + 1))
+      activation = sess.run(result.activations["f"])
+  np.testing.assert_array_equal(activation[:, :, 0], [[2, 0, 3], [0, 5, 0]])
+
+
 @pytest.mark.parametrize("columns_form", [False, True])
 def test_ids_past_the_sequence_length_are_dropped_before_any_check(
     columns_form):

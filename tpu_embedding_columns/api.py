@@ -59,7 +59,9 @@ def embedding_column(categorical_column,
       'tpu_tensor_core' (needs `tensor_core_shape`).
     tensor_core_shape: [batch or None/-1, ids per example] for
       'tpu_tensor_core' columns.
-    use_safe_embedding_lookup: True drops negative ids; False refuses them.
+    use_safe_embedding_lookup: True drops negative ids; False refuses them
+      (an error naming the feature and table), as TF's CPU lookup fails on
+      them. Sequence columns drop them either way, as TF's CPU path does.
 
   Returns:
     An `EmbeddingColumn`.

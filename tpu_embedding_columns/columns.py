@@ -88,6 +88,13 @@ class _TPUEmbeddingColumnBase(tf.__internal__.feature_column.DenseColumn,
     return isinstance(self.categorical_column, SequenceCategoricalColumn)
 
   @property
+  def drops_negative_ids(self):
+    """Whether negative ids are dropped (else refused). With
+    `use_safe_embedding_lookup=True`; and always for sequence columns, whose
+    ids TF's CPU path looks up with its safe lookup whatever the flag."""
+    return self.use_safe_embedding_lookup or self.is_sequence
+
+  @property
   def is_tensor_core(self):
     return self.embedding_lookup_device == "tpu_tensor_core"
 
@@ -361,7 +368,7 @@ class _TPUEmbeddingColumnBase(tf.__internal__.feature_column.DenseColumn,
         self.vocabulary_size,
         feature=self.feature_key,
         table=self.table_name,
-        drop_negative=self.use_safe_embedding_lookup,
+        drop_negative=self.drops_negative_ids,
         ids_non_negative=lookup.never_negative(self.categorical_column),
         max_positions=max_positions)
 

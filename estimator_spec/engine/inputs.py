@@ -291,7 +291,7 @@ def parse_features(model, spec, features, compiled_ops=None):
       details.append((feature, table, "sum" if given.given else None, 0,
                       None, tf.compat.dimension_value(given.ids.shape[0])))
       continue
-    drop_negative = column.use_safe_embedding_lookup if column else True
+    drop_negative = column.drops_negative_ids if column else True
     sources.append(
         column_lookup.IdSource(
             given.ids, given.weights, table.vocabulary_size, where,
