@@ -2,13 +2,13 @@
 # virtual environment at .venv/ ready (tools/ensure_venv.sh, run on every
 # make and cheap): created when missing, rebuilt when broken (bin/python
 # missing or not running, another Python than 3.11, packages missing), the
-# package installed again when setup.py changed. Building it needs Python
+# package installed again when pyproject.toml changed. Building it needs Python
 # 3.11: python3.11 when it is on the PATH, else python3; another one is
 # named with `make PYTHON=/path/to/python3.11 demo`.
 #
 # `make test` also makes .venv-tf2/ ready the same way (`make venv-tf2`):
 # current TensorFlow (requirements-tf2.txt) with this checkout installed
-# without setup.py's TF 2.15 pins, and runs there the test files that
+# without pyproject.toml's TF 2.15 pins, and runs there the test files that
 # tests/tf2_tests.txt lists (tests/conftest.py collects only those on a
 # TensorFlow other than 2.15).
 #
@@ -37,7 +37,7 @@ PEERS_REQUIREMENTS := bench/peers/requirements.txt
 PEERS_TORCHREC := bench/peers/requirements-torchrec.txt
 PEERS_PACKAGES := torch fbgemm_gpu numpy
 
-.PHONY: demo test test-tf2 test-tf-keras venv venv-tf2 venv-tf-keras clean browser venv-peers bench-peers
+.PHONY: demo test test-tf2 test-tf-keras venv venv-tf2 venv-tf-keras clean browser venv-peers bench-peers dist
 
 venv:
 	@sh tools/ensure_venv.sh '$(PYTHON)' '$(VENV)' '$(EXTRAS)'
@@ -92,5 +92,19 @@ browser:
 	  echo "browser: apt-get install $(CHROMIUM_PACKAGES) failed; the browser test is skipped"; \
 	fi
 
+# The source distribution and the wheel in dist/ (pypa's `build`, in an
+# isolated build environment), then their metadata checked as PyPI would
+# (`twine check --strict`). tests/test_wheel.py installs such a wheel into
+# a fresh environment and runs the README's program there.
+dist: venv
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(PY) -m twine check --strict dist/*
+
+# Removes what make and the runs made in this checkout, asking nothing:
+# the environments, build output, and runs/ (the demo's and your training
+# runs' model directories). The compiled-kernel cache is shared by every
+# checkout and environment of this user, so it stays; its folder is named.
 clean:
-	rm -rf $(VENV) $(VENV_TF2) $(VENV_TF_KERAS) $(VENV_PEERS) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VENV_TF2) $(VENV_TF_KERAS) $(VENV_PEERS) build dist *.egg-info .pytest_cache .hypothesis runs
+	@echo "clean: the compiled-kernel cache is kept: $${HOST_EMBEDDING_KERNEL_CACHE:-$${XDG_CACHE_HOME:-$$HOME/.cache}/tpu-embedding-estimator/kernels} (remove it by hand if you like)"

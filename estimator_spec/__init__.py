@@ -20,6 +20,7 @@ is the table of every TF name and where it lives here).
 `tf.tpu.experimental.embedding.TPUEmbedding` trained on CPU/GPU with the
 TPU's semantics; it works on TF 2.15 and on current TensorFlow.
 """
+from estimator_spec._version import __version__
 from estimator_spec.config.modes import EVAL
 from estimator_spec.config.modes import PREDICT
 from estimator_spec.config.modes import TRAIN

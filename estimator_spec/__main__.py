@@ -172,6 +172,9 @@ def _force_argument(parser, what):
 def _parser():
   parser = _Parser(prog=PROG, description="Embedding specs and checkpoints "
                    "of estimator_spec models (see docs/cli.md).")
+  from estimator_spec._version import __version__  # pylint: disable=import-outside-toplevel
+  parser.add_argument("--version", action="version",
+                      version=f"tpu-embedding-estimator {__version__}")
   sub = parser.add_subparsers(dest="command", required=True,
                               metavar="COMMAND")
   describe = sub.add_parser(

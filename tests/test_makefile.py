@@ -43,9 +43,9 @@ def _wrapper(path, *python_args, pythonpath=None):
 def _stamp(version=None):
   version = version or ".".join(str(n) for n in sys.version_info[:3])
   checksum = subprocess.run(
-      "cksum < setup.py", shell=True, cwd=REPO, capture_output=True,
+      "cksum < pyproject.toml", shell=True, cwd=REPO, capture_output=True,
       text=True, check=True).stdout.split()[0]
-  return f"python={version} extras={EXTRAS} setup.py={checksum}\n"
+  return f"python={version} extras={EXTRAS} pyproject.toml={checksum}\n"
 
 
 def _run(python, venv, **env):
@@ -173,7 +173,7 @@ def test_a_usable_venv_is_reused_silently_whatever_python_is(tmp_path):
   assert check.returncode == 0 and "usable" in check.stdout
 
 
-@pytest.mark.parametrize("stamp", [None, "python=3.11.7 extras=test setup.py=1\n"])
+@pytest.mark.parametrize("stamp", [None, "python=3.11.7 extras=test pyproject.toml=1\n"])
 def test_a_missing_or_old_stamp_installs_again_into_the_same_venv(
     tmp_path, stamp):
   venv = _usable_venv(tmp_path)
@@ -204,7 +204,7 @@ def _requirements_stamp(version=None, requirements_checksum=None):
 
   requirements_checksum = requirements_checksum or checksum(REQUIREMENTS)
   return (f"python={version} requirements={REQUIREMENTS}:"
-          f"{requirements_checksum} setup.py={checksum('setup.py')}\n")
+          f"{requirements_checksum} pyproject.toml={checksum('pyproject.toml')}\n")
 
 
 def _run_tf2(python, venv, packages="tensorflow numpy", **env):
@@ -244,7 +244,7 @@ def test_a_usable_requirements_venv_is_reused_and_a_changed_file_reinstalls(
   (venv / ".installed").write_text(_stamp())
   check = _run_tf2(tmp_path / "unused", venv, VENV_CHECK_ONLY="1")
   assert check.returncode == 1
-  assert f"install needed: setup.py or {REQUIREMENTS} changed" in check.stdout
+  assert f"install needed: pyproject.toml or {REQUIREMENTS} changed" in check.stdout
   # An older requirements file: installed again into the same venv.
   (venv / ".installed").write_text(
       _requirements_stamp(requirements_checksum="1"))

@@ -8,23 +8,23 @@
 #
 # PYTHON builds VENV when it has to be built; it must be Python 3.11.
 # WHAT says what is installed into VENV:
-#   * EXTRAS (the default, "test"): this checkout with setup.py's
+#   * EXTRAS (the default, "test"): this checkout with pyproject.toml's
 #     dependencies and those extras, `pip install -e REPO[EXTRAS]` (.venv,
 #     the TensorFlow 2.15 stack);
 #   * requirements=FILE (a path inside this checkout): the packages FILE
-#     lists, then this checkout without setup.py's dependencies,
+#     lists, then this checkout without pyproject.toml's dependencies,
 #     `pip install -r FILE` and `pip install --no-deps -e REPO` (.venv-tf2,
-#     current TensorFlow, which setup.py's TF 2.15 pins would refuse).
+#     current TensorFlow, which pyproject.toml's TF 2.15 pins would refuse).
 # PACKAGES: the third-party modules VENV must hold, space-separated
 # (default "tensorflow tensorflow_estimator").
 # VENV is usable when its bin/python runs, is Python 3.11, the install stamp
 # VENV/.installed matches this checkout (Python version, WHAT, checksums of
-# setup.py and of FILE), and PACKAGES, estimator_spec and
+# pyproject.toml and of FILE), and PACKAGES, estimator_spec and
 # tpu_embedding_columns are found (the last two in this checkout).
 # Otherwise:
 #   * bin/python missing, not running or another Python, or packages
 #     missing: VENV is emptied and built again with PYTHON;
-#   * no stamp, or a stamp of another setup.py: the package is installed
+#   * no stamp, or a stamp of another pyproject.toml: the package is installed
 #     again into VENV.
 #
 # Environment: VENV_CHECK_ONLY=1 prints the verdict and exits (0 usable,
@@ -87,9 +87,9 @@ checksum() {
 
 stamp_line() {
   if [ -n "$requirements" ]; then
-    echo "python=$1 requirements=$requirements:$(checksum "$repo/$requirements" 2>/dev/null) setup.py=$(checksum "$repo/setup.py")"
+    echo "python=$1 requirements=$requirements:$(checksum "$repo/$requirements" 2>/dev/null) pyproject.toml=$(checksum "$repo/pyproject.toml")"
   else
-    echo "python=$1 extras=$extras setup.py=$(checksum "$repo/setup.py")"
+    echo "python=$1 extras=$extras pyproject.toml=$(checksum "$repo/pyproject.toml")"
   fi
 }
 
@@ -137,9 +137,9 @@ elif [ ! -f "$stamp" ]; then
 elif [ "$(cat "$stamp")" != "$(stamp_line "$venv_version")" ]; then
   action=install
   if [ -n "$requirements" ]; then
-    reason="setup.py or $requirements changed since it was installed"
+    reason="pyproject.toml or $requirements changed since it was installed"
   else
-    reason="setup.py or the extras changed since it was installed"
+    reason="pyproject.toml or the extras changed since it was installed"
   fi
 else
   missing=$(missing_packages)
