@@ -397,6 +397,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
              if replicas.is_distributed(flat + flat_weights) else 1)
     per_replica = [{} for _ in range(count)]   # engine inputs
     layouts = [{} for _ in range(count)]       # {feature: _InputLayout}
+    plans = [{} for _ in range(count)]         # {feature: _GradientPlan}
     with _scope(name or "host_tpu_embedding_enqueue"), \
         engine_lib.device_scope(device):
       for feature_name, ids, weight in zip(self._names, flat, flat_weights):
@@ -406,10 +407,11 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
         except ValueError as error:
           raise ValueError(
               f"{_OWNER}.enqueue: feature {feature_name!r}: {error}") from None
-        for inputs, layout, replica_ids, replica_weight in zip(
-            per_replica, layouts, ids, weight):
-          inputs[feature_name], layout[feature_name] = self._engine_inputs(
-              feature_name, replica_ids, replica_weight)
+        for inputs, layout, plan, replica_ids, replica_weight in zip(
+            per_replica, layouts, plans, ids, weight):
+          (inputs[feature_name], layout[feature_name],
+           plan[feature_name]) = self._engine_inputs(
+               feature_name, replica_ids, replica_weight)
       result = self._engine.lookup({
           feature_name: inputs_lib.GivenIds.join(
               [inputs[feature_name] for inputs in per_replica])
@@ -423,7 +425,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
         for replica, piece in zip(activations, pieces):
           replica[feature_name] = piece
     self._step = _Step(result, _current_graph(), training, activations,
-                       layouts)
+                       layouts, plans)
 
   def dequeue(self, name=None):
     """The activations of the last `enqueue`, in the structure of
@@ -434,6 +436,9 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     `MirroredStrategy`: call it inside `strategy.run`; each replica gets
     the activations of its inputs."""
     del name  # The activations are computed by `enqueue`.
+    return self._dequeue(differentiable=False)
+
+  def _dequeue(self, differentiable):
     replicas.check_strategy(_OWNER, "dequeue", self._strategy)
     step = self._step
     replica = 0
@@ -467,12 +472,89 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       outputs.append(self._shape_activation(
           feature_name, step.activations[replica][feature_name],
           step.layouts[replica][feature_name]))
+    if differentiable:
+      outputs = self._with_table_gradients(outputs, step, replica)
     return tf.nest.pack_sequence_as(self._feature_config, outputs)
 
   def __call__(self, features, weights=None):
-    """`enqueue(features, weights)` then `dequeue()`: the activations."""
+    """`enqueue(features, weights)` then `dequeue()`: the activations.
+
+    Unlike `dequeue`'s, these activations are differentiable with respect
+    to the tables (`embedding_tables`), whatever `optimizer` the object
+    has: TF's `TPUEmbeddingV0` usage, where a `tf.GradientTape` takes the
+    tables' gradients and a Keras optimizer applies them (docs/mid_level.md,
+    'The V0 usage'). A table's gradient is what TF's own classes give for
+    the same lookups off the TPU: one `tf.IndexedSlices` entry per id of
+    each feature, as TF's lookup of that input kind makes it (sparse ids:
+    each feature's distinct ids, with their summed gradients; ragged, dense
+    and sequence ids: every id), features sharing a table concatenated, not
+    summed per id. A tape must watch the tables
+    (`tape.watch(embedding.embedding_tables.values())`, as TF's V0 program
+    does): they are not trainable variables, which a tape would watch by
+    itself. A step's tables are trained once: when a tape watching them
+    differentiates its activations, `apply_gradients` is refused for it
+    (and such a tape is refused after `apply_gradients`): RuntimeError.
+    """
     self.enqueue(features, weights)
-    return self.dequeue()
+    return self._dequeue(differentiable=True)
+
+  def _with_table_gradients(self, outputs, step, replica):
+    """`outputs` (the flat activations of `step` for `replica`), given the
+    gradient with respect to each table's variable described in
+    `__call__`."""
+    model = self._config.model
+    tables = list(model.tables)
+    variables = [self._engine.tables[t].partitions[0] for t in tables]
+    plans = step.gradient_plans[replica]
+    names = self._names
+
+    def table_gradients(activation_grads):
+      # A tape records this function only when it watches a table; it then
+      # calls it for any gradient through the activations, the tables'
+      # included.
+      if step.applied:
+        raise RuntimeError(
+            f"{_OWNER}: a GradientTape watching the tables differentiates "
+            "the activations of a step that apply_gradients already "
+            "trained with the object's own optimizer; a second update (a "
+            "Keras optimizer on the tables' gradients) would train the "
+            "tables twice. Train the tables one way: apply_gradients (do "
+            "not watch the tables), or a Keras optimizer on the tables' "
+            "gradients (the V0 usage, without apply_gradients).")
+      step.tape_gradients = True
+      per_table = {t: [] for t in tables}
+      # Last feature first, as TF's tape concatenates the gradients of the
+      # lookups of one variable (the same entries; the order only decides
+      # in which order a Keras optimizer adds them up).
+      for name, grad in reversed(list(zip(names, activation_grads))):
+        if grad is None:
+          continue
+        ids, values = plans[name].slices(grad)
+        per_table[model.features[name].table].append((ids, values))
+      result = []
+      for table_name, variable in zip(tables, variables):
+        parts = per_table[table_name]
+        if not parts:
+          result.append(None)
+          continue
+        dimension = model.tables[table_name].dimension
+        result.append(tf.IndexedSlices(
+            tf.concat([v for _, v in parts], axis=0),
+            tf.concat([i for i, _ in parts], axis=0),
+            tf.constant([model.tables[table_name].vocabulary_size,
+                         dimension], tf.int64)))
+      return result
+
+    @tf.custom_gradient
+    def attach(*handles):
+      del handles  # the gradient is with respect to them
+
+      def grad(*activation_grads):
+        return table_gradients(activation_grads)
+
+      return [tf.identity(tf.stop_gradient(o)) for o in outputs], grad
+
+    return attach(*[variable.handle for variable in variables])
 
   # --- backward --------------------------------------------------------------
 
@@ -516,6 +598,14 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
           "enqueue(..., training=True) and dequeue() first (in every "
           "replica), once per apply_gradients.")
     _check_same_graph("apply_gradients", step.graph)
+    if step.tape_gradients:
+      raise RuntimeError(
+          f"{_OWNER}.apply_gradients: a GradientTape watching the tables "
+          "already differentiated this step's activations (the V0 usage, "
+          "where a Keras optimizer applies the tables' gradients); "
+          "apply_gradients would train the tables a second time with the "
+          "object's own optimizer. Train the tables one way: drop this "
+          "apply_gradients, or do not watch the tables.")
     tf.nest.assert_same_structure(self._feature_config, gradients,
                                   check_types=False)
     grads = {}
@@ -537,6 +627,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     with _scope(name or "host_tpu_embedding_apply_gradients"):
       op = self._engine.apply_gradients(step.result, grads,
                                         tf.constant(0, tf.int64))
+    step.applied = True
     self._step = None
     return op
 
@@ -552,8 +643,9 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
   def _engine_inputs(self, name, ids, weight):
     """The engine's input for feature `name` (an `inputs.GivenIds`:
     SparseTensor ids [batch, ids] with optional weights, or dense ids
-    [batch], one per example) and the `_InputLayout` that shapes the
-    activation back; inputs of higher rank are flattened to that batch."""
+    [batch], one per example), the `_InputLayout` that shapes the
+    activation back (inputs of higher rank are flattened to that batch),
+    and the `_GradientPlan` of the direct call's table gradient."""
     feature = self._features[name]
     where = f"HostTPUEmbedding: feature {name!r}"
     sequence = feature.max_sequence_length > 0
@@ -624,7 +716,11 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     if sequence and weight is not None:
       raise ValueError(f"{where}: weights were given for a sequence "
                        "feature; sequence features take no weights.")
-    return inputs_lib.GivenIds(sparse, weight), layout
+    kind = ("dense" if not isinstance(sparse, tf.SparseTensor) else
+            "ragged" if isinstance(ids, tf.RaggedTensor) else "sparse")
+    plan = _GradientPlan(kind, sparse, weight, feature.table.combiner,
+                         feature.max_sequence_length)
+    return inputs_lib.GivenIds(sparse, weight), layout, plan
 
   def _check_input_shape(self, name, ids, where):
     """The static shape of `ids`, completed by what `build` was given;
@@ -697,6 +793,69 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     return grad
 
 
+class _GradientPlan:
+  """How the direct call's gradient of one feature's ids with respect to
+  its table is laid out, as TF's lookup of that input kind off the TPU
+  makes it (see `HostTPUEmbedding.__call__`): `slices(grad)` gives the
+  (ids, rows of the gradient) of the feature's entries in the table's
+  `tf.IndexedSlices`, from the gradient of its activation.
+
+  `kind`: 'dense' (one id per example), 'sparse' or 'ragged' (the engine's
+  SparseTensor [batch, ids] `ids` with `weights`, combined by `combiner`,
+  or a sequence of `max_sequence_length` positions). Negative ids are
+  dropped (the lookup gives them nothing); sparse ids of a combined feature
+  give each distinct id once (their gradients summed), every other kind
+  each id where it occurs; a ragged sequence's ids past
+  `max_sequence_length` stay, with zero gradients."""
+
+  def __init__(self, kind, ids, weights, combiner, max_sequence_length):
+    self.kind = kind
+    self.ids = ids
+    self.weights = weights
+    self.combiner = combiner
+    self.max_sequence_length = max_sequence_length
+
+  def slices(self, grad):
+    dimension = tf.compat.dimension_value(grad.shape[-1])
+    grad = tf.reshape(tf.convert_to_tensor(grad, tf.float32),
+                      [-1, dimension])
+    if self.kind == "dense":
+      ids = tf.cast(self.ids, tf.int64)
+      keep = ids >= 0
+      return (tf.boolean_mask(ids, keep), tf.boolean_mask(grad, keep))
+    ids = tf.cast(self.ids.values, tf.int64)
+    example = self.ids.indices[:, 0]
+    length = self.max_sequence_length
+    keep = ids >= 0
+    if length > 0:
+      position = self.ids.indices[:, 1]
+      inside = position < length
+      if self.kind == "sparse":
+        keep = keep & inside
+      rows = example * length + tf.minimum(position, length - 1)
+      values = tf.gather(grad, rows) * tf.expand_dims(
+          tf.cast(inside, tf.float32), 1)
+      return tf.boolean_mask(ids, keep), tf.boolean_mask(values, keep)
+    weights = (tf.ones_like(ids, tf.float32) if self.weights is None else
+               tf.cast(self.weights.values, tf.float32))
+    weights = tf.where(keep, weights, tf.zeros_like(weights))
+    rows = tf.cast(tf.shape(grad)[0], tf.int64)
+    if self.combiner == "mean":
+      total = tf.math.unsorted_segment_sum(weights, example, rows)
+      weights = tf.math.divide_no_nan(weights, tf.gather(total, example))
+    elif self.combiner == "sqrtn":
+      total = tf.math.unsorted_segment_sum(weights * weights, example, rows)
+      weights = tf.math.divide_no_nan(weights,
+                                      tf.sqrt(tf.gather(total, example)))
+    values = tf.gather(grad, example) * tf.expand_dims(weights, 1)
+    ids, values = tf.boolean_mask(ids, keep), tf.boolean_mask(values, keep)
+    if self.kind == "ragged":
+      return ids, values
+    distinct, index = tf.unique(ids)
+    return distinct, tf.math.unsorted_segment_sum(
+        values, index, tf.shape(distinct)[0])
+
+
 class _InputLayout(
     collections.namedtuple("_InputLayout", ["batch_shape", "flat_batch"])):
   """How one enqueued input maps to its activation: `batch_shape` is the
@@ -748,13 +907,19 @@ class _Step:
   """One enqueued batch: the engine's lookup of the global batch, and each
   replica's activations (one replica without a strategy)."""
 
-  def __init__(self, result, graph, training, activations, layouts):
+  def __init__(self, result, graph, training, activations, layouts,
+               gradient_plans):
     self.result = result
     self.graph = graph
     self.training = training
     self.activations = activations  # [{feature: activation}] per replica
     self.layouts = layouts          # [{feature: _InputLayout}] per replica
     self.dequeued = set()           # replicas that dequeued
+    # [{feature: _GradientPlan}] per replica: the direct call's gradients
+    # with respect to the tables.
+    self.gradient_plans = gradient_plans
+    self.applied = False            # apply_gradients trained from it
+    self.tape_gradients = False     # a tape took the tables' gradients
 
 
 def _check_output_shape(owner, name, feature):
