@@ -373,10 +373,11 @@ def test_tpu_only_settings_are_reported_once_at_train(tmp_path, caplog):
   assert len(reports) == 1
   report = reports[0]
   for words in ("iterations_per_loop=100", "initial_infeed_sleep_secs=3",
-                "eval_on_tpu=True: ignored because use_tpu is False",
                 "batch_axis=(0, 0)", "use_gradient_accumulation=False"):
     assert words in report, (words, report)
   assert "hot_id_replication" not in report
+  # eval_on_tpu=True is TF's default: nothing to say about it.
+  assert "eval_on_tpu" not in report
   # The host samples lookup statistics into the profile directory.
   assert "profile_data_directory" not in report
 
@@ -656,3 +657,27 @@ def test_rates_follow_log_step_count_steps_and_save_summary_steps(tmp_path):
   unsaved = _rate_run(str(tmp_path / "unsaved"), "ours",
                       log_step_count_steps=2, save_summary_steps=0)
   assert "examples/sec" not in unsaved, sorted(unsaved)
+
+
+@pytest.mark.parametrize("method", ["evaluate", "predict"])
+def test_evaluate_and_predict_without_their_batch_size_say_so_first(
+    tmp_path, method):
+  called = []
+
+  def input_fn(params):
+    called.append(params)
+    return _ids_input_fn()(params)
+
+  estimator = TPUEstimator(
+      model_fn=_linear_model_fn(_columns()), model_dir=str(tmp_path),
+      use_tpu=False, train_batch_size=4, embedding_config_spec=_spec(
+          _columns()))
+  argument = {"evaluate": "eval_batch_size",
+              "predict": "predict_batch_size"}[method]
+  with pytest.raises(ValueError, match=(
+      f"TPUEstimator.{method}: `{argument}` is None; an estimator with an "
+      f"embedding_config_spec needs it")):
+    getattr(estimator, method)(input_fn)
+  assert not called  # before any input_fn runs
+  assert not os.listdir(tmp_path)
+

@@ -354,6 +354,33 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
         raise
       raise sync_lib.timeout_error(self._sync_reports, error) from error
 
+  def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None,
+               name=None):
+    self._require_batch_size(ModeKeys.EVAL, "evaluate")
+    return super().evaluate(input_fn, steps=steps, hooks=hooks,
+                            checkpoint_path=checkpoint_path, name=name)
+
+  def predict(self, input_fn, predict_keys=None, hooks=None,
+              checkpoint_path=None, yield_single_examples=True):
+    self._require_batch_size(ModeKeys.PREDICT, "predict")
+    return super().predict(input_fn, predict_keys=predict_keys, hooks=hooks,
+                           checkpoint_path=checkpoint_path,
+                           yield_single_examples=yield_single_examples)
+
+  def _require_batch_size(self, mode, method):
+    """With an embedding_config_spec, a mode's batch size is needed (the
+    embedding configuration is built for a fixed batch, and input_fn reads
+    it from params): said before any input_fn runs, as the constructor says
+    it of train_batch_size."""
+    if self._embedding_spec is None or self._batch_sizes.get(mode) is not None:
+      return
+    argument = _BATCH_ARGUMENT[mode]
+    raise ValueError(
+        f"TPUEstimator.{method}: `{argument}` is None; an estimator with an "
+        f"embedding_config_spec needs it (params['batch_size'] of input_fn "
+        f"and the embedding configuration come from it): pass "
+        f"{argument}=... to TPUEstimator.")
+
   def export_saved_model(self, export_dir_base, serving_input_receiver_fn,
                          assets_extra=None, as_text=False,
                          checkpoint_path=None,
@@ -608,8 +635,6 @@ def host_only_settings(estimator):
           "tpu_config.per_host_input_for_training: how a TPU deploys "
           "input_fn; with use_tpu=False input_fn runs once with the global "
           "batch.")
-  if not estimator.use_tpu and estimator.eval_on_tpu:
-    notes.append("eval_on_tpu=True: ignored because use_tpu is False.")
   if estimator.batch_axis is not None:
     notes.append(
         f"batch_axis={estimator.batch_axis!r}: how a TPU splits inputs over "
