@@ -914,6 +914,38 @@ def test_unsafe_lookup_keeps_trailing_examples_without_ids(impl):
   assert_close(got, np_dense(LOOKUP_TABLE, ids_only(rows_of(entries, 4))))
 
 
+@pytest.mark.parametrize("combiner", ["mean", "sqrtn"])
+@pytest.mark.parametrize("use_safe_embedding_lookup", [True, False],
+                         ids=["safe", "unsafe"])
+def test_non_positive_weights_count_as_given(use_safe_embedding_lookup,
+                                             combiner):
+  """A negative weight with 'mean'/'sqrtn': ours combines the weights as
+  given, with either setting (docs/numerics.md, 'Lookup'); TF's CPU path
+  agrees without the safe lookup, and with it drops the id (its safe lookup
+  prunes weights <= 0 except for 'sum')."""
+  entries = [(0, 0, 2), (1, 0, 0), (1, 1, 1)]
+  weights = [1.0, -0.5, 2.0]
+  got = {}
+  for impl in IMPLS:
+    column = embedding_column(
+        impl, fc.weighted_categorical_column(ident("aaa", 3), "aaa_w"),
+        dimension=2, combiner=combiner,
+        initializer=TableInitializer(LOOKUP_TABLE),
+        use_safe_embedding_lookup=use_safe_embedding_lookup)
+    with tf.Graph().as_default():
+      features = {"aaa": sparse_value(entries, [2, 2]),
+                  "aaa_w": sparse_value(
+                      [(b, p, w) for (b, p, _), w in zip(entries, weights)],
+                      [2, 2], np.float32)}
+      (got[impl],) = evaluate(
+          [v1.keras.layers.DenseFeatures([column])(features)])
+  as_given = np_dense(LOOKUP_TABLE, [[2], [0, 1]], [[1.0], [-0.5, 2.0]],
+                      combiner)
+  pruned = np_dense(LOOKUP_TABLE, [[2], [1]], [[1.0], [2.0]], combiner)
+  assert_close(got["ours"], as_given)
+  assert_close(got["tf"], pruned if use_safe_embedding_lookup else as_given)
+
+
 # SharedEmbeddingColumnTestV2.test_deepcopy
 @pytest.mark.parametrize("kind", ["plain", "tensor_core", "sequence"])
 @pytest.mark.parametrize("impl", IMPLS)
