@@ -34,11 +34,13 @@ def embedding_column(categorical_column,
                      initializer=None,
                      max_sequence_length=0,
                      learning_rate_fn=None,
+                     use_safe_embedding_lookup=True,
                      embedding_lookup_device=None,
-                     tensor_core_shape=None,
-                     use_safe_embedding_lookup=True):
+                     tensor_core_shape=None):
   """`tpu_embedding_columns.embedding_column` (TF1 named a non-shared
-  column's table as TF 2.x does). Returns an `EmbeddingColumn`."""
+  column's table as TF 2.x does), with TF1's argument order
+  (`use_safe_embedding_lookup` after `learning_rate_fn`; the TF 2.x
+  arguments after it). Returns an `EmbeddingColumn`."""
   return _api.embedding_column(
       categorical_column,
       dimension,
@@ -58,12 +60,13 @@ def shared_embedding_columns(categorical_columns,
                              shared_embedding_collection_name=None,
                              max_sequence_lengths=None,
                              learning_rate_fn=None,
+                             use_safe_embedding_lookup=True,
                              embedding_lookup_device=None,
-                             tensor_core_shape=None,
-                             use_safe_embedding_lookup=True):
+                             tensor_core_shape=None):
   """`tpu_embedding_columns.shared_embedding_columns` with TF1's naming (see
-  the module docstring): the same arguments, checks and table, but
-  `LegacySharedEmbeddingColumn`s, in the order of `categorical_columns`."""
+  the module docstring) and TF1's argument order: the same arguments,
+  checks and table, but `LegacySharedEmbeddingColumn`s, in the order of
+  `categorical_columns`."""
   return _api.make_shared_columns(
       LegacySharedEmbeddingColumn, categorical_columns, dimension, combiner,
       initializer, shared_embedding_collection_name, max_sequence_lengths,
