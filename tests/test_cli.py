@@ -447,3 +447,11 @@ def test_subprocess_from_another_directory_with_a_file_spec(tmp_path,
   assert done.stderr.splitlines() == [
       "python -m estimator_spec rows: error: read_rows: ids [40] are out of "
       "range for table 'tbl_h', whose vocabulary_size is 17 (ids 0 to 16)."]
+
+
+def test_version_is_the_package_version(capsys):
+  import estimator_spec  # pylint: disable=import-outside-toplevel
+  code, out, err = run(capsys, "--version")
+  assert code == 0 and err == ""
+  assert out == f"tpu-embedding-estimator {estimator_spec.__version__}\n"
+  assert re.fullmatch(r"\d+\.\d+\.\d+(\.dev\d+)?", estimator_spec.__version__)
