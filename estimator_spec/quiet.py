@@ -5,6 +5,7 @@ and Estimator API a legacy model uses. Entry points (examples, tests, the CLI)
 call `silence_deprecation_notices()`; the library itself never does, and
 every other warning still gets through.
 """
+import contextlib
 import logging
 import os
 import re
@@ -37,3 +38,74 @@ def silence_deprecation_notices():
   warnings.filterwarnings(
       "ignore", message=r"`tf\.layers\.\w+` is deprecated",
       category=UserWarning)
+
+
+# --- The library's own calls into deprecated TF APIs ----------------------
+#
+# TF 2.15 marks most of the Estimator API deprecated, and logs a notice the
+# first time a process calls each deprecated function or class. Many of
+# those calls are the library's (Estimator.__init__, EstimatorSpec, the
+# session hooks Estimator.train makes), not the user's: the library runs
+# them with the notices off, and turns them back on around the user's own
+# code that it calls (model_fn, input_fn, metric and host-call functions,
+# serving_input_receiver_fn), whose notices stay the user's. TF-version
+# bound: TF's `deprecation` module prints only while its module-level flag
+# `_PRINT_DEPRECATION_WARNINGS` is true, and records a function as warned
+# only when it printed (tests/test_quiet.py fails if that changes).
+
+_NOTICES_ON = []  # the flag's values outside each library call, innermost last
+
+
+def _deprecation_module():
+  from tensorflow.python.util import deprecation  # pylint: disable=g-direct-tensorflow-import,import-outside-toplevel
+  return deprecation
+
+
+@contextlib.contextmanager
+def library_call():
+  """TF's deprecation notices off for the block: the library's own calls."""
+  module = _deprecation_module()
+  _NOTICES_ON.append(module._PRINT_DEPRECATION_WARNINGS)  # pylint: disable=protected-access
+  module._PRINT_DEPRECATION_WARNINGS = False  # pylint: disable=protected-access
+  try:
+    yield
+  finally:
+    module._PRINT_DEPRECATION_WARNINGS = _NOTICES_ON.pop()  # pylint: disable=protected-access
+
+
+@contextlib.contextmanager
+def user_call():
+  """Inside a library call, the user's own code: TF's deprecation notices
+  as they were outside the library (on, unless the user turned them off)."""
+  if not _NOTICES_ON:
+    yield
+    return
+  module = _deprecation_module()
+  inside = module._PRINT_DEPRECATION_WARNINGS  # pylint: disable=protected-access
+  module._PRINT_DEPRECATION_WARNINGS = _NOTICES_ON[0]  # pylint: disable=protected-access
+  try:
+    yield
+  finally:
+    module._PRINT_DEPRECATION_WARNINGS = inside  # pylint: disable=protected-access
+
+
+def users(fn):
+  """`fn` (the user's function) called with `user_call`."""
+
+  def call(*args, **kwargs):
+    with user_call():
+      return fn(*args, **kwargs)
+
+  return call
+
+
+def quiet_generator(generator):
+  """Each step of `generator` (a library generator) as a library call, and
+  the consumer's code between its items as the user's."""
+  while True:
+    with library_call():
+      try:
+        item = next(generator)
+      except StopIteration:
+        return
+    yield item

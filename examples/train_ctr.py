@@ -81,6 +81,14 @@ def main():
 
   model_dir = args.model_dir or os.path.join(
       "runs", "ctr_demo", time.strftime("%Y%m%d-%H%M%S"))
+  start_step = _checkpoint_step(model_dir)
+  if start_step >= args.steps:
+    # Nothing to do: said before any data is made or any graph built.
+    print(f"{model_dir} is at step {start_step}: max_steps {args.steps} "
+          "already reached, nothing to train (pass a larger --steps to "
+          f"train on; its evaluations are in {model_dir}/eval, its "
+          f"SavedModels in {model_dir}/export).", flush=True)
+    return
   print(f"Generating {args.train_examples:,} training and "
         f"{args.eval_examples:,} evaluation examples (Zipf ids, hidden "
         "click model) ...", flush=True)
@@ -139,38 +147,31 @@ def main():
           f"baseline {baseline_loss:.4f})  click rate "
           f"{metrics['click_rate']:.3f}", flush=True)
 
-  start_step = _checkpoint_step(model_dir)
-  if start_step >= args.steps:
-    print(f"{model_dir} is at step {start_step}: max_steps {args.steps} "
-          "already reached, nothing to train (pass a larger --steps to "
-          "train on).", flush=True)
-    evaluate()
-  else:
-    if start_step:
-      print(f"Resuming from step {start_step} (latest checkpoint in "
-            f"{model_dir}); training on to max_steps {args.steps}.")
-    print(f"Training {len(columns)} embedding features in "
-          f"{len(spec.model.tables)} tables ({args.partition_strategy} "
-          f"layout as on 2 TPU hosts of 8 cores, pipelining "
-          f"{'on' if args.pipelining else 'off'}) to step {args.steps} in "
-          f"batches of {args.batch_size}, evaluating on {evaluated:,} "
-          f"held-out examples every {every} steps, sampling the lookups of "
-          "one step in "
-          f"{statistics.sampling_period(statistics.DEFAULT_SAMPLING_RATE)}."
-          "\nYardsticks on the evaluation examples: AUC "
-          f"{ceiling_auc:.4f} (log loss {ceiling_loss:.4f}) for the hidden "
-          f"click model itself (the ceiling); AUC {baseline_auc:.4f} (log "
-          f"loss {baseline_loss:.4f}) for the baseline, a logistic "
-          "regression on the 13 numeric features alone.", flush=True)
-    started = time.time()
-    estimator.train(
-        dlrm.generator_input_fn_for(train_x, train_y), max_steps=args.steps,
-        hooks=[progress], saving_listeners=[
-            training_monitor.EvaluationListener(evaluate, start_step,
-                                                progress)])
-    print(f"  trained from step {start_step} to {args.steps} in "
-          f"{time.time() - started:.0f} s (evaluations included)",
-          flush=True)
+  if start_step:
+    print(f"Resuming from step {start_step} (latest checkpoint in "
+          f"{model_dir}); training on to max_steps {args.steps}.")
+  print(f"Training {len(columns)} embedding features in "
+        f"{len(spec.model.tables)} tables ({args.partition_strategy} "
+        f"layout as on 2 TPU hosts of 8 cores, pipelining "
+        f"{'on' if args.pipelining else 'off'}) to step {args.steps} in "
+        f"batches of {args.batch_size}, evaluating on {evaluated:,} "
+        f"held-out examples every {every} steps, sampling the lookups of "
+        "one step in "
+        f"{statistics.sampling_period(statistics.DEFAULT_SAMPLING_RATE)}."
+        "\nYardsticks on the evaluation examples: AUC "
+        f"{ceiling_auc:.4f} (log loss {ceiling_loss:.4f}) for the hidden "
+        f"click model itself (the ceiling); AUC {baseline_auc:.4f} (log "
+        f"loss {baseline_loss:.4f}) for the baseline, a logistic "
+        "regression on the 13 numeric features alone.", flush=True)
+  started = time.time()
+  estimator.train(
+      dlrm.generator_input_fn_for(train_x, train_y), max_steps=args.steps,
+      hooks=[progress], saving_listeners=[
+          training_monitor.EvaluationListener(evaluate, start_step,
+                                              progress)])
+  print(f"  trained from step {start_step} to {args.steps} in "
+        f"{time.time() - started:.0f} s (evaluations included)",
+        flush=True)
 
   curve_path = training_monitor.plot_training_curve(
       os.path.join(model_dir, "training_curve.png"), progress.curve,
@@ -245,8 +246,12 @@ def _lookup_statistics_report(spec, profile_dir):
   strategy = spec.model.partition_strategy
   other = "div" if strategy == "mod" else "mod"
   runs = max(s.runs for s in saved)
-  print(f"Lookup statistics ({runs} run(s) so far): busiest of 16 shards "
-        f"over the mean, '{strategy}' (configured) vs '{other}':")
+  print(f"Lookup statistics ({runs} run(s) so far). Each table's rows are "
+        "spread over 16 shards, as on 2 TPU hosts of 8 cores, and a step "
+        "waits for its busiest shard. For the three tables where the layout "
+        "matters most: the ids their busiest shard looks up over the "
+        f"average shard's (1.00 = even), with '{strategy}' (this run's "
+        f"layout) vs with '{other}':")
   for stats in sorted(saved, key=lambda s: -abs(
       s.imbalance(strategy) - s.imbalance(other)))[:3]:
     print(f"  {stats.settings['table']:<48} {stats.imbalance(strategy):5.2f}"

@@ -1,11 +1,16 @@
 """quiet.silence_deprecation_notices drops TF's deprecation notices and
 nothing else."""
 import logging
+import os
+import subprocess
+import sys
 import warnings
 
 import tensorflow as tf
 
 from estimator_spec import quiet
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _passes(message):
@@ -37,3 +42,80 @@ def test_layers_deprecation_warning_is_dropped_and_other_warnings_kept():
   messages = [str(w.message) for w in caught]
   assert not [m for m in messages if "tf.layers" in m], messages
   assert "a real problem" in messages
+
+
+_PROGRAM = r"""
+import logging, sys
+import numpy as np
+import tensorflow as tf
+import estimator_spec, tpu_embedding_columns
+
+column = tpu_embedding_columns.embedding_column(
+    tf.feature_column.categorical_column_with_identity("a", 10), 2)
+
+def model_fn(features, labels, mode, params):
+  x = tf.compat.v1.feature_column.input_layer(features, [column])
+  logits = tf.compat.v1.layers.Dense(1)(x)[:, 0]
+  if mode == tf.estimator.ModeKeys.PREDICT:
+    return estimator_spec.TPUEstimatorSpec(mode, predictions={"x": x})
+  loss = tf.reduce_mean(tf.square(logits - labels))
+  train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+      loss, tf.compat.v1.train.get_global_step())
+  return estimator_spec.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+def input_fn(params):
+  ids = np.arange(16).reshape(8, 2) % 10
+  return tf.data.Dataset.from_tensor_slices(
+      ({"a": ids}, np.ones(8, np.float32))).batch(params["batch_size"],
+                                                  drop_remainder=True)
+
+estimator = estimator_spec.TPUEstimator(
+    model_fn=model_fn, model_dir=sys.argv[1], use_tpu=False,
+    train_batch_size=4, eval_batch_size=4, predict_batch_size=4,
+    embedding_config_spec=estimator_spec.EmbeddingConfigSpec(
+        feature_columns=[column],
+        optimization_parameters=estimator_spec.AdagradParameters(0.1)))
+estimator.train(input_fn, max_steps=2)
+estimator.evaluate(input_fn, steps=1)
+next(estimator.predict(input_fn))
+"""
+
+
+def test_the_librarys_own_deprecated_calls_are_quiet_and_the_users_not(
+    tmp_path):
+  program = tmp_path / "user_program.py"
+  program.write_text(_PROGRAM)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  run = subprocess.run([sys.executable, str(program), str(tmp_path / "m")],
+                       cwd=REPO, env=dict(env, PYTHONPATH=REPO),
+                       capture_output=True, text=True, timeout=300,
+                       check=False)
+  assert run.returncode == 0, run.stderr[-3000:]
+  notices = [line for line in run.stderr.splitlines()
+             if "is deprecated and will be removed" in line]
+  # The user's own deprecated calls keep their notice ...
+  users = [line for line in notices if "user_program.py" in line]
+  assert any("input_layer" in line for line in users), notices
+  assert any("categorical_column_with_identity" in line for line in users)
+  # ... and the library's (and TF's Estimator internals it runs) have none.
+  others = [line for line in notices if "user_program.py" not in line]
+  assert not others, others
+
+
+def test_tfs_deprecation_flag_is_what_the_quiet_calls_turn():
+  from tensorflow.python.util import deprecation  # pylint: disable=g-direct-tensorflow-import
+
+  @deprecation.deprecated(None, "for this test")
+  def old():
+    return 1
+
+  with quiet.library_call():
+    assert deprecation._PRINT_DEPRECATION_WARNINGS is False  # pylint: disable=protected-access
+    old()  # not printed, so not recorded as warned
+    with quiet.user_call():
+      assert deprecation._PRINT_DEPRECATION_WARNINGS is True  # pylint: disable=protected-access
+    assert deprecation._PRINT_DEPRECATION_WARNINGS is False  # pylint: disable=protected-access
+  assert deprecation._PRINT_DEPRECATION_WARNINGS is True  # pylint: disable=protected-access
+  assert not [f for f in deprecation._PRINTED_WARNING  # pylint: disable=protected-access
+              if getattr(f, "__wrapped__", None) is getattr(old, "__wrapped__",
+                                                             old)]

@@ -4,6 +4,7 @@ import collections
 
 import tensorflow as tf
 
+from estimator_spec import quiet
 from estimator_spec.estimator import hooks as hooks_lib
 
 
@@ -69,10 +70,13 @@ def _check_fn_and_tensors(name, value):
 
 
 def _call_with(fn_and_tensors):
+  """The user's metric or host-call function on its tensors (their own
+  code: TF's deprecation notices as outside the library)."""
   fn, tensors = fn_and_tensors
-  if isinstance(tensors, dict):
-    return fn(**tensors)
-  return fn(*tensors)
+  with quiet.user_call():
+    if isinstance(tensors, dict):
+      return fn(**tensors)
+    return fn(*tensors)
 
 
 def _is_tpu_spec(spec):
@@ -91,7 +95,8 @@ def to_estimator_spec(spec, host_call_every_n_steps=1):
     raise TypeError(
         "model_fn must return a TPUEstimatorSpec or a tf.estimator."
         f"EstimatorSpec; got {type(spec).__name__}.")
-  scaffold = spec.scaffold_fn() if spec.scaffold_fn is not None else None
+  scaffold = (quiet.users(spec.scaffold_fn)() if spec.scaffold_fn is not None
+              else None)
   if scaffold is not None and not isinstance(scaffold,
                                              tf.compat.v1.train.Scaffold):
     raise TypeError(

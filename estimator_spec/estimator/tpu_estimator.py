@@ -29,6 +29,7 @@ import tensorflow as tf
 from tpu_embedding_columns import context
 
 from estimator_spec import interop
+from estimator_spec import quiet
 from estimator_spec.config import spec as spec_lib
 from estimator_spec.engine import statistics
 from estimator_spec.estimator import calling
@@ -266,12 +267,13 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
                        placement.cluster_session_config(config))
     if cluster_session is not None:
       config = config.replace(session_config=cluster_session)
-    super().__init__(
-        model_fn=self._host_model_fn,
-        model_dir=model_dir,
-        config=config,
-        params=params or {},
-        warm_start_from=warm_start_from)
+    with quiet.library_call():
+      super().__init__(
+          model_fn=self._host_model_fn,
+          model_dir=model_dir,
+          config=config,
+          params=params or {},
+          warm_start_from=warm_start_from)
     self._cluster = cluster_lib.Cluster.from_run_config(self.config)
     if self._cluster is not None and self._cluster.trains:
       # A training task reads its share of the global batch (synchronous).
@@ -345,7 +347,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     del self._sync_reports[:]
     try:
       with (cluster_lib.prompt_session_recovery() if self._cluster else
-            contextlib.nullcontext()):
+            contextlib.nullcontext()), quiet.library_call():
         return super().train(
             input_fn, hooks=hooks, steps=steps, max_steps=max_steps,
             saving_listeners=listeners)
@@ -357,15 +359,17 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
   def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None,
                name=None):
     self._require_batch_size(ModeKeys.EVAL, "evaluate")
-    return super().evaluate(input_fn, steps=steps, hooks=hooks,
-                            checkpoint_path=checkpoint_path, name=name)
+    with quiet.library_call():
+      return super().evaluate(input_fn, steps=steps, hooks=hooks,
+                              checkpoint_path=checkpoint_path, name=name)
 
   def predict(self, input_fn, predict_keys=None, hooks=None,
               checkpoint_path=None, yield_single_examples=True):
     self._require_batch_size(ModeKeys.PREDICT, "predict")
-    return super().predict(input_fn, predict_keys=predict_keys, hooks=hooks,
-                           checkpoint_path=checkpoint_path,
-                           yield_single_examples=yield_single_examples)
+    return quiet.quiet_generator(super().predict(
+        input_fn, predict_keys=predict_keys, hooks=hooks,
+        checkpoint_path=checkpoint_path,
+        yield_single_examples=yield_single_examples))
 
   def _require_batch_size(self, mode, method):
     """With an embedding_config_spec, a mode's batch size is needed (the
@@ -395,10 +399,12 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
           "TPUEstimator.export_saved_model: no TPU serving graph written "
           "(the model runs on the host engine); the SavedModel has the CPU "
           "serving graph.")
-    return super().export_saved_model(
-        export_dir_base, serving_input_receiver_fn, assets_extra=assets_extra,
-        as_text=as_text, checkpoint_path=checkpoint_path,
-        experimental_mode=experimental_mode)
+    with quiet.library_call():
+      return super().export_saved_model(
+          export_dir_base, quiet.users(serving_input_receiver_fn),
+          assets_extra=assets_extra, as_text=as_text,
+          checkpoint_path=checkpoint_path,
+          experimental_mode=experimental_mode)
 
   def _call_input_fn(self, input_fn, mode, input_context=None):
     """input_fn as TPUEstimator calls it: with `use_tpu=False` once, with
@@ -418,7 +424,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     def call(params):
       if "params" in args:
         kwargs["params"] = params
-      with tf.compat.v1.device("/cpu:0"):
+      with tf.compat.v1.device("/cpu:0"), quiet.user_call():
         return input_fn(**kwargs)
 
     if mode == ModeKeys.TRAIN and self._cluster is not None and (
@@ -558,7 +564,8 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
       if sync is not None:
         stack.enter_context(sync.recording())
       try:
-        spec = self._user_model_fn(features=features, **kwargs)
+        with quiet.user_call():
+          spec = self._user_model_fn(features=features, **kwargs)
       except Exception as error:
         interop.refuse_tensorflow_columns(graph, error)
         raise
