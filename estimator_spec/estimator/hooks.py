@@ -2,8 +2,7 @@
 
 * `HostCallHook`: a `TPUEstimatorSpec.host_call` run with the training
   steps, as TPUEstimator runs it with the outfeed.
-* `ExamplesPerSecondHook`: `examples/sec` in the training log and events,
-  next to Estimator's `global_step/sec`, as TF's TPUEstimator writes it.
+* (`examples/sec` and the progress lines: `monitoring.ProgressHook`.)
 * `flush_at_end` and `FlushListener`: with
   `pipeline_execution_with_tensor_core` the engine holds each step's table
   update until the next step; these apply the held update when training
@@ -58,62 +57,6 @@ class HostCallHook(tf.compat.v1.train.SessionRunHook):
   def end(self, session):
     if self._flush is not None:
       session.run(self._flush)
-
-
-class ExamplesPerSecondHook(tf.compat.v1.train.SessionRunHook):
-  """Every `every_n_steps` global steps: the global steps per second since
-  the last report times `global_batch_size`, logged as `examples/sec: V`
-  and, with `output_dir`, written there as the scalar `examples/sec` at
-  the global step (the first report counts from the first step seen).
-
-  Args:
-    global_batch_size: examples per global step (`train_batch_size`).
-    every_n_steps: `RunConfig.log_step_count_steps`.
-    output_dir: the directory of the training events, or None to only log.
-  """
-
-  def __init__(self, global_batch_size, every_n_steps, output_dir=None):
-    if every_n_steps < 1:
-      raise ValueError(
-          f"ExamplesPerSecondHook: every_n_steps must be >= 1; got "
-          f"{every_n_steps}.")
-    self._batch_size = global_batch_size
-    self._timer = tf.compat.v1.train.SecondOrStepTimer(
-        every_steps=every_n_steps)
-    self._output_dir = output_dir
-    self._writer = None
-    self._global_step = None
-
-  def begin(self):
-    self._global_step = tf.compat.v1.train.get_global_step()
-    if self._global_step is None:
-      raise RuntimeError(
-          "ExamplesPerSecondHook: the training graph has no global step.")
-    self._timer.reset()
-    if self._output_dir:
-      self._writer = tf.compat.v1.summary.FileWriterCache.get(
-          self._output_dir)
-
-  def before_run(self, run_context):
-    return tf.compat.v1.train.SessionRunArgs(self._global_step)
-
-  def after_run(self, run_context, run_values):
-    # The value fetched may precede the step's own increment: read it again
-    # when a report may be due.
-    if not self._timer.should_trigger_for_step(run_values.results + 1):
-      return
-    step = int(run_context.session.run(self._global_step))
-    if not self._timer.should_trigger_for_step(step):
-      return
-    seconds, steps = self._timer.update_last_triggered_step(step)
-    if seconds is None or steps is None or seconds <= 0:
-      return  # the first report only starts the clock
-    examples_per_sec = steps / seconds * self._batch_size
-    tf.compat.v1.logging.info("examples/sec: %g", examples_per_sec)
-    if self._writer is not None:
-      self._writer.add_summary(tf.compat.v1.Summary(value=[
-          tf.compat.v1.Summary.Value(tag="examples/sec",
-                                     simple_value=examples_per_sec)]), step)
 
 
 class FlushListener(tf.compat.v1.train.CheckpointSaverListener):

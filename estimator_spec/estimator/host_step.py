@@ -33,6 +33,7 @@ from estimator_spec.checkpoints import restore as checkpoints
 from estimator_spec.engine import engine as engine_lib
 from estimator_spec.estimator import batch_checks
 from estimator_spec.estimator import hooks as hooks_lib
+from estimator_spec.estimator import monitoring
 from estimator_spec.estimator import placement
 
 ModeKeys = tf.estimator.ModeKeys
@@ -167,6 +168,11 @@ class HostStep:
     # step, is made by `sync.finish`).
     self._tap.keep_anchor_state_local()
     _order_after(self._step_value, self._global_step, self._first_model_op)
+    if self._run_config.save_summary_steps:
+      # Per-table summaries, evaluated at summary steps only; the norms
+      # after the step's update.
+      monitoring.add_table_summaries(self._engine, self._lookup.tables,
+                                     self._step_value, after=train_op)
     hooks = list(spec.training_hooks)
     if model.pipeline_execution_with_tensor_core:
       hooks.append(hooks_lib.flush_at_end(self._engine.flush()))

@@ -36,6 +36,7 @@ from estimator_spec.estimator import calling
 from estimator_spec.estimator import cluster as cluster_lib
 from estimator_spec.estimator import hooks as hooks_lib
 from estimator_spec.estimator import host_step
+from estimator_spec.estimator import monitoring
 from estimator_spec.estimator import placement
 from estimator_spec.estimator import profiling
 from estimator_spec.estimator import sync as sync_lib
@@ -584,8 +585,8 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
       output_dir = (self.model_dir if self.config.is_chief and
                     self.config.save_summary_steps else None)
       spec = spec._replace(training_hooks=list(spec.training_hooks) + [
-          hooks_lib.ExamplesPerSecondHook(self._examples_per_step,
-                                          every_n_steps, output_dir)])
+          monitoring.ProgressHook(self._examples_per_step, every_n_steps,
+                                  loss=spec.loss, output_dir=output_dir)])
     return spec
 
   def _warn_plain_lookups(self):

@@ -1,0 +1,149 @@
+"""What a training run shows with no code of the user's (docs/estimator.md,
+'Monitoring').
+
+* `add_table_summaries`: per embedding table, scalar summaries in the
+  training graph: the learning rate of the step, the rows the step touched
+  (its distinct ids), and the L2 norms of the table and of each optimizer
+  slot. Summaries run only at summary steps (`RunConfig.save_summary_steps`,
+  with Estimator's own), so the other steps pay nothing for them.
+* `ProgressHook`: every `RunConfig.log_step_count_steps` steps, one
+  progress line that shows at TF's default verbosity (the step, the mean
+  loss since the last line, examples per second), and the `examples/sec`
+  and `loss/mean` scalars beside Estimator's `global_step/sec`.
+"""
+import logging
+import math
+import sys
+
+import tensorflow as tf
+
+SUMMARY_PREFIX = "embedding"
+EXAMPLES_PER_SEC_TAG = "examples/sec"
+MEAN_LOSS_TAG = "loss/mean"
+
+
+def summary_tag(table, what):
+  """The tag of a table's summary: `embedding/<table>/<what>`."""
+  return f"{SUMMARY_PREFIX}/{table}/{what}"
+
+
+def add_table_summaries(engine, lookups, global_step, after=None):
+  """Adds each table's summaries to the training graph (see the module
+  docstring). `engine`: the step's `HostEmbeddingEngine`; `lookups`:
+  {table: TableLookup} of the step (their distinct ids); `global_step`: the
+  step's value (its learning rate); `after`: an op the norms wait for (the
+  step's train op: the norms are those after the step)."""
+  model = engine.model
+  with tf.control_dependencies([] if after is None else [after]):
+    norms = {name: _norm(engine.tables[name].partitions)
+             for name in model.tables}
+    slot_norms = {name: {slot: _norm(rows.partitions) for slot, rows in
+                         (engine.slots or {}).get(name, {}).items()}
+                  for name in model.tables}
+  for name in model.tables:
+    rate = model.learning_rate(name)
+    value = (tf.cast(rate.fn(global_step), tf.float32) if rate.fn is not None
+             else tf.constant(rate.constant, tf.float32))
+    tf.compat.v1.summary.scalar(summary_tag(name, "learning_rate"), value)
+    tf.compat.v1.summary.scalar(
+        summary_tag(name, "rows_touched"),
+        tf.cast(tf.size(lookups[name].unique_ids), tf.float32))
+    tf.compat.v1.summary.scalar(summary_tag(name, "norm"), norms[name])
+    for slot, norm in slot_norms[name].items():
+      tf.compat.v1.summary.scalar(summary_tag(name, f"{slot}_norm"), norm)
+
+
+def _norm(partitions):
+  """The L2 norm of a table (or slot) held in `partitions`."""
+  squares = [tf.reduce_sum(tf.square(tf.cast(p.read_value(), tf.float32)))
+             for p in partitions]
+  return tf.sqrt(tf.add_n(squares))
+
+
+class ProgressHook(tf.compat.v1.train.SessionRunHook):
+  """Every `every_n_steps` global steps: the global steps per second since
+  the last report times `global_batch_size`, and the mean of the loss over
+  the steps since then. Logged as one line at TF's default verbosity
+  (`TPUEstimator: step S, loss L (mean of N steps), E examples/s`) and,
+  with `output_dir`, written there as `examples/sec` and `loss/mean` at the
+  global step. The first report only starts the clock.
+
+  Args:
+    global_batch_size: examples per global step (`train_batch_size`).
+    every_n_steps: `RunConfig.log_step_count_steps`.
+    loss: the training loss tensor (None: no loss in the line).
+    output_dir: the directory of the training events, or None to only log.
+  """
+
+  def __init__(self, global_batch_size, every_n_steps, loss=None,
+               output_dir=None):
+    if every_n_steps < 1:
+      raise ValueError(
+          f"ProgressHook: every_n_steps must be >= 1; got {every_n_steps}.")
+    self._batch_size = global_batch_size
+    self._timer = tf.compat.v1.train.SecondOrStepTimer(
+        every_steps=every_n_steps)
+    self._loss = loss
+    self._output_dir = output_dir
+    self._writer = None
+    self._global_step = None
+    self._losses = []
+
+  def begin(self):
+    self._global_step = tf.compat.v1.train.get_global_step()
+    if self._global_step is None:
+      raise RuntimeError("ProgressHook: the training graph has no global "
+                         "step.")
+    self._timer.reset()
+    self._losses = []
+    if self._output_dir:
+      self._writer = tf.compat.v1.summary.FileWriterCache.get(
+          self._output_dir)
+
+  def before_run(self, run_context):
+    fetches = {"step": self._global_step}
+    if self._loss is not None:
+      fetches["loss"] = self._loss
+    return tf.compat.v1.train.SessionRunArgs(fetches)
+
+  def after_run(self, run_context, run_values):
+    results = run_values.results
+    if "loss" in results:
+      self._losses.append(float(results["loss"]))
+    # The value fetched may precede the step's own increment: read it again
+    # when a report may be due.
+    if not self._timer.should_trigger_for_step(results["step"] + 1):
+      return
+    step = int(run_context.session.run(self._global_step))
+    if not self._timer.should_trigger_for_step(step):
+      return
+    seconds, steps = self._timer.update_last_triggered_step(step)
+    losses, self._losses = self._losses, []
+    if seconds is None or steps is None or seconds <= 0:
+      return  # the first report only starts the clock
+    examples_per_sec = steps / seconds * self._batch_size
+    values = [tf.compat.v1.Summary.Value(tag=EXAMPLES_PER_SEC_TAG,
+                                         simple_value=examples_per_sec)]
+    if losses:
+      mean = math.fsum(losses) / len(losses)
+      _report("TPUEstimator: step %d, loss %.6g (mean of %d steps), %.0f "
+              "examples/s", step, mean, len(losses), examples_per_sec)
+      values.append(tf.compat.v1.Summary.Value(tag=MEAN_LOSS_TAG,
+                                               simple_value=mean))
+    else:
+      _report("TPUEstimator: step %d, %.0f examples/s", step,
+              examples_per_sec)
+    if self._writer is not None:
+      self._writer.add_summary(tf.compat.v1.Summary(value=values), step)
+
+
+def _report(message, *args):
+  """A progress line: in TF's log at INFO when TF's verbosity shows INFO
+  (beside Estimator's own `loss = ..., step = ...` lines), else on stderr
+  as it is (TF's default verbosity, WARN, shows no INFO line)."""
+  logger = tf.get_logger()
+  if logger.isEnabledFor(logging.INFO):
+    logger.info(message, *args)
+  else:
+    print(message % args, file=sys.stderr, flush=True)
+

@@ -1,0 +1,177 @@
+"""What a training run shows with no code of the user's: per-table
+summaries at summary steps, progress lines at TF's default verbosity, and
+nothing of either when RunConfig turns them off."""
+import logging
+import os
+import re
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import estimator_spec as es
+import tpu_embedding_columns as tec
+from estimator_spec.estimator import monitoring
+
+fc = tf.feature_column
+v1 = tf.compat.v1
+BATCH = 4
+# One batch, every step: the distinct ids a step touches are known.
+IDS_A = np.array([[1, 2], [2, 3], [1, 1], [7, 2]])  # distinct: 1 2 3 7
+IDS_B = np.array([[4, 4], [5, 4], [6, 4], [4, 5]])  # distinct: 4 5 6
+
+
+def _rate(step):
+  return 0.2 / (1.0 + tf.cast(step, tf.float32))
+
+
+def _columns():
+  a = tec.embedding_column(fc.categorical_column_with_identity("a", 10), 2,
+                           combiner="sum", learning_rate_fn=_rate)
+  b = tec.embedding_column(fc.categorical_column_with_identity("b", 10), 2,
+                           combiner="sum")
+  return [a, b]
+
+
+def _input_fn(params):
+  assert params["batch_size"] == BATCH
+  features = {"a": tf.sparse.from_dense(tf.constant(IDS_A + 0)),
+              "b": tf.sparse.from_dense(tf.constant(IDS_B + 0))}
+  # Ids are never 0 here, so from_dense keeps every one.
+  labels = tf.constant([[1.0], [0.0], [1.0], [0.5]])
+  return tf.data.Dataset.from_tensors((features, labels)).repeat()
+
+
+def _model_fn(columns):
+
+  def model_fn(features, labels, mode, params):
+    del params
+    x = v1.feature_column.input_layer(features, columns)
+    logits = v1.layers.dense(x, 1, name="out")
+    loss = v1.losses.mean_squared_error(labels, logits)
+    train_op = v1.train.GradientDescentOptimizer(0.1).minimize(
+        loss, v1.train.get_global_step())
+    return es.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+  return model_fn
+
+
+def _train(model_dir, steps=6, **config):
+  columns = _columns()
+  estimator = es.TPUEstimator(
+      model_fn=_model_fn(columns),
+      config=es.RunConfig(model_dir=model_dir, **config), use_tpu=False,
+      train_batch_size=BATCH, embedding_config_spec=es.EmbeddingConfigSpec(
+          feature_columns=columns,
+          optimization_parameters=es.AdagradParameters(0.1)))
+  estimator.train(_input_fn, max_steps=steps)
+  return estimator
+
+
+def _scalars(model_dir):
+  found = {}
+  for name in os.listdir(model_dir):
+    if not name.startswith("events."):
+      continue
+    for event in tf.compat.v1.train.summary_iterator(
+        os.path.join(model_dir, name)):
+      for value in event.summary.value:
+        if value.HasField("simple_value"):
+          found.setdefault(value.tag, {})[event.step] = value.simple_value
+  return found
+
+
+def _last_checkpoint_table(estimator, suffix=""):
+  names = [n for n in estimator.get_variable_names()
+           if n.endswith("a_embedding/embedding_weights" + suffix)]
+  assert len(names) == 1, estimator.get_variable_names()
+  return estimator.get_variable_value(names[0])
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+  """A run at TF's default verbosity (WARN), its progress lines read from
+  stderr."""
+  model_dir = str(tmp_path_factory.mktemp("monitored"))
+  captured = tmp_path_factory.mktemp("stderr") / "stderr.txt"
+  verbosity = v1.logging.get_verbosity()
+  v1.logging.set_verbosity(v1.logging.WARN)
+  stderr = sys.stderr
+  try:
+    with open(captured, "w") as sink:
+      sys.stderr = sink
+      estimator = _train(model_dir, steps=7, save_summary_steps=3,
+                         log_step_count_steps=2, save_checkpoints_steps=7)
+  finally:
+    sys.stderr = stderr
+    v1.logging.set_verbosity(verbosity)
+  return estimator, _scalars(model_dir), captured.read_text().splitlines()
+
+
+def test_every_table_has_its_summaries_at_summary_steps(run):
+  estimator, scalars, _ = run
+  for table in ("tbl_a", "tbl_b"):
+    for what in ("learning_rate", "rows_touched", "norm",
+                 "accumulator_norm"):
+      tag = monitoring.summary_tag(table, what)
+      assert tag in scalars, sorted(scalars)
+      # Estimator's summary steps: the first, then every 3.
+      assert sorted(scalars[tag]) == [1, 4, 7], (tag, scalars[tag])
+  rows = scalars[monitoring.summary_tag("tbl_a", "rows_touched")]
+  assert set(rows.values()) == {4.0}
+  assert set(scalars[monitoring.summary_tag(
+      "tbl_b", "rows_touched")].values()) == {3.0}
+  # The learning rate of the step that wrote the summary (its step value
+  # before the increment): tbl_a's function, tbl_b the optimizer's.
+  for step, value in scalars[monitoring.summary_tag(
+      "tbl_a", "learning_rate")].items():
+    assert value == pytest.approx(0.2 / (1.0 + step - 1), rel=1e-6)
+  assert list(scalars[monitoring.summary_tag(
+      "tbl_b", "learning_rate")].values()) == [pytest.approx(0.1)] * 3
+  # The norms at the last summary step are those after that step: the
+  # checkpoint of the last step (7).
+  norms = scalars[monitoring.summary_tag("tbl_a", "norm")]
+  table = _last_checkpoint_table(estimator)
+  assert norms[7] == pytest.approx(np.linalg.norm(table), rel=1e-5)
+  accumulator = _last_checkpoint_table(estimator, "/Adagrad")
+  assert scalars[monitoring.summary_tag("tbl_a", "accumulator_norm")][
+      7] == pytest.approx(np.linalg.norm(accumulator), rel=1e-5)
+  assert norms[1] != norms[7]
+
+
+def test_progress_lines_at_the_default_verbosity(run):
+  _, scalars, messages = run
+  lines = [m for m in messages if m.startswith("TPUEstimator: step ")]
+  # log_step_count_steps=2: the clock starts at the first report, then a
+  # line every 2 steps.
+  assert len(lines) >= 2, messages
+  pattern = re.compile(r"TPUEstimator: step (\d+), loss (\S+) \(mean of "
+                       r"(\d+) steps\), (\d+) examples/s")
+  for line in lines:
+    match = pattern.fullmatch(line)
+    assert match, line
+    assert np.isfinite(float(match.group(2)))
+    assert int(match.group(3)) == 2 and int(match.group(4)) > 0
+  assert monitoring.MEAN_LOSS_TAG in scalars
+  assert monitoring.EXAMPLES_PER_SEC_TAG in scalars
+
+
+def test_at_info_verbosity_the_lines_go_to_tfs_log(tmp_path, caplog):
+  with caplog.at_level(logging.INFO, logger="tensorflow"):
+    _train(str(tmp_path), steps=5, log_step_count_steps=2)
+  lines = [r for r in caplog.records
+           if r.getMessage().startswith("TPUEstimator: step ")]
+  assert lines and all(r.levelno == logging.INFO for r in lines)
+
+
+def test_runconfig_turns_both_off(tmp_path, capfd, caplog):
+  with caplog.at_level(logging.INFO, logger="tensorflow"):
+    _train(str(tmp_path), steps=3, save_summary_steps=0,
+           log_step_count_steps=None)
+  assert not [r for r in caplog.records
+              if r.getMessage().startswith("TPUEstimator: step ")]
+  assert "TPUEstimator: step " not in capfd.readouterr().err
+  scalars = _scalars(str(tmp_path)) if any(
+      n.startswith("events.") for n in os.listdir(tmp_path)) else {}
+  assert not [t for t in scalars if t.startswith("embedding/")]
