@@ -648,3 +648,39 @@ def test_integer_ids_for_a_string_column_are_refused_as_tf_does(make):
     strings = tf.SparseTensor([[0, 0]], tf.constant(["x"]), [1, 1])
     assert inputs.read_feature(feature, table, spec.column_for("h"),
                                {"h": strings}, "Feature 'h'").transformed
+
+
+# --- the statistics hook ------------------------------------------------------
+
+
+class _Profiler:
+  period = 1
+  sampling_rate = 1.0
+
+  def __init__(self, directory):
+    self.directory = directory
+
+  def settings(self, table):
+    return _settings(table=table)
+
+
+def test_the_hook_keeps_its_counts_when_the_lock_is_a_link(tmp_path):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from estimator_spec.estimator import profiling  # pylint: disable=import-outside-toplevel
+  hook = profiling.StatisticsHook(_Profiler(str(tmp_path)), {"tbl_items": []})
+  hook._new_delta()  # pylint: disable=protected-access
+  ids = np.array([3, 3, 7], np.int64)
+  unique, counts = np.unique(ids, return_counts=True)
+  result = {"tbl_items": (unique, counts, np.array([2, 1], np.int64))}
+  for _ in range(2):
+    hook.before_run(None)
+    hook.after_run(None, tf.compat.v1.train.SessionRunValues(
+        results=result, options=None, run_metadata=None))
+  (tmp_path / ".lock").symlink_to(tmp_path / "outside")
+  hook.save()  # a warning in the log; the counts stay
+  assert not (tmp_path / "outside").exists()
+  os.remove(tmp_path / ".lock")
+  hook.save()
+  saved = st.load(str(tmp_path), _settings())
+  assert saved.lookups == 6 and saved.examples == 4
+  assert dict(saved.hottest()) == {3: 4, 7: 2}

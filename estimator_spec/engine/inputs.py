@@ -130,6 +130,8 @@ def read_feature(feature, table, column, features, where):
           f"{where}: GivenIds carry their own weights; the feature's "
           f"weight_key {feature.weight_key!r} would be a second source.")
     return FeatureInput(raw.ids, raw.weights, False, (name,), given=True)
+  if column is not None and raw is not None and is_integer(raw):
+    _check_column_dtype(column, raw, where)
   if column is not None and (raw is None or not is_integer(raw)):
     ids, keys = transformed_ids(column, features, where)
     transformed = True
@@ -167,6 +169,20 @@ def read_feature(feature, table, column, features, where):
     weights = _read_weights(feature, features, where)
     keys += (feature.weight_key,)
   return FeatureInput(ids, weights, transformed, keys)
+
+
+def _check_column_dtype(column, raw, where):
+  """Integer ids for a column that declares string inputs (a hash-bucket or
+  vocabulary column of dtype string) are refused, as TF's column refuses
+  them, when the graph is built (before any step)."""
+  declared = getattr(column_lookup.id_column(column), "dtype", None)
+  if declared is None or tf.as_dtype(declared).is_integer:
+    return
+  raise ValueError(
+      f"{where}: Column dtype and SparseTensors dtype must be compatible. "
+      f"key: {column_lookup.id_column(column).key}, column dtype: "
+      f"{tf.as_dtype(declared)!r}, tensor dtype: {tf.as_dtype(raw.dtype)!r}. "
+      "Feed strings, or declare the column with an integer dtype.")
 
 
 def transformed_ids(column, features, where):
