@@ -25,7 +25,15 @@ Reference: TF 2.15's TPUEstimator(use_tpu=False) on the same model (it
 ignores the embedding optimizer), one child process per round, alternating
 with ours; ours / TF is printed with ours' rate from the paired rounds.
 
+The small model (`--models small`): two identity features in their own
+tables of 1,000 rows, dimension 8, one hidden layer of 16, batch 512:
+steps of about a millisecond, where a fixed cost per step of the
+statistics would show most. It is measured the same way (no TF
+reference); its summary prints ours+stats / ours, the ratio of the rates
+with and without statistics in the same process.
+
 Usage: .venv/bin/python -m bench.profile_bench [--quick] [--rounds N]
+  [--models dlrm,small]
 """
 import argparse
 import multiprocessing
@@ -39,6 +47,8 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
+import estimator_spec
+import tpu_embedding_columns
 from bench import e2e_bench
 from estimator_spec.engine import statistics
 
@@ -46,19 +56,60 @@ CONFIGS = (("ours", None), ("ours+stats", statistics.DEFAULT_SAMPLING_RATE),
            ("ours+stats@1", 1.0))
 
 
+SMALL_FEATURES = ("s0", "s1")
+SMALL_VOCAB = 1000
+
+
+def _build_small(job, rate):
+  """(estimator, input_fn) of the small model: two identity features of
+  SMALL_VOCAB ids in their own tables (dimension 8), one hidden layer of
+  16, batch `job['batch']`: steps of about a millisecond, where a fixed
+  per-step cost of the statistics would show most."""
+  features, labels = e2e_bench._identity_data(  # pylint: disable=protected-access
+      SMALL_FEATURES, SMALL_VOCAB, job["examples"], exponent=1.1, seed=0)
+  columns = [
+      tpu_embedding_columns.embedding_column(
+          tf.feature_column.categorical_column_with_identity(
+              name, SMALL_VOCAB), dimension=8, combiner="mean")
+      for name in SMALL_FEATURES
+  ]
+  spec = estimator_spec.EmbeddingConfigSpec(
+      feature_columns=columns,
+      optimization_parameters=estimator_spec.AdagradParameters(
+          learning_rate=0.05, initial_accumulator=0.1),
+      profile_data_directory=(os.path.join(job["model_dir"], "profile")
+                              if rate else None))
+  model_fn = e2e_bench._mlp_model_fn(  # pylint: disable=protected-access
+      columns, estimator_spec.TPUEstimatorSpec, "adagrad", hidden=(16,))
+  estimator = e2e_bench._estimator(  # pylint: disable=protected-access
+      e2e_bench.OURS, model_fn, job["model_dir"], job["batch"], spec, rate)
+  return estimator, e2e_bench._batched_input_fn(features, labels)  # pylint: disable=protected-access
+
+
+def _build(job, rate):
+  if job["workload"] == "small":
+    return _build_small(job, rate)
+  return e2e_bench.build_estimator(dict(job, side=e2e_bench.OURS,
+                                        profile_rate=rate))
+
+
 def _paired_round(job, segments, queue):
   """One process: the three configurations trained in turn, `segments`
-  times; puts {config: examples/s over its timed steps}."""
+  times; puts {"rates": {config: examples/s over its timed steps},
+  "steps": {config: (median ms of the steps the default rate does not
+  sample, median ms of those it samples)}} (the same step positions for
+  every configuration)."""
   warnings.filterwarnings("ignore", category=UserWarning)
   tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
+  period = statistics.sampling_period(statistics.DEFAULT_SAMPLING_RATE)
   root = tempfile.mkdtemp(prefix="profile_bench_")
   try:
     built = {}
     for label, rate in CONFIGS:
-      built[label] = e2e_bench.build_estimator(dict(
-          job, side=e2e_bench.OURS, profile_rate=rate,
-          model_dir=os.path.join(root, label)))
+      built[label] = _build(dict(job, model_dir=os.path.join(root, label)),
+                            rate)
     timed = {label: [0, 0.0] for label, _ in CONFIGS}  # steps, seconds
+    durations = {label: ([], []) for label, _ in CONFIGS}
     for segment in range(segments):
       # Each segment starts with another configuration (order effects).
       order = CONFIGS[segment % 3:] + CONFIGS[:segment % 3]
@@ -69,8 +120,17 @@ def _paired_round(job, segments, queue):
         steady = np.diff(hook.times[job["warmup"]:])
         timed[label][0] += len(steady)
         timed[label][1] += float(steady.sum())
-    queue.put({label: job["batch"] * n / seconds
-               for label, (n, seconds) in timed.items()})
+        # steady[j] is step warmup + 1 + j of this train() call (from 0);
+        # the hook samples steps 0, period, 2 * period, ...
+        sampled = (job["warmup"] + 1 + np.arange(len(steady))) % period == 0
+        durations[label][0].extend(steady[~sampled].tolist())
+        durations[label][1].extend(steady[sampled].tolist())
+    queue.put({
+        "rates": {label: job["batch"] * n / seconds
+                  for label, (n, seconds) in timed.items()},
+        "steps": {label: tuple(1000 * float(np.median(d)) if d else 0.0
+                               for d in pair)
+                  for label, pair in durations.items()}})
   finally:
     shutil.rmtree(root, ignore_errors=True)
 
@@ -86,65 +146,113 @@ def _run_paired(job, segments):
     process.join()
 
 
+def _measure(job, rounds, segments, reference):
+  """Paired rounds of `job`; with `reference`, TF's TPUEstimator on the
+  same model after each round. Prints each round and the summary."""
+  paired, steps, tf_rates = [], [], []
+  for r in range(rounds):
+    result = _run_paired(job, segments)
+    rates = result["rates"]
+    paired.append(rates)
+    steps.append(result["steps"])
+    print(f"  round {r + 1} " + "  ".join(
+        f"{label} {rate:8,.0f}" for label, rate in rates.items()) +
+          " examples/s", flush=True)
+    if reference:
+      tf_run = e2e_bench.run_in_child(dict(job, side=e2e_bench.TF))
+      tf_rates.append(tf_run["examples_per_s"])
+      print(f"  round {r + 1} tf {tf_run['examples_per_s']:8,.0f} "
+            "examples/s", flush=True)
+  print("Summary (medians over rounds):")
+  ours = stats_lib.median(p["ours"] for p in paired)
+  for label, rate in CONFIGS:
+    value = stats_lib.median(p[label] for p in paired)
+    line = (f"  {label:13s} {value:8,.0f} examples/s, "
+            f"{1000 * job['batch'] / value:6.3f} ms/step")
+    if rate is not None:
+      costs = [100 * (1 - p[label] / p["ours"]) for p in paired]
+      ratios = [p[label] / p["ours"] for p in paired]
+      line += (f"  {label} / ours {stats_lib.median(ratios):.3f}, cost "
+               f"{stats_lib.median(costs):+5.2f}% of step time (rounds: "
+               f"{', '.join(f'{c:+.2f}%' for c in costs)})")
+    print(line)
+  unsampled = {label: stats_lib.median(s[label][0] for s in steps)
+               for label, _ in CONFIGS}
+  sampled = {label: stats_lib.median(s[label][1] for s in steps)
+             for label, _ in CONFIGS}
+  print("  median step, ms (steps the default rate does not sample / "
+        "those it samples): " + ", ".join(
+            f"{label} {unsampled[label]:.3f} / {sampled[label]:.3f}"
+            for label, _ in CONFIGS))
+  period = statistics.sampling_period(statistics.DEFAULT_SAMPLING_RATE)
+  extra = (sampled["ours+stats"] - sampled["ours"]) / period
+  print(f"  ours+stats / ours on the steps not sampled: "
+        f"{unsampled['ours+stats'] / unsampled['ours']:.3f}; a sampled step "
+        f"takes {sampled['ours+stats'] - sampled['ours']:+.3f} ms, once in "
+        f"{period} steps: {100 * extra / unsampled['ours']:+.2f}% of step "
+        "time (from the medians, which the machine's noise moves less)")
+  if reference:
+    tf_rate = stats_lib.median(tf_rates)
+    print(f"  {'tf':13s} {tf_rate:8,.0f} examples/s")
+    print(f"  ours / TF {ours / tf_rate:.2f}x, ours+stats / TF "
+          f"{stats_lib.median(p['ours+stats'] for p in paired) / tf_rate:.2f}x")
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--quick", action="store_true",
                       help="smoke run: one round, one short segment")
+  parser.add_argument("--models", default="dlrm,small",
+                      help="which models: dlrm (the 24-table example), "
+                      "small (two tables, ~1 ms steps), or both")
   parser.add_argument("--rounds", type=int, default=3)
   parser.add_argument("--segments", type=int, default=None,
                       help="train() calls per configuration and round; "
                       "default 3, --quick 1")
   parser.add_argument("--steps", type=int, default=None,
-                      help="timed steps per train() call; default 200 (four "
-                      "sampled at the default rate), --quick 50")
+                      help="timed steps per train() call of dlrm; default "
+                      "200 (four sampled at the default rate), --quick 50")
+  parser.add_argument("--small-steps", type=int, default=None,
+                      help="timed steps per train() call of the small "
+                      "model; default 1000 (20 sampled), --quick 200")
   parser.add_argument("--warmup", type=int, default=None,
                       help="discarded steps per train() call; default 10, "
                       "--quick 2")
   parser.add_argument("--scale", type=float, default=0.05)
   parser.add_argument("--batch", type=int, default=1024)
+  parser.add_argument("--small-batch", type=int, default=512)
   args = parser.parse_args()
+  models = [m for m in args.models.split(",") if m]
+  if not models or set(models) - {"dlrm", "small"}:
+    parser.error(f"--models: choose from dlrm, small; got {args.models!r}")
   steps = args.steps or (50 if args.quick else 200)
+  small_steps = args.small_steps or (200 if args.quick else 1000)
   warmup = args.warmup if args.warmup is not None else (2 if args.quick
                                                          else 10)
   segments = args.segments or (1 if args.quick else 3)
   rounds = 1 if args.quick else args.rounds
-  job = {"workload": "dlrm", "scale": args.scale, "batch": args.batch,
-         "examples": 16 * args.batch, "steps": warmup + steps,
-         "warmup": warmup, "input": "batched"}
   period = statistics.sampling_period(statistics.DEFAULT_SAMPLING_RATE)
   print(f"profile_bench: {os.cpu_count()} CPUs, TF {tf.__version__}; "
-        f"example model (examples/dlrm.py) at scale {args.scale}, batch "
-        f"{args.batch}; {rounds} round(s); per round and configuration "
-        f"{segments} train() call(s) of {warmup} warm-up + {steps} timed "
-        f"steps", flush=True)
+        f"{rounds} round(s); per round and configuration {segments} train() "
+        f"call(s) of {warmup} warm-up + the timed steps; the default rate "
+        f"samples one step in {period}", flush=True)
   begin = time.perf_counter()
-  paired, reference = [], []
-  for r in range(rounds):
-    rates = _run_paired(job, segments)
-    paired.append(rates)
-    print(f"  round {r + 1} " + "  ".join(
-        f"{label} {rate:8,.0f}" for label, rate in rates.items()) +
-          " examples/s", flush=True)
-    tf_run = e2e_bench.run_in_child(dict(job, side=e2e_bench.TF))
-    reference.append(tf_run["examples_per_s"])
-    print(f"  round {r + 1} tf {tf_run['examples_per_s']:8,.0f} examples/s",
+  if "dlrm" in models:
+    print(f"\nexample model (examples/dlrm.py, 24 tables) at scale "
+          f"{args.scale}, batch {args.batch}, {steps} timed steps:",
           flush=True)
-
-  print("\nSummary (medians over rounds):")
-  ours = stats_lib.median(p["ours"] for p in paired)
-  for label, rate in CONFIGS:
-    value = stats_lib.median(p[label] for p in paired)
-    line = f"  {label:13s} {value:8,.0f} examples/s"
-    if rate is not None:
-      costs = [100 * (1 - p[label] / p["ours"]) for p in paired]
-      line += (f"  cost {stats_lib.median(costs):+5.2f}% of step time "
-               f"(rounds: {', '.join(f'{c:+.2f}%' for c in costs)})")
-    print(line)
-  tf_rate = stats_lib.median(reference)
-  print(f"  {'tf':13s} {tf_rate:8,.0f} examples/s")
-  print(f"  the default rate samples one step in {period}; ours / TF "
-        f"{ours / tf_rate:.2f}x, ours+stats / TF "
-        f"{stats_lib.median(p['ours+stats'] for p in paired) / tf_rate:.2f}x")
+    _measure({"workload": "dlrm", "scale": args.scale, "batch": args.batch,
+              "examples": 16 * args.batch, "steps": warmup + steps,
+              "warmup": warmup, "input": "batched"}, rounds, segments,
+             reference=True)
+  if "small" in models:
+    print(f"\nsmall model (2 tables of {SMALL_VOCAB} rows, dimension 8, one "
+          f"hidden layer of 16), batch {args.small_batch}, {small_steps} "
+          "timed steps:", flush=True)
+    _measure({"workload": "small", "batch": args.small_batch,
+              "examples": 16 * args.small_batch,
+              "steps": warmup + small_steps, "warmup": warmup}, rounds,
+             segments, reference=False)
   print(f"({time.perf_counter() - begin:.0f} s)")
 
 

@@ -10,18 +10,20 @@ saving them, and reading them back at start-up.
   `round(1 / rate)` (the first step of each `train()` call included). A
   sampled step also runs a few ops the hook adds after the whole step is
   built (each table's distinct ids, their counts, the ids per example);
-  their results are added to per-table `statistics.TableStatistics` on a
-  thread of the hook while the next step runs. The other steps run exactly
-  as without a profile directory, and the step's own ops (and so the
-  numbers) are the same with and without one. The counts
+  their results are kept as fetched and added to per-table
+  `statistics.TableStatistics` in one pass when the statistics are saved
+  (or when `MAX_PENDING_BYTES` of them wait), so that a step the hook does
+  not sample costs one modulo and a comparison, and the counting never
+  competes with a running step for the CPU or Python's GIL
+  (bench/profile_bench.py measures both on a model of ~1 ms steps). The
+  other steps run exactly as without a profile directory, and the step's
+  own ops (and so the numbers) are the same with and without one. The counts
   gathered since the last save are added to the directory's files
   (`statistics.add_to_file`) at each checkpoint interval of the RunConfig
   (`save_checkpoints_steps` / `save_checkpoints_secs`) and when training
   ends. Every training task of a cluster samples its own batches; the files
   sum them.
 """
-import queue as queue_lib
-import threading
 import time
 
 import numpy as np
@@ -98,76 +100,23 @@ class Profiler:
                           run_config.save_checkpoints_secs)
 
 
-class _Observer:
-  """Adds fetched batches to statistics on a thread of its own; `wait()`
-  returns once every batch handed over so far is counted (and raises what
-  the thread raised).
-
-  The thread starts on a batch only when `go()` says the training thread
-  is about to run a step: TF runs the step without Python's GIL, so the
-  counting (Python and NumPy, which hold the GIL) overlaps the step
-  instead of delaying the hooks between steps."""
-
-  def __init__(self):
-    self._queue = queue_lib.Queue(maxsize=4)  # a full queue blocks the step
-    self._go = threading.Event()
-    self._draining = False
-    self._error = None
-    self._thread = threading.Thread(target=self._run, daemon=True,
-                                    name="lookup_statistics")
-    self._thread.start()
-
-  def _run(self):
-    while True:
-      item = self._queue.get()
-      try:
-        if item is None:
-          return
-        if self._error is None:
-          if not self._draining:
-            self._go.wait()
-            self._go.clear()
-          stats, results = item
-          _observe(stats, results)
-      except Exception as error:  # pylint: disable=broad-except
-        self._error = error  # raised on the training thread by wait()
-      finally:
-        self._queue.task_done()
-
-  def add(self, stats, results):
-    self._check()
-    self._queue.put((stats, results))
-
-  def go(self):
-    """The training thread is about to run a step."""
-    self._go.set()
-
-  def wait(self):
-    self._draining = True
-    self._go.set()
-    self._queue.join()
-    self._draining = False
-    self._check()
-
-  def stop(self):
-    self._draining = True
-    self._go.set()
-    self._queue.put(None)
-    self._thread.join()
-    self._check()
-
-  def _check(self):
-    if self._error is not None:
-      raise self._error
+# Sampled steps' results wait, as fetched, until this many bytes of them
+# are held (or the statistics are saved): then they are counted at once.
+MAX_PENDING_BYTES = 8 * 2**20
 
 
-def _observe(stats_by_table, results):
-  """Adds one fetched step ({table: (distinct ids, counts, lengths)})."""
-  for table, (unique, counts, lengths) in results.items():
-    # Lets the training thread take the GIL between tables, rather than
-    # after Python's switch interval (5 ms).
-    time.sleep(0)
-    stats_by_table[table].observe_counts(unique, counts, lengths)
+def _count(stats_by_table, pending):
+  """Adds the fetched steps `pending` ([{table: (distinct ids, counts,
+  lengths)}]) to `stats_by_table`, each table's in one pass over all of
+  them (what a step's ids add does not depend on how they are grouped,
+  save the order Misra-Gries sees them in: its bound holds either way)."""
+  for table, stats in stats_by_table.items():
+    parts = [results[table] for results in pending if table in results]
+    if not parts:
+      continue
+    unique, counts, lengths = (np.concatenate([p[i] for p in parts])
+                               for i in range(3))
+    stats.observe_counts(unique, counts, lengths)
 
 
 def _summaries(inputs):
@@ -197,25 +146,23 @@ class StatisticsHook(tf.compat.v1.train.SessionRunHook):
     self._inputs = inputs
     self._every_steps = every_steps
     self._every_secs = every_secs
+    self._period = profiler.period
     self._runs = 0
     self._sampled = False
     self._first_save = True
     self._delta = None
+    self._pending = []
+    self._pending_bytes = 0
     self._since_save = 0
     self._saved_at = time.monotonic()
-    self._observer = None
     self._fetches = None
 
   def begin(self):
     self._runs = 0
     self._first_save = True
     self._new_delta()
+    self._pending, self._pending_bytes = [], 0
     self._fetches = _summaries(self._inputs)
-
-  def after_create_session(self, session, coord):
-    del session, coord
-    if self._observer is None:  # (a recovered session keeps it)
-      self._observer = _Observer()
 
   def _new_delta(self, tables=None):
     """Fresh counts for `tables` (default: every table)."""
@@ -230,9 +177,7 @@ class StatisticsHook(tf.compat.v1.train.SessionRunHook):
 
   def before_run(self, run_context):
     del run_context
-    if self._observer is not None:
-      self._observer.go()
-    self._sampled = self._runs % self._profiler.period == 0
+    self._sampled = self._runs % self._period == 0
     self._runs += 1
     if not self._sampled:
       return None
@@ -241,20 +186,25 @@ class StatisticsHook(tf.compat.v1.train.SessionRunHook):
   def after_run(self, run_context, run_values):
     del run_context
     if self._sampled:
-      self._observer.add(self._delta, run_values.results)
+      results = run_values.results
+      self._pending.append(results)
+      self._pending_bytes += sum(a.nbytes for r in results.values()
+                                 for a in r)
+      if self._pending_bytes >= MAX_PENDING_BYTES:
+        self._count_pending()
     self._since_save += 1
     if ((self._every_steps and self._since_save >= self._every_steps) or
         (self._every_secs and
          time.monotonic() - self._saved_at >= self._every_secs)):
       self.save()
 
+  def _count_pending(self):
+    pending, self._pending, self._pending_bytes = self._pending, [], 0
+    _count(self._delta, pending)
+
   def end(self, session):
     del session
-    try:
-      self.save()
-    finally:
-      self._observer.stop()
-      self._observer = None
+    self.save()
 
   def save(self):
     """Adds what was sampled since the last save to the directory's files
@@ -262,7 +212,7 @@ class StatisticsHook(tf.compat.v1.train.SessionRunHook):
     counted even when it sampled nothing). A file that cannot be written
     now (a full disk, a removed directory) gets a warning and its counts
     are kept for the next save: statistics never stop training."""
-    self._observer.wait()
+    self._count_pending()
     saved = []
     for table, stats in self._delta.items():
       if not (stats.runs or stats.examples):
