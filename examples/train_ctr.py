@@ -5,13 +5,14 @@ profile directory (shared by every demo run: counts add up), and the demo
 ends with their report.
 
 The examples come from a generator (no data in the graph: a run writes
-~46 MB). It prints the loss averaged over the last --loss-window steps,
-evaluates each of --evaluations checkpoints next to two yardsticks (the
-hidden click model's own AUC, the ceiling, and a logistic regression on the
-numeric features, the baseline), writes TensorBoard summaries
-(examples/training_monitor.py: steps and examples per second, per table learning rate,
-rows touched and norms) and <model_dir>/training_curve.png. Rerun with the
-same --model-dir to resume from its latest checkpoint.
+~42 MB). The library's progress lines give the loss averaged over each
+--loss-window steps with examples/s, and its summaries the per-table
+learning rate, rows touched and norms (docs/estimator.md, 'Monitoring').
+The demo evaluates each of --evaluations checkpoints next to two
+yardsticks (the hidden click model's own AUC, the ceiling, and a logistic
+regression on the numeric features, the baseline) and draws
+<model_dir>/training_curve.png. Rerun with the same --model-dir to resume
+from its latest checkpoint.
 
 The model is a TPUEstimator model (examples/dlrm.py): the only changes from
 a TPU user's code are the imports (`tpu_embedding_columns` for
@@ -58,7 +59,8 @@ def main():
                       help="train in this many chunks, evaluating after "
                       "each")
   parser.add_argument("--loss-window", type=int, default=100,
-                      help="steps the printed loss is averaged over")
+                      help="steps between progress lines (each prints the "
+                      "mean loss of its steps)")
   parser.add_argument("--batch-size", type=int, default=256)
   parser.add_argument("--train-examples", type=int, default=200_000)
   parser.add_argument("--eval-examples", type=int, default=40_960)
@@ -119,20 +121,16 @@ def main():
       save_summary_steps=100,
       tpu_config=tf.compat.v1.estimator.tpu.TPUConfig(
           iterations_per_loop=100, num_shards=16),
-      # ProgressHook writes global_step/sec and examples/sec.
-      log_step_count_steps=None)
+      # A progress line (and examples/sec, loss/mean) every this many steps.
+      log_step_count_steps=args.loss_window)
   estimator = estimator_spec.TPUEstimator(
-      model_fn=training_monitor.with_table_summaries(
-          dlrm.model_fn_for(columns, numeric), spec.model),
+      model_fn=dlrm.model_fn_for(columns, numeric),
       config=config,
       use_tpu=False,
       train_batch_size=args.batch_size,
       eval_batch_size=eval_batch_size,
       predict_batch_size=1,
       embedding_config_spec=spec)
-  progress = training_monitor.ProgressHook(
-      args.batch_size, every=max(1, args.steps // 10), model_dir=model_dir,
-      window=args.loss_window)
   eval_input = dlrm.generator_input_fn_for(
       eval_x, eval_y, shuffle=False, repeat=False)
   evaluations = []
@@ -166,16 +164,16 @@ def main():
   started = time.time()
   estimator.train(
       dlrm.generator_input_fn_for(train_x, train_y), max_steps=args.steps,
-      hooks=[progress], saving_listeners=[
-          training_monitor.EvaluationListener(evaluate, start_step,
-                                              progress)])
+      saving_listeners=[
+          training_monitor.EvaluationListener(evaluate, start_step)])
   print(f"  trained from step {start_step} to {args.steps} in "
         f"{time.time() - started:.0f} s (evaluations included)",
         flush=True)
 
   curve_path = training_monitor.plot_training_curve(
-      os.path.join(model_dir, "training_curve.png"), progress.curve,
-      evaluations, ceiling_auc, baseline_auc, args.loss_window)
+      os.path.join(model_dir, "training_curve.png"),
+      training_monitor.loss_curve(model_dir), evaluations, ceiling_auc,
+      baseline_auc, args.loss_window)
 
   parse_spec = tf.compat.v1.feature_column.make_parse_example_spec(
       columns + numeric)
@@ -204,9 +202,10 @@ def main():
   print(f"  their report            {os.path.abspath(report)}")
   print(f"    (python -m estimator_spec profile {args.profile_dir} prints "
         "the summary of every table)")
-  print("TensorBoard (loss and its moving average, steps and examples per "
-        "second, and per table: learning rate, share of rows touched, mean "
-        "norm of the touched rows; evaluation AUC under eval/):")
+  print("TensorBoard (loss and its mean per progress line, steps and "
+        "examples per second, and per table under embedding/: learning "
+        "rate, rows touched per step, table and slot norms; evaluation AUC "
+        "under eval/):")
   print(f"  tensorboard --logdir {model_dir}")
 
 

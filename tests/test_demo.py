@@ -14,6 +14,7 @@ import estimator_spec
 import tpu_embedding_columns
 from estimator_spec.estimator import TPUEstimator
 from estimator_spec.estimator import TPUEstimatorSpec
+from estimator_spec.estimator import monitoring
 from examples import ctr_data
 from examples import dlrm
 from examples import training_monitor
@@ -137,7 +138,7 @@ def test_generator_input_fn_reads_its_shard_and_refuses_too_few_examples():
     dlrm.generator_input_fn_for({"num_0": labels[:3]}, labels)
 
 
-# --- table summaries ------------------------------------------------------------
+# --- the library's table summaries over partitions ----------------------------
 
 VOCAB = 40
 BATCH = 16
@@ -167,9 +168,8 @@ def _table_model(tmp_path, strategy, learning_rate_fn):
       save_checkpoints_steps=1000,
       tpu_config=tf.compat.v1.estimator.tpu.TPUConfig(num_shards=16))
   return TPUEstimator(
-      model_fn=training_monitor.with_table_summaries(model_fn, spec.model),
-      config=config, use_tpu=False, train_batch_size=BATCH,
-      embedding_config_spec=spec), spec
+      model_fn=model_fn, config=config, use_tpu=False,
+      train_batch_size=BATCH, embedding_config_spec=spec), spec
 
 
 def _id_batches(seed, steps):
@@ -189,26 +189,10 @@ def _train(estimator, ids, max_steps):
   estimator.train(input_fn, max_steps=max_steps)
 
 
-def test_rows_touched_share_counts_the_distinct_ids_trained_so_far(tmp_path):
-  estimator, _ = _table_model(tmp_path, "mod", None)
-  ids = _id_batches(seed=7, steps=6)
-  _train(estimator, ids[:3], max_steps=3)
-  _train(estimator, ids[3:], max_steps=6)  # resumed: the mask was saved
-  shares = dict(_events(str(tmp_path))["rows_touched/tbl_a"])
-  for step in range(1, 7):
-    seen = set(ids[:step].reshape(-1).tolist())
-    assert shares[step] == pytest.approx(len(seen) / VOCAB), step
-  assert shares[6] < 1.0  # the data leaves rows untouched
-  mask = tf.train.load_checkpoint(str(tmp_path)).get_tensor(
-      training_monitor.TOUCHED_SCOPE + "/tbl_a")
-  assert sorted(np.flatnonzero(mask).tolist()) == sorted(
-      set(ids.reshape(-1).tolist()))
-
-
 @pytest.mark.parametrize("strategy", ["div", "mod"])
-def test_learning_rate_and_norm_of_the_touched_rows(tmp_path, strategy):
-  # A schedule that stays at 0 from step 2 on: the rows stop changing, so
-  # the norms summarized at the last steps are those of the checkpoint.
+def test_learning_rate_rows_touched_and_norms_over_partitions(tmp_path,
+                                                              strategy):
+  # A schedule that stays at 0 from step 2 on.
   schedule = lambda step: tf.where(step < 2, 0.3 / (1.0 + tf.cast(
       step, tf.float32)), 0.0)
   estimator, _ = _table_model(tmp_path, strategy, schedule)
@@ -217,15 +201,18 @@ def test_learning_rate_and_norm_of_the_touched_rows(tmp_path, strategy):
   events = _events(str(tmp_path))
   # Summaries at step s are those of the run from step s - 1 to s: its
   # update used the rate at step s - 1.
-  rates = dict(events["learning_rate/tbl_a"])
+  rates = dict(events[monitoring.summary_tag("tbl_a", "learning_rate")])
   assert rates[1] == pytest.approx(0.3)
   assert rates[2] == pytest.approx(0.3 / 2.0)
   assert rates[3] == rates[4] == rates[5] == 0.0
+  # The rows a step touched: the distinct ids of its batch.
+  touched = dict(events[monitoring.summary_tag("tbl_a", "rows_touched")])
+  for step in range(1, 6):
+    assert touched[step] == len(set(ids[step - 1].reshape(-1).tolist()))
+  # The norm after the last step, over both partitions of the table.
   rows = _rows_in_row_order(tmp_path, strategy)
-  touched = sorted(set(ids.reshape(-1).tolist()))
-  expected = np.linalg.norm(rows[touched], axis=1).mean()
-  assert dict(events["embedding_norm/tbl_a"])[5] == pytest.approx(
-      expected, rel=1e-5)
+  assert dict(events[monitoring.summary_tag("tbl_a", "norm")])[5] == (
+      pytest.approx(np.linalg.norm(rows), rel=1e-5))
 
 
 def _rows_in_row_order(model_dir, strategy):
@@ -263,7 +250,7 @@ def _run_demo(model_dir, profile_dir, steps):
        "--loss-window", "10"],
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
   assert result.returncode == 0, result.stdout + result.stderr
-  return result.stdout
+  return result.stdout + result.stderr  # progress lines are on stderr
 
 
 @pytest.mark.slow
@@ -290,7 +277,8 @@ def test_demo_run_is_small_and_tells_what_it_did(tmp_path):
       s < 4e6 for n, s in sizes.items() if n.endswith(".meta"))
   assert len([n for n in sizes if n.endswith(".meta")]) == 1  # kept: 1
 
-  assert "loss (mean of last 10 steps)" in out
+  assert "TPUEstimator: step 20, loss " in out and "examples/s" in out
+  assert "(mean of 10 steps)" in out
   evaluations = {int(l.split(":")[0].split()[-1]): l for l in out.splitlines()
                  if l.strip().startswith("evaluation at step")}
   assert sorted(evaluations) == [20, 40]
@@ -307,19 +295,18 @@ def test_demo_run_is_small_and_tells_what_it_did(tmp_path):
 
   tags = _events(str(model_dir))
   for tag in ("global_step/sec", "examples/sec", "loss",
-              training_monitor.MOVING_AVERAGE_TAG):
+              monitoring.MEAN_LOSS_TAG):
     assert tag in tags, sorted(tags)
   spec = dlrm.build_spec(0.01)
   for table in spec.model.tables:
-    for prefix in (training_monitor.LEARNING_RATE_PREFIX,
-                   training_monitor.ROWS_TOUCHED_PREFIX,
-                   training_monitor.EMBEDDING_NORM_PREFIX):
-      assert prefix + table in tags
+    for what in ("learning_rate", "rows_touched", "norm"):
+      assert monitoring.summary_tag(table, what) in tags
   # The warm-up schedule of the big tables shows in their learning rate
   # (summaries at step s: the run from step s - 1).
-  rates = dict(tags["learning_rate/tbl_user_id"])
+  rates = dict(tags[monitoring.summary_tag("tbl_user_id", "learning_rate")])
   assert rates[1] == pytest.approx(0.05 * 1 / 100, rel=1e-5)
-  assert dict(tags["learning_rate/tbl_gender"])[1] == pytest.approx(0.05)
+  assert dict(tags[monitoring.summary_tag(
+      "tbl_gender", "learning_rate")])[1] == pytest.approx(0.05)
   assert "auc" in _events(str(model_dir / "eval"))
 
   again = _run_demo(model_dir, profile_dir, steps=40)

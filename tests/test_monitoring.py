@@ -143,16 +143,19 @@ def test_every_table_has_its_summaries_at_summary_steps(run):
 def test_progress_lines_at_the_default_verbosity(run):
   _, scalars, messages = run
   lines = [m for m in messages if m.startswith("TPUEstimator: step ")]
-  # log_step_count_steps=2: the clock starts at the first report, then a
-  # line every 2 steps.
-  assert len(lines) >= 2, messages
+  # log_step_count_steps=2: a line at every even step; the rate counts from
+  # the end of the first step, the loss is the mean since the last line.
   pattern = re.compile(r"TPUEstimator: step (\d+), loss (\S+) \(mean of "
                        r"(\d+) steps\), (\d+) examples/s")
-  for line in lines:
-    match = pattern.fullmatch(line)
-    assert match, line
-    assert np.isfinite(float(match.group(2)))
-    assert int(match.group(3)) == 2 and int(match.group(4)) > 0
+  matches = [pattern.fullmatch(line) for line in lines]
+  assert all(matches), lines
+  assert [int(m.group(1)) for m in matches] == [2, 4, 6]
+  assert [int(m.group(3)) for m in matches] == [2, 2, 2]
+  assert all(np.isfinite(float(m.group(2))) and int(m.group(4)) > 0
+             for m in matches)
+  means = scalars[monitoring.MEAN_LOSS_TAG]
+  assert sorted(means) == [2, 4, 6]
+  assert means[6] == pytest.approx(float(matches[-1].group(2)), rel=1e-5)
   assert monitoring.MEAN_LOSS_TAG in scalars
   assert monitoring.EXAMPLES_PER_SEC_TAG in scalars
 

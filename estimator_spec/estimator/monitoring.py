@@ -14,6 +14,7 @@
 import logging
 import math
 import sys
+import time
 
 import tensorflow as tf
 
@@ -61,12 +62,15 @@ def _norm(partitions):
 
 
 class ProgressHook(tf.compat.v1.train.SessionRunHook):
-  """Every `every_n_steps` global steps: the global steps per second since
-  the last report times `global_batch_size`, and the mean of the loss over
-  the steps since then. Logged as one line at TF's default verbosity
+  """At every global step that is a multiple of `every_n_steps`: the mean
+  of the loss over the steps since the last report (the first step
+  included) and the examples per second since the end of the first step
+  this hook saw (wall clock: checkpoints and evaluations in between count,
+  as in TF's `global_step/sec`; the first step, which builds and starts
+  the session, does not). Logged as one line at TF's default verbosity
   (`TPUEstimator: step S, loss L (mean of N steps), E examples/s`) and,
-  with `output_dir`, written there as `examples/sec` and `loss/mean` at the
-  global step. The first report only starts the clock.
+  with `output_dir`, written there as `examples/sec` and `loss/mean` at
+  the global step.
 
   Args:
     global_batch_size: examples per global step (`train_batch_size`).
@@ -81,21 +85,21 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
       raise ValueError(
           f"ProgressHook: every_n_steps must be >= 1; got {every_n_steps}.")
     self._batch_size = global_batch_size
-    self._timer = tf.compat.v1.train.SecondOrStepTimer(
-        every_steps=every_n_steps)
+    self._every = every_n_steps
     self._loss = loss
     self._output_dir = output_dir
     self._writer = None
     self._global_step = None
     self._losses = []
+    self._clock = None  # (global step, time) the current rate counts from
 
   def begin(self):
     self._global_step = tf.compat.v1.train.get_global_step()
     if self._global_step is None:
       raise RuntimeError("ProgressHook: the training graph has no global "
                          "step.")
-    self._timer.reset()
     self._losses = []
+    self._clock = None
     if self._output_dir:
       self._writer = tf.compat.v1.summary.FileWriterCache.get(
           self._output_dir)
@@ -108,33 +112,40 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
 
   def after_run(self, run_context, run_values):
     results = run_values.results
+    now = time.time()
     if "loss" in results:
       self._losses.append(float(results["loss"]))
-    # The value fetched may precede the step's own increment: read it again
-    # when a report may be due.
-    if not self._timer.should_trigger_for_step(results["step"] + 1):
+    # The step fetched precedes the run's own increment of it.
+    step = int(results["step"]) + 1
+    if self._clock is None:
+      self._clock = (step, now)
+    if step % self._every:
       return
-    step = int(run_context.session.run(self._global_step))
-    if not self._timer.should_trigger_for_step(step):
-      return
-    seconds, steps = self._timer.update_last_triggered_step(step)
     losses, self._losses = self._losses, []
-    if seconds is None or steps is None or seconds <= 0:
-      return  # the first report only starts the clock
-    examples_per_sec = steps / seconds * self._batch_size
-    values = [tf.compat.v1.Summary.Value(tag=EXAMPLES_PER_SEC_TAG,
-                                         simple_value=examples_per_sec)]
+    steps, seconds = step - self._clock[0], now - self._clock[1]
+    self._clock = (step, now)
+    values = []
+    rate = ""
+    if steps > 0 and seconds > 0:
+      examples_per_sec = steps / seconds * self._batch_size
+      rate = f", {examples_per_sec:.0f} examples/s"
+      values.append(tf.compat.v1.Summary.Value(
+          tag=EXAMPLES_PER_SEC_TAG, simple_value=examples_per_sec))
     if losses:
       mean = math.fsum(losses) / len(losses)
-      _report("TPUEstimator: step %d, loss %.6g (mean of %d steps), %.0f "
-              "examples/s", step, mean, len(losses), examples_per_sec)
+      _report("TPUEstimator: step %d, loss %.6g (mean of %d steps)%s", step,
+              mean, len(losses), rate)
       values.append(tf.compat.v1.Summary.Value(tag=MEAN_LOSS_TAG,
                                                simple_value=mean))
-    else:
-      _report("TPUEstimator: step %d, %.0f examples/s", step,
-              examples_per_sec)
-    if self._writer is not None:
+    elif rate:
+      _report("TPUEstimator: step %d%s", step, rate)
+    if self._writer is not None and values:
       self._writer.add_summary(tf.compat.v1.Summary(value=values), step)
+
+  def end(self, session):
+    del session
+    if self._writer is not None:
+      self._writer.flush()
 
 
 def _report(message, *args):

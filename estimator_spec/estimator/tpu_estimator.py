@@ -381,10 +381,10 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
       return
     argument = _BATCH_ARGUMENT[mode]
     raise ValueError(
-        f"TPUEstimator.{method}: `{argument}` is None; an estimator with an "
-        f"embedding_config_spec needs it (params['batch_size'] of input_fn "
-        f"and the embedding configuration come from it): pass "
-        f"{argument}=... to TPUEstimator.")
+        f"TPUEstimator.{method}: `{argument}` cannot be `None` with an "
+        f"embedding_config_spec (params['batch_size'] of input_fn and the "
+        f"embedding configuration come from it): pass {argument}=... to "
+        f"TPUEstimator.")
 
   def export_saved_model(self, export_dir_base, serving_input_receiver_fn,
                          assets_extra=None, as_text=False,
