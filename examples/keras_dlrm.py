@@ -11,7 +11,8 @@ The one way to do it: a `keras.Model` subclass (`DLRM` here) that holds an
    (`model.compile(optimizer=...)`), the activations' gradients go to
    `embedding.apply_gradients`, which trains the tables with the TPU
    embedding optimizer given in the `FeatureConfig`/`TableConfig`
-   (per-id gradient sums, clipping, slots: SEMANTICS.md sections 3-5).
+   (per-id gradient sums, clipping, slots: docs/numerics.md, 'Lookup' to
+   'Pipelining').
 
 The tables are not Keras variables: they are not in
 `model.trainable_variables`, so the Keras optimizer never touches them.

@@ -1,4 +1,5 @@
-"""NumPy twin of the TPU embedding numerics contract (SEMANTICS.md §2-§5).
+"""NumPy twin of the TPU embedding numerics contract (docs/numerics.md, 'Where a
+row lives' to 'Pipelining').
 
 This module is an independent reference implementation used only by tests.
 It imports nothing but NumPy: no TensorFlow, no project package.  All
@@ -17,7 +18,7 @@ Layout of the module
 * training:      init_state / forward / backward / train_step / run_steps
                                                                   (§4, §5)
 
-Definitions taken from outside SEMANTICS.md (see the per-function comments):
+Definitions taken from outside docs/numerics.md (see the per-function comments):
 * AdagradMomentum: as TensorFlow's own TPU correctness test of the
   mid-level API states it (the test runs on TPUs, so it states what the TPU
   computes): the momentum accumulates the gradient times the Adagrad scale.
@@ -120,11 +121,12 @@ def _example_weights(ids_b, weights, b):
 
 
 def combiner_scales(weights_b, combiner):
-  """The factor c of SEMANTICS §4 step 2 for one example (float32).
+  """The factor c of docs/numerics.md, 'The backward pass, table by table' step
+  2 for one example (float32).
 
   For an example with no ids, or whose weights make the denominator zero,
   the twin returns 0 (activation and gradient are then zero; this last case
-  is not specified by SEMANTICS and is the twin's choice).
+  is not specified by docs/numerics.md and is the twin's choice).
   """
   w = _f32(weights_b)
   if combiner == 'sum':
@@ -147,7 +149,7 @@ def _check_ids(ids_b, vocab):
 
 
 def lookup(table, ids, weights=None, combiner='mean', max_sequence_length=0):
-  """Embedding lookup of a ragged batch (SEMANTICS §3).
+  """Embedding lookup of a ragged batch (docs/numerics.md, 'Lookup').
 
   Non-sequence: returns a float32 [B, D] array.
   Sequence (max_sequence_length > 0): returns ([B, L, D], [B] int lengths).
@@ -282,8 +284,9 @@ def proximal_adagrad_update(w, slots, g, lr, params):
 
 
 def adam_update(w, slots, g, lr, params):
-  # No bias correction (SEMANTICS §4.6); lazy/non-lazy is handled by the
-  # pipeline, which decides which rows are passed in.
+  # No bias correction (docs/numerics.md, 'Each optimizer on a touched row');
+  # lazy/non-lazy is handled by the pipeline, which decides which rows are
+  # passed in.
   b1 = F32(_p(params, 'beta1', 0.9))
   b2 = F32(_p(params, 'beta2', 0.999))
   eps = F32(_p(params, 'epsilon', 1e-8))
@@ -333,7 +336,8 @@ def _nudge(x, ulps):
 
 
 def ftrl_update(w, slots, g, lr, params):
-  """FTRL-proximal as in SEMANTICS §4.6 (beta and multiply_linear_by_lr).
+  """FTRL-proximal as in docs/numerics.md, 'Each optimizer on a touched row'
+  (beta and multiply_linear_by_lr).
 
   Zero-safe form (used whatever allow_zero_accumulator says): the
   accumulator power a^(-p) is evaluated directly (0^k = 0 for k > 0, no
@@ -495,8 +499,8 @@ def apply_update(table, slots, ids, grads, params, lr, clipping_limit=None):
   Pipeline: gradient clip -> weight decay (touched rows) -> optimizer ->
   weight clip.  Non-lazy Adam: every row runs the optimizer (g = 0 for rows
   not touched, no gradient clip applied to those zeros); weight decay still
-  touches only the rows in `ids` (SEMANTICS §4.5), weight clipping applies to
-  every row that was updated.
+  touches only the rows in `ids` (docs/numerics.md, 'The backward pass, table by
+  table'), weight clipping applies to every row that was updated.
   """
   table = _f32(table).copy()
   slots = {k: _f32(v).copy() for k, v in slots.items()}
@@ -676,8 +680,9 @@ def run_steps(initial_state, config, batches, grads_fn, pipelining=None,
 
   grads_fn(step, activations) -> feature -> gradient array.
   pipelining=True: the activations of step n+1 are looked up before the
-  update of step n is applied (one update stale, SEMANTICS §5).
-  Returns the final state, or (final_state, [activations per step]).
+  update of step n is applied (one update stale, docs/numerics.md,
+  'Pipelining'). Returns the final state, or (final_state, [activations per
+  step]).
   """
   if pipelining is None:
     pipelining = bool(config.get('pipelining', False))

@@ -1,5 +1,6 @@
 """Training on a between-graph cluster of local processes (TF_CONFIG,
-`train_and_evaluate`, loopback ports), as SEMANTICS.md section 8 defines it:
+`train_and_evaluate`, loopback ports), as docs/numerics.md, 'Many machines'
+defines it:
 
 * synchronous (the default): W training tasks with B/W examples each train
   exactly like one process with B examples (tables, slots, dense variables),

@@ -5,9 +5,9 @@ Graph mode throughout (like an Estimator model_fn): every test builds in a
 * variable names and config accessors: TF 2.15's own
   `tf.compat.v1.tpu.experimental.embedding_column` / `shared_embedding_columns`
   on their CPU path, built the same way in a separate graph;
-* numbers: NumPy computations written here from SEMANTICS.md section 3, and TF's
-  own CPU path where the two semantics agree (no empty rows, no negative ids,
-  positive weights).
+* numbers: NumPy computations written here from docs/numerics.md, 'Lookup', and
+  TF's own CPU path where the two semantics agree (no empty rows, no negative
+  ids, positive weights).
 Expensive graphs are built once per module and reused (placeholders + feeds).
 """
 
@@ -97,7 +97,7 @@ def assign(sess, name, value):
 
 
 def np_combine(table, rows, weights=None, combiner="sum"):
-  """SEMANTICS section 3, non-sequence; negative ids dropped."""
+  """docs/numerics.md, 'Lookup', non-sequence; negative ids dropped."""
   out = np.zeros((len(rows), table.shape[1]), np.float64)
   for b, ids in enumerate(rows):
     ws = [1.0] * len(ids) if weights is None else weights[b]

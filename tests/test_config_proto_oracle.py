@@ -2,8 +2,9 @@
 
 `estimator_spec.EmbeddingConfig(spec, ...).config_proto` must equal the proto
 that TF 2.15's own `tpu_embedding.TPUEmbedding` builds for the same tables,
-features, optimizers and topology (`../shared/SEMANTICS.md` sections 1, 2, 7).
-TensorFlow's implementation is used here only as a test oracle.
+features, optimizers and topology (docs/numerics.md, 'Tables and features' and
+'Where a row lives'). TensorFlow's implementation is used here only as a test
+oracle.
 
 Every generated configuration is a *recipe*: plain data plus the objects that
 both sides must share (the same categorical columns, the same
@@ -1103,7 +1104,8 @@ def test_invalid_recipes_refused_by_both(defect, data):
 
 
 def test_dynamic_tags_follow_sorted_table_order():
-  """Ours numbers fns in sorted-table order of first use (SEMANTICS s. 7)."""
+  """Ours numbers fns in sorted-table order of first use (docs/numerics.md,
+  'Learning rates and schedules')."""
   a = fc.categorical_column_with_identity("a", 4)
   b = fc.categorical_column_with_identity("b", 4)
   c = fc.categorical_column_with_identity("c", 4)

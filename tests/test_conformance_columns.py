@@ -12,9 +12,9 @@ TensorFlow's own classes can run it on CPU:
                `shared_embedding_columns`.
 
 Both sides are checked against the same expected values, computed here with
-NumPy from the table the test installs (SEMANTICS.md section 3), never copied
-from a run. TF's TPU-only paths (a TPU shard or TPU inference context) run
-for both where TF's context managers work on CPU; otherwise only ours runs.
+NumPy from the table the test installs (docs/numerics.md, 'Lookup'), never
+copied from a run. TF's TPU-only paths (a TPU shard or TPU inference context)
+run for both where TF's context managers work on CPU; otherwise only ours runs.
 
 Errors: where TF raises for an input, ours must raise the same exception type
 (or `errors.ArgumentTypeError`, a TypeError that is also a ValueError) with
@@ -146,9 +146,9 @@ def rows_of(entries, batch, max_position=None):
 
 
 def np_dense(values, rows, weights=None, combiner="mean"):
-  """SEMANTICS.md 3, non-sequence: combine the rows of the ids per example;
-  an example without ids gives zeros. `rows[b]` lists ids; `weights[b]` the
-  matching weights (default 1)."""
+  """docs/numerics.md, 'Lookup', non-sequence: combine the rows of the ids per
+  example; an example without ids gives zeros. `rows[b]` lists ids; `weights[b]`
+  the matching weights (default 1)."""
   values = np.asarray(values, np.float64)
   out = np.zeros((len(rows), values.shape[1]))
   for b, ids in enumerate(rows):
@@ -168,8 +168,8 @@ def np_dense(values, rows, weights=None, combiner="mean"):
 
 
 def np_sequence(values, rows, width):
-  """SEMANTICS.md 3, sequence: position p of example b holds row(id at p)
-  for p < width; later positions are zeros. `rows[b]` lists (p, id)."""
+  """docs/numerics.md, 'Lookup', sequence: position p of example b holds row(id
+  at p) for p < width; later positions are zeros. `rows[b]` lists (p, id)."""
   values = np.asarray(values, np.float64)
   out = np.zeros((len(rows), width, values.shape[1]))
   for b, pairs in enumerate(rows):

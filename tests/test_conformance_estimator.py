@@ -18,7 +18,7 @@ another number of cores):
   refuses integer weights and `mod` sharding: there each side is held to its
   own behaviour.
 
-Expected numbers are computed by hand from SEMANTICS.md (SGD / Adagrad on
+Expected numbers are computed by hand from docs/numerics.md (SGD / Adagrad on
 the accumulated per-id gradient, combiners, sequence padding/truncation).
 
 Scenario map (TF test -> test here):
@@ -241,7 +241,8 @@ def sgd(w, g, lr):
 
 
 def adagrad(w, g, lr, accumulator=0.1):
-  """One Adagrad step on rows (SEMANTICS.md 4.6): (new rows, accumulator)."""
+  """One Adagrad step on rows (docs/numerics.md, 'Each optimizer on a touched
+  row'): (new rows, accumulator)."""
   g = np.asarray(g, np.float64)
   acc = accumulator + g * g
   return np.asarray(w, np.float64) - lr * g / np.sqrt(acc), acc

@@ -43,7 +43,7 @@ TABLE = "dense_features/a_embedding/embedding_weights"
 
 def stored_order(vocab, shards, strategy):
   """Row ids in the order a (strategy, shards) run stores them (NumPy twin
-  of SEMANTICS.md section 2, independent of ShardLayout)."""
+  of docs/numerics.md, 'Where a row lives', independent of ShardLayout)."""
   n = min(vocab, shards)
   if strategy == "div" or n == 1:
     return np.arange(vocab), [vocab]

@@ -58,7 +58,7 @@ def _kernels_required(monkeypatch):
 def _exact_session_config():
   """Grappler's arithmetic optimizer turns x / sqrt(y) into x * rsqrt(y),
   which can differ in the last bit: off, the graph ops compute the division
-  that SEMANTICS.md and the kernels do."""
+  that docs/numerics.md and the kernels do."""
   session_config = v1.ConfigProto()
   session_config.graph_options.rewrite_options.arithmetic_optimization = (
       rewriter_config_pb2.RewriterConfig.OFF)

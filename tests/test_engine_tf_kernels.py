@@ -4,8 +4,9 @@ Where TensorFlow has a kernel computing the same rule, one table trained by
 the engine for a few steps must agree (rtol 1e-5) with TF's optimizer
 applied to the same de-duplicated `IndexedSlices`: values = the gradients
 summed per distinct id, indices = the distinct ids. The per-id sums are
-computed here in NumPy from the activation gradients (SEMANTICS.md 4.2-4.3),
-independently of the engine and of the NumPy twin.
+computed here in NumPy from the activation gradients (docs/numerics.md, 'The
+backward pass, table by table'), independently of the engine and of the NumPy
+twin.
 
 Kernels: Adagrad, ProximalAdagrad, Momentum (incl. Nesterov) and SGD through
 `tf.compat.v1.train` optimizers; FTRL with `beta` through

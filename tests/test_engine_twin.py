@@ -3,7 +3,8 @@
 Every test builds one graph (graph mode, sparse placeholders, one session, as
 in an Estimator model_fn), runs a few training steps on random batches and
 compares, step by step, the activations and, at the end, every table and
-every slot variable with `tests/numpy_twin.py` (SEMANTICS.md sections 2-5).
+every slot variable with `tests/numpy_twin.py` (docs/numerics.md, 'Where a row
+lives' to 'Pipelining').
 
 Activation gradients depend on the activations, so that the one-step
 staleness of pipelining is observable: loss = sum(d * (a + c * sigmoid(a))),

@@ -1,7 +1,7 @@
 """End-to-end tests of the TPUEstimator drop-in on the host engine.
 
 * Linear loss (activation gradients are known constants): the checkpointed
-  tables and slots after several steps equal the NumPy twin of SEMANTICS.md,
+  tables and slots after several steps equal the NumPy twin of docs/numerics.md,
   for div/mod over 3 shards, pipelining on/off, a gradient multiplier and
   dynamic learning rates, in the columns form (plain, shared, sequence,
   weighted columns) and the dict form.

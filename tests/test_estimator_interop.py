@@ -424,7 +424,7 @@ def test_our_checkpoint_restores_in_tf_estimator(tmp_path, optimizer,
   ours_dir = tmp_path / "ours"
   ours = make_estimator("ours", ours_dir, optimizer, optimizer)
   ours.train(train_input_fn(features, labels), max_steps=3)
-  # Tables under TF's CPU names, slots under SEMANTICS.md names.
+  # Tables under TF's CPU names, slots under docs/numerics.md names.
   _check_interop_checkpoint(checkpoint_values(ours_dir), optimizer,
                             global_step=3)
 
@@ -618,9 +618,9 @@ def test_mod_checkpoint_restores_under_another_topology(tmp_path,
   """A checkpoint of 3 `mod` shards (24 cores), read by an estimator laid
   out for 2 shards (16 cores) or 1 (no TPUConfig, e.g. an evaluation or
   export job with a plain RunConfig), must give the same rows: the stored
-  tensor is in 3-shard partition order (SEMANTICS.md section 2: read both
-  layouts correctly and convert between them). Failing that, restoring must
-  refuse; it must not silently permute rows."""
+  tensor is in 3-shard partition order (docs/numerics.md, 'Where a row lives':
+  read both layouts correctly and convert between them). Failing that, restoring
+  must refuse; it must not silently permute rows."""
   rng = np.random.RandomState(8)
   n = SHARDED_BATCH
   features = {"m": padded_ids(rng, n, 2), "z": padded_ids(rng, n, 1)}

@@ -4,7 +4,8 @@ Three kinds of checks:
 * small cases computed by hand (plain Python floats, never via the twin),
 * agreement with TensorFlow's own CPU sparse-apply kernels where TF has the
   same rule (run eagerly on de-duplicated ids and summed gradients),
-* the step-level rules of SEMANTICS §4/§5 (accumulation, clipping, decay,
+* the step-level rules of docs/numerics.md, 'The backward pass, table by table'
+  and 'Pipelining' (accumulation, clipping, decay,
   learning-rate choice, step numbering, pipelining).
 """
 
@@ -560,7 +561,8 @@ def test_tf_lazy_adam_on_touched_rows():
 
 
 # ---------------------------------------------------------------------------
-# Step-level rules (SEMANTICS §4, §5)
+# Step-level rules (docs/numerics.md, 'The backward pass, table by table' and
+# 'Pipelining')
 # ---------------------------------------------------------------------------
 
 

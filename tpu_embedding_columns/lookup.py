@@ -1,6 +1,6 @@
 """TPU-semantics embedding lookups as plain TensorFlow ops (no engine).
 
-These functions implement the forward rules of `../shared/SEMANTICS.md`
+These functions implement the forward rules of docs/numerics.md
 section 3 for one feature and one table: id validation, the `sum`/`mean`/
 `sqrtn` combiners (empty examples give zeros), sequence features padded or
 truncated to `max_sequence_length`, and the padded lookup of tensor-core
@@ -425,10 +425,10 @@ class Plan:
   Output segment s (the example, or the (example, position) slot of a
   sequence feature) is `scale[s] * sum of weight[i] * row(id_i)` over the
   ids i in it; the backward pass sends `scale[segment[i]] * weight[i] *
-  grad[segment[i]]` to id i (SEMANTICS.md 4.2). `weights` (per id) is None
-  when they are all 1; `combiner` ('sum', 'mean' or 'sqrtn') decides
-  `scale` (per segment: 1/sum(w) or 1/sqrt(sum(w^2)); None for 'sum'),
-  which is computed when first asked for.
+  grad[segment[i]]` to id i (docs/numerics.md, 'The backward pass, table by
+  table'). `weights` (per id) is None when they are all 1; `combiner` ('sum',
+  'mean' or 'sqrtn') decides `scale` (per segment: 1/sum(w) or 1/sqrt(sum(w^2));
+  None for 'sum'), which is computed when first asked for.
   """
 
   def __init__(self, segment, num_segments, weights, combiner, output_shape,

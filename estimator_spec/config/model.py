@@ -4,7 +4,7 @@ Everything downstream (the TPU configuration proto, enqueue ops, the host
 engine, interop, reports) reads this model; nothing downstream looks at
 columns or spec dicts again. There is no TensorFlow graph here.
 
-Naming and order (`../shared/SEMANTICS.md` sections 1 and 7):
+Naming and order (docs/numerics.md, 'Tables and features'):
 * from columns, a table is named `tbl_<embedding var name>` and a feature by
   its categorical column's key; from dicts, names are the dict keys;
 * tables are sorted by name; features are grouped by table (tables sorted)
@@ -117,7 +117,8 @@ class Feature:
 
 @dataclasses.dataclass(frozen=True)
 class LearningRate:
-  """The learning rate that trains one table (SEMANTICS.md section 4).
+  """The learning rate that trains one table (docs/numerics.md, 'Learning
+  rates and schedules').
 
   The table's own `learning_rate` comes first, then its `learning_rate_fn`
   (of the global step), then its optimizer's `learning_rate`. Exactly one of

@@ -11,7 +11,8 @@ about its optimizer and nothing else:
 
 Gradient clipping, weight decay, weight clipping and the learning-rate choice
 are common to every optimizer and are applied by one shared pipeline (see
-`../shared/SEMANTICS.md` section 4), never inside an optimizer.
+docs/numerics.md, 'The backward pass, table by table'), never inside an
+optimizer.
 """
 import collections
 import inspect

@@ -7,16 +7,17 @@ One engine serves one `EmbeddingConfig`. Per step:
   train_op = engine.apply_gradients(result, gradients, global_step)
 
 `lookup` de-duplicates the ids of all features sharing a table and gathers
-each table once. `apply_gradients` runs SEMANTICS.md section 4 for every
-table: gradient multiplier, combiner backward, float32 accumulation per id
-across examples and features, gradient clipping (with `clipping_limit`),
-decoupled weight decay, the optimizer on touched rows only (non-lazy Adam:
-every row), weight clipping. Every input and gradient check runs before the
-first write, so a failed step changes no table and no slot.
+each table once. `apply_gradients` runs docs/numerics.md, 'The backward pass,
+table by table' for every table: gradient multiplier, combiner backward, float32
+accumulation per id across examples and features, gradient clipping (with
+`clipping_limit`), decoupled weight decay, the optimizer on touched rows only
+(non-lazy Adam: every row), weight clipping. Every input and gradient check runs
+before the first write, so a failed step changes no table and no slot.
 
 With `pipeline_execution_with_tensor_core`, the update of step N is held and
-applied during step N+1 after that step's lookups (SEMANTICS.md section 5);
-`flush()` applies a held update (before a checkpoint, at the end).
+applied during step N+1 after that step's lookups (docs/numerics.md,
+'Pipelining'); `flush()` applies a held update (before a checkpoint, at the
+end).
 
 When the partitions live on other tasks (`shard_device_fn`: a cluster's ps
 tasks), each partition is updated on its own task (`update_partition`),
@@ -499,9 +500,10 @@ class HostEmbeddingEngine:
       return tf.group(*held, name="embedding_update_pipelined")
 
   def table_gradients(self, result, gradients, global_step):
-    """SEMANTICS.md 4.1-4.3 for every table: the step's `StepGradients`
-    (distinct ids, their float32 gradient sums after the multiplier, the
-    learning rate at `global_step`, and the gate of every check)."""
+    """docs/numerics.md, 'The backward pass, table by table' for every table:
+    the step's `StepGradients` (distinct ids, their float32 gradient sums after
+    the multiplier, the learning rate at `global_step`, and the gate of every
+    check)."""
     if not self.config.is_training:
       raise RuntimeError(
           "HostEmbeddingEngine.apply_gradients: the EmbeddingConfig is in "
@@ -558,10 +560,10 @@ class HostEmbeddingEngine:
     return StepGradients(ids, accumulated, rates, column_lookup.gate(checks))
 
   def _id_gradients(self, lookup, grads, multiplier):
-    """SEMANTICS.md 4.2-4.3 for one table: the float32 sum of every
-    contribution to each of `lookup.unique_ids` [U, D], from the activation
-    gradients `grads` of its features (in feature order), times
-    `multiplier` (if not None), and whether all of it is finite (a bool
+    """docs/numerics.md, 'The backward pass, table by table' for one table: the
+    float32 sum of every contribution to each of `lookup.unique_ids` [U, D],
+    from the activation gradients `grads` of its features (in feature order),
+    times `multiplier` (if not None), and whether all of it is finite (a bool
     scalar): by the compiled kernel where the lookup was compiled, else by
     TF ops (the same operations in the same order)."""
     plans = [lookup.plans[item.name] for item in lookup.features]
@@ -678,9 +680,10 @@ class HostEmbeddingEngine:
             if self.shard_device_fn is not None else None)
 
   def _update_table(self, name, ids, grads, lr, rows=None):
-    """SEMANTICS.md 4.4-4.8 on the distinct global `ids` of one table.
-    `rows`: the rows as looked up in this step, when nothing can have
-    changed them since (one process, no pipelining)."""
+    """docs/numerics.md, 'The backward pass, table by table' and 'Each optimizer
+    on a touched row' on the distinct global `ids` of one table. `rows`: the
+    rows as looked up in this step, when nothing can have changed them since
+    (one process, no pipelining)."""
     table = self.tables[name]
     if self.remote_partitions:
       return tf.group(*[
@@ -708,10 +711,11 @@ class HostEmbeddingEngine:
     return tf.group(*writes)
 
   def _kernel_update(self, kernel, name, optimizer, ids, grads, lr):
-    """SEMANTICS.md 4.4-4.7 on table `name` as the compiled row update
-    `kernel`, one op per partition: rows and slots change in place, with no
-    gather of the slots and no scatter back (the caller orders it after the
-    step's reads of the table)."""
+    """docs/numerics.md, 'The backward pass, table by table' and 'Each optimizer
+    on a touched row' on table `name` as the compiled row update `kernel`, one
+    op per partition: rows and slots change in place, with no gather of the
+    slots and no scatter back (the caller orders it after the step's reads of
+    the table)."""
     table = self.tables[name]
     slots = [self.slots[name][spec.name] for spec in optimizer.slot_specs()]
     lower, upper = self.model.gradient_clip_bounds(optimizer)
@@ -735,12 +739,12 @@ class HostEmbeddingEngine:
     ])
 
   def update_partition(self, name, partition, local_ids, grads, lr):
-    """SEMANTICS.md 4.4-4.8 on partition `partition` of table `name`, which
-    lives on another task (`remote_partitions`), on that task: reads the
-    touched rows and slots there, at update time, and writes them back under
-    the partition's lock (or in one of TF's sparse-apply kernels, which lock
-    the variables), so concurrent updates of the same rows (asynchronous
-    training) all count."""
+    """docs/numerics.md, 'The backward pass, table by table' and 'Each optimizer
+    on a touched row' on partition `partition` of table `name`, which lives on
+    another task (`remote_partitions`), on that task: reads the touched rows and
+    slots there, at update time, and writes them back under the partition's lock
+    (or in one of TF's sparse-apply kernels, which lock the variables), so
+    concurrent updates of the same rows (asynchronous training) all count."""
     optimizer = self.config.optimizer_for(name)
     table = self.tables[name].partitions[partition]
     slots = {k: v.partitions[partition] for k, v in self.slots[name].items()}
@@ -855,8 +859,9 @@ def _is_rows_of(tensor, dimension):
 
 
 def _rule_only(model, optimizer):
-  """Whether SEMANTICS.md 4.4-4.7 reduce to the optimizer's own rule (no
-  gradient clipping, weight decay or weight clipping)."""
+  """Whether docs/numerics.md, 'The backward pass, table by table' and 'Each
+  optimizer on a touched row' reduce to the optimizer's own rule (no gradient
+  clipping, weight decay or weight clipping)."""
   lower, upper = model.gradient_clip_bounds(optimizer)
   return (lower is None and upper is None and
           not optimizer.weight_decay_factor and
@@ -865,8 +870,8 @@ def _rule_only(model, optimizer):
 
 
 def _clipped_and_decayed(model, optimizer, rows, grads, lr):
-  """SEMANTICS.md 4.4-4.5 on the touched rows: (rows after decoupled weight
-  decay, gradients after clipping)."""
+  """docs/numerics.md, 'The backward pass, table by table' on the touched rows:
+  (rows after decoupled weight decay, gradients after clipping)."""
   lower, upper = model.gradient_clip_bounds(optimizer)
   if lower is not None or upper is not None:
     grads = tf.clip_by_value(
@@ -879,8 +884,9 @@ def _clipped_and_decayed(model, optimizer, rows, grads, lr):
 
 
 def _decay_factor(optimizer, lr):
-  """SEMANTICS.md 4.5's d (times the learning rate `lr` when the optimizer
-  says so), or None without weight decay."""
+  """The decay d of docs/numerics.md, 'The backward pass, table by table' (times
+  the learning rate `lr` when the optimizer says so), or None without weight
+  decay."""
   decay = optimizer.weight_decay_factor
   if not decay:
     return None
@@ -890,8 +896,8 @@ def _decay_factor(optimizer, lr):
 
 
 def _new_rows(model, optimizer, rows, slot_rows, grads, lr):
-  """SEMANTICS.md 4.4-4.7 on the touched rows: (new rows, {slot: new slot
-  rows})."""
+  """docs/numerics.md, 'The backward pass, table by table' and 'Each optimizer
+  on a touched row' on the touched rows: (new rows, {slot: new slot rows})."""
   rows, grads = _clipped_and_decayed(model, optimizer, rows, grads, lr)
   new_rows, new_slots = optimizer.update_rows(rows, slot_rows, grads, lr)
   return _clip_weights(optimizer, new_rows), new_slots

@@ -1,4 +1,5 @@
-"""Synchronous training steps on a between-graph cluster (SEMANTICS.md 8).
+"""Synchronous training steps on a between-graph cluster (docs/numerics.md,
+'Many machines').
 
 One step, global step g at its start, W training tasks, P ps tasks:
 

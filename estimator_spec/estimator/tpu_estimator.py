@@ -2,7 +2,7 @@
 
 `TPUEstimator` takes the arguments of TF 2.15's
 `tf.compat.v1.estimator.tpu.TPUEstimator` and runs the model on the host
-embedding engine (SEMANTICS.md), so a model written for TPUs trains its
+embedding engine (docs/numerics.md), so a model written for TPUs trains its
 tables as a TPU would, on CPU (and GPU):
 
 * TRAIN: the engine looks up every table once per step; the columns in

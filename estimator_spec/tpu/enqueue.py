@@ -1,7 +1,7 @@
 """TPU infeed: host preprocessing of a batch and the embedding enqueue ops.
 
 Two steps turn one host's batch into what the TPU embedding cores read
-(`../shared/SEMANTICS.md` sections 3 and 7):
+(docs/numerics.md, 'Lookup' and 'Tables and features'):
 
 * `split_inputs(config, features, labels)` takes the ids of every engine
   feature out of the features dict, splits them across the host's cores and

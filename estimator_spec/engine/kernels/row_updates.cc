@@ -10,7 +10,8 @@
 //   HostEmbeddingIdGradients  the per-id gradient sums of one table;
 //   HostEmbedding*Rows        in-place optimizer updates of the touched rows.
 //
-// One update op per optimizer rule. Each runs SEMANTICS 4.4-4.7 on the distinct
+// One update op per optimizer rule. Each runs docs/numerics.md, 'The backward
+// pass, table by table' and 'Each optimizer on a touched row' on the distinct
 // row indices it is given, row by row, in the order of the graph-op path:
 //   gradient clip   g = max(min(g, grad_hi), grad_lo)          (clip_gradients)
 //   weight decay    w = w - factor * w                          (decay)
@@ -593,9 +594,10 @@ REGISTER_KERNEL_BUILDER(Name("HostEmbeddingDropNegativeIds")
                             .Device(DEVICE_CPU),
                         DropNegativeIdsOp);
 
-// The combiners of one table's features (SEMANTICS 3). For feature f, in
-// the order of its ids i (id k, counting the ids of every feature, feature
-// after feature), with row(f, i, k) the table's row of that id,
+// The combiners of one table's features (docs/numerics.md, 'Lookup'). For
+// feature f, in the order of its ids i (id k, counting the ids of every
+// feature, feature after feature), with row(f, i, k) the table's row of that
+// id,
 //   out_f[segment_f[i]] += row(f, i, k) * weight_f[i]  (no product: no
 //                                                        weights)
 // from zeros; for `mean` and `sqrtn` the scale per segment s is
@@ -933,8 +935,8 @@ REGISTER_OP("HostEmbeddingLookup")
 
 ESTIMATOR_SPEC_REGISTER_BY_INDEX("HostEmbeddingLookup", LookupOp);
 
-// The per-id gradient sums of one table (SEMANTICS 4.2-4.3): for each
-// feature f in order and each of its ids i in order,
+// The per-id gradient sums of one table (docs/numerics.md, 'The backward pass,
+// table by table'): for each feature f in order and each of its ids i in order,
 //   out[index[k]] += (grad_f[segment_f[i]] * scale_f[segment_f[i]])
 //                    * weight_f[i]
 // from zeros, where k counts the ids over all features (no multiplication
