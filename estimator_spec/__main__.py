@@ -142,7 +142,9 @@ def _add(parser, name, *aliases, **kwargs):
 def _spec_argument(parser):
   parser.add_argument(
       "spec", metavar="SPEC",
-      help="MODULE:FUNCTION or FILE.py:FUNCTION returning the spec")
+      help="MODULE:FUNCTION or FILE.py:FUNCTION returning the model's "
+      "EmbeddingConfigSpec (a spec built inside main(): move it into a "
+      "function of the module; docs/cli.md, 'Naming the spec')")
 
 
 def _model_dir_argument(parser):
@@ -181,16 +183,21 @@ def _parser():
       "describe", help="print tables, features, shard memory and the proto")
   _spec_argument(describe)
   _add(describe, "--batch-size", default=1024,
-       type=_bounded_int(MAX_BATCH_SIZE, "the global batch size"))
+       type=_bounded_int(MAX_BATCH_SIZE, "the global batch size"),
+       help="the global batch size (default: %(default)s)")
   _add(describe, "--num-hosts", default=1,
-       type=_bounded_int(MAX_HOSTS, "TPU hosts"))
+       type=_bounded_int(MAX_HOSTS, "TPU hosts"),
+       help="TPU hosts of the topology (default: %(default)s)")
   _add(describe, "--cores-per-host", default=1,
        type=_bounded_int(MAX_CORES_PER_HOST,
-                         "no TPU host has more TensorCores"))
+                         "no TPU host has more TensorCores"),
+       help="TensorCores per host, at most 8 (default: %(default)s)")
   _add(describe, "--num-shards", default=None, type=_SHARDS,
        help="shards per table (default: num hosts)")
   describe.add_argument("--mode", choices=("train", "eval", "infer"),
-                        default="train")
+                        default="train",
+                        help="the mode whose configuration to describe "
+                        "(default: %(default)s)")
   describe.add_argument("--proto", action="store_true",
                         help="also print the configuration proto")
   _add(describe, "--profile-dir", default=None, metavar="DIR",

@@ -455,3 +455,15 @@ def test_version_is_the_package_version(capsys):
   assert code == 0 and err == ""
   assert out == f"tpu-embedding-estimator {estimator_spec.__version__}\n"
   assert re.fullmatch(r"\d+\.\d+\.\d+(\.dev\d+)?", estimator_spec.__version__)
+
+
+def test_every_option_of_every_command_says_what_it_is():
+  import argparse  # pylint: disable=import-outside-toplevel
+  parser = cli._parser()  # pylint: disable=protected-access
+  commands = next(a for a in parser._actions  # pylint: disable=protected-access
+                  if isinstance(a, argparse._SubParsersAction))  # pylint: disable=protected-access
+  undocumented = [
+      (name, action.dest) for name, sub in commands.choices.items()
+      for action in sub._actions  # pylint: disable=protected-access
+      if action.dest != "help" and not action.help]
+  assert not undocumented
