@@ -483,7 +483,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     to the tables (`embedding_tables`), whatever `optimizer` the object
     has: TF's `TPUEmbeddingV0` usage, where a `tf.GradientTape` takes the
     tables' gradients and a Keras optimizer applies them (docs/mid_level.md,
-    'The V0 usage'). A table's gradient is what TF's own classes give for
+    'TPUEmbeddingV0'). A table's gradient is what TF's own classes give for
     the same lookups off the TPU: one `tf.IndexedSlices` entry per id of
     each feature, as TF's lookup of that input kind makes it (sparse ids:
     each feature's distinct ids, with their summed gradients; ragged, dense
