@@ -427,6 +427,7 @@ def main(argv=None):
   from estimator_spec import quiet  # pylint: disable=import-outside-toplevel
   quiet.silence_deprecation_notices()
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  logger_level = tf.get_logger().level  # restored when the command ends
   if not user_level:
     tf.get_logger().setLevel("FATAL")
   user_errors = (UsageError, ValueError, TypeError, OSError,
@@ -452,6 +453,8 @@ def main(argv=None):
     print(f"{PROG} {args.command}: error: {_one_line(message)}",
           file=sys.stderr)
     return 2
+  finally:
+    tf.get_logger().setLevel(logger_level)
 
 
 def _run_migrate(args):

@@ -669,9 +669,9 @@ def test_the_hook_keeps_its_counts_when_the_lock_is_a_link(tmp_path):
   from estimator_spec.estimator import profiling  # pylint: disable=import-outside-toplevel
   hook = profiling.StatisticsHook(_Profiler(str(tmp_path)), {"tbl_items": []})
   hook._new_delta()  # pylint: disable=protected-access
-  ids = np.array([3, 3, 7], np.int64)
-  unique, counts = np.unique(ids, return_counts=True)
-  result = {"tbl_items": (unique, counts, np.array([2, 1], np.int64))}
+  # One feature: example 0 looks up 3 twice, example 1 looks up 7.
+  result = {"tbl_items": [(np.array([3, 3, 7], np.int64),
+                           np.array([0, 0, 1], np.int64), np.int64(2))]}
   for _ in range(2):
     hook.before_run(None)
     hook.after_run(None, tf.compat.v1.train.SessionRunValues(
@@ -684,3 +684,48 @@ def test_the_hook_keeps_its_counts_when_the_lock_is_a_link(tmp_path):
   saved = st.load(str(tmp_path), _settings())
   assert saved.lookups == 6 and saved.examples == 4
   assert dict(saved.hottest()) == {3: 4, 7: 2}
+
+
+@FAST
+@hypothesis.given(hs.one_of(hs.binary(max_size=200),
+                            _JSON.map(lambda v: json.dumps(v).encode())))
+def test_random_content_of_the_ps_assignment_never_crashes_the_chief(
+    tmp_path_factory, data):
+  directory = tmp_path_factory.mktemp("assignment")
+  (directory / placement.ASSIGNMENT_FILE).write_bytes(data)
+  model = _model()
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)
+    got = placement.resolve_ps_assignment(model, _cluster(), str(directory),
+                                          {}, wait_secs=1)
+  assert placement._assignment_problem(model, NUM_PS, got) is None  # pylint: disable=protected-access
+
+
+def test_the_command_silences_tf_python_logs_unless_asked(tmp_path, capsys,
+                                                          monkeypatch):
+  import logging  # pylint: disable=import-outside-toplevel
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  (tmp_path / "checkpoint").write_text("not a checkpoint state {{{")
+  records = []
+
+  class Keep(logging.Handler):
+    def emit(self, record):
+      records.append(record.getMessage())
+
+  handler = Keep(level=logging.DEBUG)
+  tf.get_logger().addHandler(handler)
+  before = tf.get_logger().level
+  argv = ["rows", "tests.test_mid_level:small_spec", "--model-dir", tmp_path,
+          "--table", "tbl_a", "--ids", "0"]
+  try:
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    code, _, err = _cli(capsys, *argv)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "names no checkpoint (it is empty or not a checkpoint state)" in err
+    assert records == []  # TF's own warning about the state file: silenced
+    assert tf.get_logger().level == before  # and the level restored
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "0")  # the user asks for them
+    assert _cli(capsys, *argv)[0] == 2
+    assert records  # TF's warning reaches the user's handlers
+  finally:
+    tf.get_logger().removeHandler(handler)

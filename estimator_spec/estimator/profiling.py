@@ -8,14 +8,14 @@ saving them, and reading them back at start-up.
   this model's tables; `startup_report` says what they show.
 * `StatisticsHook`: a training hook that samples one step in every
   `round(1 / rate)` (the first step of each `train()` call included). A
-  sampled step also runs a few ops the hook adds after the whole step is
-  built (each table's distinct ids, their counts, the ids per example);
-  their results are kept as fetched and added to per-table
-  `statistics.TableStatistics` in one pass when the statistics are saved
-  (or when `MAX_PENDING_BYTES` of them wait), so that a step the hook does
-  not sample costs one modulo and a comparison, and the counting never
+  sampled step also fetches each feature's ids and their examples (the
+  step's own tensors: no op is added); they are kept as fetched and
+  counted into per-table `statistics.TableStatistics` (distinct ids and
+  their counts, ids per example) in one NumPy pass when the statistics
+  are saved, or when `MAX_PENDING_BYTES` of them wait. A step the hook
+  does not sample costs a modulo and a comparison, and the counting never
   competes with a running step for the CPU or Python's GIL
-  (bench/profile_bench.py measures both on a model of ~1 ms steps). The
+  (bench/profile_bench.py measures both on a model of short steps). The
   other steps run exactly as without a profile directory, and the step's
   own ops (and so the numbers) are the same with and without one. The counts
   gathered since the last save are added to the directory's files
@@ -106,36 +106,32 @@ MAX_PENDING_BYTES = 8 * 2**20
 
 
 def _count(stats_by_table, pending):
-  """Adds the fetched steps `pending` ([{table: (distinct ids, counts,
-  lengths)}]) to `stats_by_table`, each table's in one pass over all of
-  them (what a step's ids add does not depend on how they are grouped,
-  save the order Misra-Gries sees them in: its bound holds either way)."""
+  """Adds the fetched steps `pending` ([{table: [(ids, example of each id,
+  batch size) of each feature]}]) to `stats_by_table`, each table's in one
+  pass over all of them: its distinct ids and their counts, and the ids
+  per example of each feature. (What a step's ids add does not depend on
+  how steps are grouped, save the order Misra-Gries sees them in: its
+  bound holds either way.)"""
   for table, stats in stats_by_table.items():
-    parts = [results[table] for results in pending if table in results]
-    if not parts:
+    ids, lengths = [], []
+    for results in pending:
+      for feature_ids, example, batch in results.get(table, ()):
+        ids.append(feature_ids)
+        lengths.append(
+            np.bincount(example, minlength=int(batch))[:int(batch)])
+    if not lengths:
       continue
-    unique, counts, lengths = (np.concatenate([p[i] for p in parts])
-                               for i in range(3))
-    stats.observe_counts(unique, counts, lengths)
+    unique, counts = np.unique(np.concatenate(ids), return_counts=True)
+    stats.observe_counts(unique, counts, np.concatenate(lengths))
 
 
 def _summaries(inputs):
-  """{table: (distinct ids, their counts, ids per example of each
-  feature)} of a step, as ops: built in the hook's `begin`, after every op
-  of the step, and run only with a sampled step."""
-  summaries = {}
-  with tf.name_scope("lookup_statistics"):
-    for table, features in inputs.items():
-      ids = tf.concat([f[0] for f in features], axis=0)
-      unique, _, counts = tf.unique_with_counts(ids, out_idx=tf.int64)
-      lengths = tf.concat([
-          tf.math.bincount(tf.cast(example, tf.int32),
-                           minlength=tf.cast(batch, tf.int32),
-                           maxlength=tf.cast(batch, tf.int32),
-                           dtype=tf.int64)
-          for _, example, batch in features], axis=0)
-      summaries[table] = (unique, counts, lengths)
-  return summaries
+  """{table: [(ids, example of each id, batch size) of each feature]}: the
+  step's own tensors, fetched only with a sampled step (no op is added to
+  the step; the counting is done in NumPy when the statistics are
+  saved)."""
+  return {table: [tuple(f) for f in features]
+          for table, features in inputs.items()}
 
 
 class StatisticsHook(tf.compat.v1.train.SessionRunHook):
@@ -188,8 +184,9 @@ class StatisticsHook(tf.compat.v1.train.SessionRunHook):
     if self._sampled:
       results = run_values.results
       self._pending.append(results)
-      self._pending_bytes += sum(a.nbytes for r in results.values()
-                                 for a in r)
+      self._pending_bytes += sum(
+          ids.nbytes + example.nbytes for features in results.values()
+          for ids, example, _ in features)
       if self._pending_bytes >= MAX_PENDING_BYTES:
         self._count_pending()
     self._since_save += 1
