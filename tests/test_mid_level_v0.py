@@ -4,10 +4,10 @@ applied by a Keras optimizer.
 
 The oracle, in the same test: TF's own `TPUEmbeddingForServing` (the
 lookups TF runs off the TPU) with the same configuration, inputs, loss and
-Keras optimizer. Covered: the sum, mean and sqrtn combiners; sparse,
-ragged and dense ids; weights; two features per table; sequence features
-(sparse and ragged, longer than `max_sequence_length`); Keras SGD, Adagrad
-and Adam; eagerly and in `tf.function`; the object built with any TF2
+Keras optimizer. Covered: the sum, mean and sqrtn combiners; sparse
+(also [batch, 2, ids]), ragged and dense ids; weights; several features
+per table; sequence features (sparse and ragged, longer than
+`max_sequence_length`); Keras SGD, Adagrad and Adam; eagerly and in `tf.function`; the object built with any TF2
 optimizer or none. The tables' gradients have TF's layout (one entry per
 id of each feature as TF's lookup makes it, features not summed per id), so
 Keras Adagrad accumulates as it does with TF's classes. A step whose
@@ -52,6 +52,7 @@ def _config(combiner):
                                       name="seq_sparse"),
       "seq_ragged": emb.FeatureConfig(u, max_sequence_length=2,
                                       name="seq_ragged"),
+      "deep": emb.FeatureConfig(u, name="deep"),  # sparse [batch, 2, ids]
   }
 
 
@@ -78,7 +79,14 @@ def _inputs(step):
   # Positive weights: TF's sparse path drops ids whose weight is not.
   weights = {k: [list(rng.uniform(0.25, 2.0, len(r)).astype(F32)) for r in v]
              for k, v in ids.items() if k in ("sparse", "ragged", "user")}
+  deep = _rows(rng, 7, 3) + _rows(rng, 7, 3)  # rows of [BATCH, 2]
+  deep_indices = [[r // 2, r % 2, p] for r, row in enumerate(
+      deep[0::2] + deep[1::2]) for p in range(len(row))]
   features = {
+      "deep": tf.SparseTensor(
+          np.array(deep_indices, np.int64).reshape(-1, 3),
+          np.array([x for row in deep[0::2] + deep[1::2] for x in row],
+                   np.int64), [BATCH, 2, 3]),
       "sparse": _sparse(ids["sparse"], np.int64, 4),
       "ragged": tf.ragged.constant(ids["ragged"], tf.int64,
                                    row_splits_dtype=tf.int64),
@@ -89,6 +97,7 @@ def _inputs(step):
                                        row_splits_dtype=tf.int64),
   }
   weight = {
+      "deep": None,
       "sparse": _sparse(weights["sparse"], F32, 4),
       "ragged": tf.ragged.constant(weights["ragged"], tf.float32,
                                    row_splits_dtype=tf.int64),
