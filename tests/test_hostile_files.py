@@ -729,3 +729,14 @@ def test_the_command_silences_tf_python_logs_unless_asked(tmp_path, capsys,
     assert records  # TF's warning reaches the user's handlers
   finally:
     tf.get_logger().removeHandler(handler)
+
+
+@FAST
+@hypothesis.given(hs.binary(max_size=200))
+def test_random_bytes_in_a_state_file_are_a_clear_refusal(tmp_path_factory,
+                                                         data):
+  from estimator_spec.checkpoints import tables  # pylint: disable=import-outside-toplevel
+  directory = tmp_path_factory.mktemp("state")
+  (directory / "checkpoint").write_bytes(data)
+  with pytest.raises(FileNotFoundError, match="`checkpoint` state file of"):
+    tables.resolve_checkpoint(str(directory), "read_rows")

@@ -86,7 +86,11 @@ def _latest_in_directory(directory, owner):
   advice = ("train the model first or pass a checkpoint prefix such as "
             "model_dir/model.ckpt-100.")
   try:
-    files.read_bytes(state_path, MAX_STATE_FILE_BYTES)
+    files.read_bytes(state_path, MAX_STATE_FILE_BYTES).decode("utf-8")
+  except UnicodeDecodeError:
+    raise FileNotFoundError(
+        f"{owner}: the `checkpoint` state file of {directory!r} cannot be "
+        f"read (it is not UTF-8 text); {advice}") from None
   except FileNotFoundError:
     raise FileNotFoundError(
         f"{owner}: no checkpoint in directory {directory!r} (it has no "
@@ -97,7 +101,10 @@ def _latest_in_directory(directory, owner):
     raise FileNotFoundError(
         f"{owner}: the `checkpoint` state file of {directory!r} cannot be "
         f"read ({reason}); {advice}") from None
-  state = tf.train.get_checkpoint_state(directory)
+  try:
+    state = tf.train.get_checkpoint_state(directory)
+  except (ValueError, tf.errors.OpError):  # e.g. an empty state file
+    state = None
   if state is None or not state.model_checkpoint_path:
     raise FileNotFoundError(
         f"{owner}: the `checkpoint` state file of {directory!r} names no "
