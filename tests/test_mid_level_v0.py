@@ -298,3 +298,26 @@ def test_report_max_difference():
   # (pytest -s shows it).
   print("V0 scenarios, max |ours - TF| over activations and tables:",
         max(MAX_DIFFERENCE.values()) if MAX_DIFFERENCE else None)
+
+
+def test_two_updates_are_refused_in_a_tf_function_too():
+  embedding = es.HostTPUEmbedding(_config("sum"), emb.Adagrad(0.1))
+  embedding.build()
+  tables = list(embedding.embedding_tables.values())
+  before = _snapshot(embedding)
+
+  @tf.function
+  def step(features, weights):
+    with tf.GradientTape() as tape:
+      tape.watch(tables)
+      activations = embedding(features, weights)
+      tape.watch(activations)
+      loss = _loss(activations)
+    grads = tape.gradient(loss, activations)
+    embedding.apply_gradients(grads)
+
+  with pytest.raises(RuntimeError, match="watching the tables already"):
+    step(*_inputs(0))
+  after = _snapshot(embedding)
+  for name, value in before.items():
+    np.testing.assert_array_equal(after[name], value, err_msg=name)
