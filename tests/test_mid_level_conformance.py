@@ -29,7 +29,9 @@ Scenarios (88 runs: 44 per strategy):
 
 The scenarios run in one child process (logical devices must be set
 before TensorFlow starts): `python tests/test_mid_level_conformance.py
-OUT.npz` writes the results the tests here compare.
+OUT.npz` writes the results the tests here compare. It also tries TF's
+V0 usage (a tape watching the tables) under both strategies: refused with
+several replicas (see docs/mid_level.md, 'TPUEmbeddingV0').
 
 Runs in both environments (TF 2.15 and current TensorFlow).
 """
@@ -243,6 +245,35 @@ def _run_scenarios(path):
         results[f"{label}/sequence_{kind}/{when}/{feature}"] = np.stack(
             local(strategy, value))
 
+  def v0_under_replicas(strategy, label):
+    """The V0 usage (a tape watching the tables) under the strategy: the
+    message of the error it raises, or '' when it raises none."""
+    with strategy.scope():
+      embedding = es.HostTPUEmbedding(feature_config(), optimizer("sgd"))
+    embedding.build()
+    variables = list(embedding.embedding_tables.values())
+    before = [v.numpy() for v in variables]
+    data = distributed(strategy, "sparse")
+
+    @tf.function(autograph=False)
+    def run(data):
+      def step(data):
+        with tf.GradientTape() as tape:
+          tape.watch(variables)
+          loss = loss_of(strategy, embedding(data))
+        return tape.gradient(loss, variables)
+
+      return strategy.run(step, args=(data,))
+
+    message = ""
+    try:
+      run(data)
+    except RuntimeError as error:
+      message = str(error)
+    results[f"{label}/v0/error"] = np.array(message)
+    results[f"{label}/v0/unchanged"] = np.array(all(
+        (v.numpy() == b).all() for v, b in zip(variables, before)))
+
   import warnings  # pylint: disable=g-import-not-at-top
   warnings.simplefilter("ignore", FutureWarning)  # build(int), on purpose
   strategies = {"mirrored": tf.distribute.MirroredStrategy(
@@ -255,6 +286,7 @@ def _run_scenarios(path):
       dense_lookup(strategy, label, kind)
     for kind in ("sparse", "ragged"):
       sequence(strategy, label, kind)
+    v0_under_replicas(strategy, label)
   np.savez(path, **results)
 
 
@@ -473,6 +505,16 @@ def test_sequence_features(results, strategy, kind):
       np.testing.assert_allclose(got.reshape(expected.shape), expected,
                                  rtol=1e-6, atol=1e-7,
                                  err_msg=f"{when} {feature}")
+
+
+def test_the_v0_usage_is_refused_under_several_replicas(results):
+  # The host keeps one copy of each table, which a Keras optimizer under
+  # MirroredStrategy does not update: refused by name, nothing changed.
+  # With the default strategy the same program runs.
+  assert "V0 usage" in str(results["mirrored/v0/error"])
+  assert "MirroredStrategy" in str(results["mirrored/v0/error"])
+  assert str(results["default/v0/error"]) == ""
+  assert results["mirrored/v0/unchanged"] and results["default/v0/unchanged"]
 
 
 def test_every_scenario_ran(results):

@@ -494,6 +494,8 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     itself. A step's tables are trained once: when a tape watching them
     differentiates its activations, `apply_gradients` is refused for it
     (and such a tape is refused after `apply_gradients`): RuntimeError.
+    Under a `MirroredStrategy` with several replicas such a tape is
+    refused (RuntimeError): there the object trains with `apply_gradients`.
     """
     self.enqueue(features, weights)
     return self._dequeue(differentiable=True)
@@ -512,6 +514,15 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       # A tape records this function only when it watches a table; it then
       # calls it for any gradient through the activations, the tables'
       # included.
+      if len(step.activations) > 1:
+        raise RuntimeError(
+            f"{_OWNER}: a GradientTape watching the tables under "
+            f"{type(self._strategy).__name__} with several replicas: the "
+            "V0 usage (a Keras optimizer on the tables' gradients) is not "
+            "supported there, as the host keeps one copy of each table, "
+            "which an optimizer under the strategy does not update. Train "
+            "with enqueue, dequeue and apply_gradients under the strategy "
+            "(do not watch the tables), or use the V0 usage without one.")
       if step.applied:
         raise RuntimeError(
             f"{_OWNER}: a GradientTape watching the tables differentiates "
