@@ -740,3 +740,58 @@ def test_random_bytes_in_a_state_file_are_a_clear_refusal(tmp_path_factory,
   (directory / "checkpoint").write_bytes(data)
   with pytest.raises(FileNotFoundError, match="`checkpoint` state file of"):
     tables.resolve_checkpoint(str(directory), "read_rows")
+
+
+@pytest.mark.parametrize("which", ["index", "data"])
+def test_a_checkpoint_file_that_is_a_fifo_is_refused_not_waited_on(
+    tmp_path, capsys, which):
+  from tests import test_mid_level as ml  # pylint: disable=import-outside-toplevel
+  prefix = ml.small_checkpoint(tmp_path / "model")
+  name = [f for f in os.listdir(tmp_path / "model")
+          if f.startswith(os.path.basename(prefix) + f".{which}")][0]
+  os.remove(tmp_path / "model" / name)
+  os.mkfifo(tmp_path / "model" / name)
+  code, _, err = _cli(capsys, "rows", "tests.test_mid_level:small_spec",
+                      "--model-dir", tmp_path / "model", "--table", "tbl_a",
+                      "--ids", "0")
+  assert code == 2 and len(err.splitlines()) == 1, err
+  assert (f"the checkpoint file {tmp_path / 'model' / name} is not a regular "
+          "file (a FIFO or a device)") in err
+
+
+def _break(directory, how):
+  data = [f for f in os.listdir(directory) if ".data-" in f][0]
+  data, index = directory / data, directory / "model.ckpt-5.index"
+  if how == "index-cut":
+    with open(index, "r+b") as f:
+      f.truncate(os.path.getsize(index) // 2)
+  elif how == "index-garbage":
+    index.write_bytes(bytes(range(256)))
+  elif how == "data-missing":
+    os.remove(data)
+  elif how == "data-empty":
+    data.write_bytes(b"")
+  else:  # a flipped byte: the checksum differs
+    content = bytearray(data.read_bytes())
+    content[10] ^= 0xFF
+    data.write_bytes(bytes(content))
+
+
+@pytest.mark.parametrize("how, words", [
+    ("index-cut", "bad magic number"), ("index-garbage", "bad magic number"),
+    ("data-missing", "No such file or directory"),
+    ("data-empty", "Read less bytes than requested"),
+    ("data-flipped", "Checksum does not match")])
+def test_each_broken_checkpoint_is_one_clean_line(tmp_path, capsys, how,
+                                                  words):
+  from tests import test_mid_level as ml  # pylint: disable=import-outside-toplevel
+  ml.small_checkpoint(tmp_path / "model")
+  _break(tmp_path / "model", how)
+  code, out, err = _cli(capsys, "rows", "tests.test_mid_level:small_spec",
+                        "--model-dir", tmp_path / "model", "--table",
+                        "tbl_a", "--ids", "0")
+  assert code == 2 and out == "" and len(err.splitlines()) == 1, err
+  assert "TensorFlow cannot read or write the checkpoint: " in err
+  assert words in err
+  for stack_text in ("Detected at node", "File \"", "[[", "Traceback"):
+    assert stack_text not in err

@@ -31,8 +31,10 @@ directory and moves it into place once complete; `save_partitions` saves a
 tensor as the slices a run of a given layout saves; `copy_tensors` copies
 tensors unchanged, slices included.
 """
+import glob
 import os
 import shutil
+import stat
 import tempfile
 
 import numpy as np
@@ -71,7 +73,27 @@ def resolve_checkpoint(path, owner="checkpoint"):
     raise FileNotFoundError(
         f"{owner}: {path!r} is neither a model directory nor a checkpoint "
         f"prefix ({path}.index does not exist).")
+  _check_regular_files(path, owner)
   return path
+
+
+def _check_regular_files(prefix, owner):
+  """Raises ValueError when a local checkpoint's index or data file is
+  not a regular file (a FIFO or a device, which TensorFlow's reader would
+  wait on for ever)."""
+  if "://" in prefix:
+    return
+  for name in [prefix + ".index"] + sorted(glob.glob(
+      glob.escape(prefix) + ".data-*")):
+    try:
+      mode = os.stat(name).st_mode
+    except OSError:
+      continue  # TensorFlow's reader says what is wrong with it
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+      raise ValueError(
+          f"{owner}: the checkpoint file {name} is not a regular file (a "
+          "FIFO or a device), which TensorFlow would wait on; put the "
+          "checkpoint's own file there.")
 
 
 # The largest `checkpoint` state file read (it lists the kept checkpoints).
