@@ -15,6 +15,7 @@ does with the same model, and what it would silently get wrong.
 """
 import logging
 import os
+import re
 
 import numpy as np
 import pytest
@@ -660,24 +661,30 @@ def test_rates_follow_log_step_count_steps_and_save_summary_steps(tmp_path):
 
 
 @pytest.mark.parametrize("method", ["evaluate", "predict"])
-def test_evaluate_and_predict_without_their_batch_size_say_so_first(
+def test_evaluate_and_predict_without_their_batch_size_say_which_argument(
     tmp_path, method):
-  called = []
-
-  def input_fn(params):
-    called.append(params)
-    return _ids_input_fn()(params)
-
   estimator = TPUEstimator(
       model_fn=_linear_model_fn(_columns()), model_dir=str(tmp_path),
       use_tpu=False, train_batch_size=4, embedding_config_spec=_spec(
           _columns()))
+  estimator.train(_ids_input_fn(), max_steps=1)
+  before = sorted(os.listdir(tmp_path))
   argument = {"evaluate": "eval_batch_size",
               "predict": "predict_batch_size"}[method]
-  with pytest.raises(ValueError, match=(
-      f"TPUEstimator.{method}: `{argument}` cannot be `None` with an "
-      f"embedding_config_spec")):
-    getattr(estimator, method)(input_fn)
-  assert not called  # before any input_fn runs
-  assert not os.listdir(tmp_path)
-
+  # An input_fn that reads params['batch_size'] learns which argument
+  # gives it, in one sentence (TF: a bare KeyError: 'batch_size').
+  with pytest.raises(KeyError, match=re.escape(
+      f"TPUEstimator was given no {argument}; pass {argument}=... to "
+      "TPUEstimator")):
+    result = getattr(estimator, method)(_ids_input_fn())
+    if method == "predict":
+      next(result)
+  assert sorted(os.listdir(tmp_path)) == before
+  # An input_fn that batches by itself works without it, as on TF.
+  def batched(params):
+    del params
+    return _ids_input_fn()({"batch_size": 4})
+  if method == "evaluate":
+    assert estimator.evaluate(batched, steps=1)["global_step"] == 1
+  else:
+    assert "logits" in next(estimator.predict(batched))

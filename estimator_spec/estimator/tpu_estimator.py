@@ -55,6 +55,29 @@ _BATCH_ARGUMENT = {
 }
 
 
+class _Params(dict):
+  """The `params` TPUEstimator hands model_fn and input_fn: a dict whose
+  missing `batch_size` says which constructor argument gives it (TF's gives
+  a bare KeyError: 'batch_size' there)."""
+
+  def __init__(self, params, mode):
+    super().__init__(params)
+    self._mode = mode
+
+  def __missing__(self, key):
+    if key == "batch_size":
+      argument = _BATCH_ARGUMENT[self._mode]
+      raise KeyError(
+          f"params['batch_size'] is not set in {self._mode} mode: "
+          f"TPUEstimator was given no {argument}; pass {argument}=... to "
+          "TPUEstimator (input_fn and model_fn read the batch size of "
+          "their mode there).")
+    raise KeyError(key)
+
+  def __reduce__(self):
+    return dict, (dict(self),)
+
+
 def _check_arguments(model_fn, model_dir, config, params, use_tpu,
                      train_batch_size, eval_batch_size, predict_batch_size,
                      batch_axis, eval_on_tpu, export_to_tpu, export_to_cpu,
@@ -359,32 +382,16 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
 
   def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None,
                name=None):
-    self._require_batch_size(ModeKeys.EVAL, "evaluate")
     with quiet.library_call():
       return super().evaluate(input_fn, steps=steps, hooks=hooks,
                               checkpoint_path=checkpoint_path, name=name)
 
   def predict(self, input_fn, predict_keys=None, hooks=None,
               checkpoint_path=None, yield_single_examples=True):
-    self._require_batch_size(ModeKeys.PREDICT, "predict")
     return quiet.quiet_generator(super().predict(
         input_fn, predict_keys=predict_keys, hooks=hooks,
         checkpoint_path=checkpoint_path,
         yield_single_examples=yield_single_examples))
-
-  def _require_batch_size(self, mode, method):
-    """With an embedding_config_spec, a mode's batch size is needed (the
-    embedding configuration is built for a fixed batch, and input_fn reads
-    it from params): said before any input_fn runs, as the constructor says
-    it of train_batch_size."""
-    if self._embedding_spec is None or self._batch_sizes.get(mode) is not None:
-      return
-    argument = _BATCH_ARGUMENT[mode]
-    raise ValueError(
-        f"TPUEstimator.{method}: `{argument}` cannot be `None` with an "
-        f"embedding_config_spec (params['batch_size'] of input_fn and the "
-        f"embedding configuration come from it): pass {argument}=... to "
-        f"TPUEstimator.")
 
   def export_saved_model(self, export_dir_base, serving_input_receiver_fn,
                          assets_extra=None, as_text=False,
@@ -438,7 +445,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
           self._cluster, self._batch_sizes[mode], mode)
       return call(params)
     if not self._emulates_tpu(mode):
-      params = dict(self.params)
+      params = _Params(self.params, mode=mode)
       if self._batch_sizes.get(mode) is not None:
         params["batch_size"] = self._batch_sizes[mode]
       return call(params)
@@ -482,7 +489,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     TPU. On the host, model_fn runs once, as one replica, on the global
     batch: its `batch_size` is the global batch size and its context says
     one replica (see `tpu_context.TPUContext.for_model_fn`)."""
-    params = dict(params)
+    params = _Params(params, mode=mode)
     batch_size = self._batch_sizes.get(mode)
     if batch_size is not None:
       params["batch_size"] = batch_size
