@@ -3,7 +3,7 @@
 `read_feature` decides, when the graph is built, what the TPU infeed takes
 from a features dict for one feature; the infeed (`enqueue.split_inputs`)
 and the host engine (`parse_features`) both use it, so they accept and
-refuse exactly the same inputs (SEMANTICS.md section 3):
+refuse exactly the same inputs (docs/numerics.md, 'Lookup'):
 
 * integer ids are taken as given, as TF's TPU input path takes them: a
   SparseTensor or RaggedTensor, or a dense tensor whose non-zero entries are

@@ -44,7 +44,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       both steps see weights one update stale); `flush()` applies the
       update still held.
 
-  Every setting is honoured as SEMANTICS.md states it or refused with a
+  Every setting is honoured as docs/numerics.md states it or refused with a
   ValueError naming it (see `estimator_spec.interop.from_mid_level`), with
   one addition: an optimizer's `slot_variable_creation_fn` is called by
   `build`, and the variables it returns are the table's slots.
@@ -571,10 +571,10 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
 
   def apply_gradients(self, gradients, name=None):
     """Trains the tables from the gradients of the last dequeued
-    activations (SEMANTICS.md section 4): per-id sums over examples and
-    features in float32, gradient clipping (`clipvalue`), weight decay,
-    the optimizer on touched rows (non-lazy Adam: every row), weight
-    clipping. Learning-rate callables are called here. Eagerly the update
+    activations (docs/numerics.md, 'The backward pass, table by table'): per-id
+    sums over examples and features in float32, gradient clipping (`clipvalue`),
+    weight decay, the optimizer on touched rows (non-lazy Adam: every row),
+    weight clipping. Learning-rate callables are called here. Eagerly the update
     has run when this returns; in a `tf.function` it runs with it.
 
     Under a `MirroredStrategy`, call it inside `strategy.run` with the
