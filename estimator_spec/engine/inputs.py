@@ -117,11 +117,14 @@ def one_per_example_as_sparse(ids):
       tf.cast(ids, tf.int64), tf.stack([batch, 1]))
 
 
-def read_feature(feature, table, column, features, where):
+def read_feature(feature, table, column, features, where,
+                 integer_ids_as_given=False):
   """The `FeatureInput` of `feature` (a model.Feature of `table`, configured
   by `column`, None in the dict form) in `features`; raises for inputs a TPU
   infeed would refuse. `where` starts every message (it names the feature
-  and the table)."""
+  and the table). Integer inputs for a column that declares string inputs
+  are refused, as TF's column refuses them, unless `integer_ids_as_given`
+  (TF's TPU infeed takes any integer input as the ids themselves)."""
   name = feature.name
   raw = features.get(name)
   if isinstance(raw, GivenIds):
@@ -130,7 +133,8 @@ def read_feature(feature, table, column, features, where):
           f"{where}: GivenIds carry their own weights; the feature's "
           f"weight_key {feature.weight_key!r} would be a second source.")
     return FeatureInput(raw.ids, raw.weights, False, (name,), given=True)
-  if column is not None and raw is not None and is_integer(raw):
+  if (column is not None and raw is not None and is_integer(raw) and
+      not integer_ids_as_given):
     _check_column_dtype(column, raw, where)
   if column is not None and (raw is None or not is_integer(raw)):
     ids, keys = transformed_ids(column, features, where)

@@ -339,9 +339,11 @@ def split_inputs(config, features, labels=None):
   for name, feature in config.features.items():
     table = config.tables[feature.table]
     where = f"split_inputs: feature {name!r} (table {table.name!r})"
+    # As TF's TPU infeed: integer inputs are the ids themselves, whatever
+    # the column declares.
     given = inputs_lib.read_feature(feature, table,
                                     config.spec.column_for(name), features,
-                                    where)
+                                    where, integer_ids_as_given=True)
     read.update(given.keys)
     if given.single:
       per_feature[name] = [EnqueueData(piece)
