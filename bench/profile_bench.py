@@ -27,10 +27,17 @@ with ours; ours / TF is printed with ours' rate from the paired rounds.
 
 The small model (`--models small`): two identity features in their own
 tables of 1,000 rows, dimension 8, one hidden layer of 16, batch 512:
-steps of about a millisecond, where a fixed cost per step of the
-statistics would show most. It is measured the same way (no TF
+steps of half a millisecond to a millisecond, where a fixed cost per step
+of the statistics would show most. It is measured the same way (no TF
 reference); its summary prints ours+stats / ours, the ratio of the rates
 with and without statistics in the same process.
+
+For both models the summary also prints the median step time of the steps
+the default rate does not sample and of those it samples, for each
+configuration (the medians move less with this shared machine's noise than
+whole-run rates do), and the time the statistics hook itself spends on a
+step it does not sample (its `before_run` and `after_run`, timed in the
+training process).
 
 Usage: .venv/bin/python -m bench.profile_bench [--quick] [--rounds N]
   [--models dlrm,small]
@@ -51,6 +58,7 @@ import estimator_spec
 import tpu_embedding_columns
 from bench import e2e_bench
 from estimator_spec.engine import statistics
+from estimator_spec.estimator import profiling
 
 CONFIGS = (("ours", None), ("ours+stats", statistics.DEFAULT_SAMPLING_RATE),
            ("ours+stats@1", 1.0))
@@ -63,7 +71,7 @@ SMALL_VOCAB = 1000
 def _build_small(job, rate):
   """(estimator, input_fn) of the small model: two identity features of
   SMALL_VOCAB ids in their own tables (dimension 8), one hidden layer of
-  16, batch `job['batch']`: steps of about a millisecond, where a fixed
+  16, batch `job['batch']`: steps of under a millisecond, where a fixed
   per-step cost of the statistics would show most."""
   features, labels = e2e_bench._identity_data(  # pylint: disable=protected-access
       SMALL_FEATURES, SMALL_VOCAB, job["examples"], exponent=1.1, seed=0)
@@ -93,6 +101,29 @@ def _build(job, rate):
                                         profile_rate=rate))
 
 
+def _time_the_hook():
+  """Wraps `StatisticsHook.before_run`/`after_run` to record the time spent
+  in them per step: [(sampled, seconds)] (this process only)."""
+  hook_class = profiling.StatisticsHook
+  calls = []
+  before, after = hook_class.before_run, hook_class.after_run
+
+  def timed_before(self, run_context):
+    start = time.perf_counter()
+    result = before(self, run_context)
+    self._bench_before = time.perf_counter() - start  # pylint: disable=protected-access
+    return result
+
+  def timed_after(self, run_context, run_values):
+    start = time.perf_counter()
+    after(self, run_context, run_values)
+    calls.append((self._sampled, self._bench_before +  # pylint: disable=protected-access
+                  time.perf_counter() - start))
+
+  hook_class.before_run, hook_class.after_run = timed_before, timed_after
+  return calls
+
+
 def _paired_round(job, segments, queue):
   """One process: the three configurations trained in turn, `segments`
   times; puts {"rates": {config: examples/s over its timed steps},
@@ -102,6 +133,7 @@ def _paired_round(job, segments, queue):
   warnings.filterwarnings("ignore", category=UserWarning)
   tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
   period = statistics.sampling_period(statistics.DEFAULT_SAMPLING_RATE)
+  hook_calls = _time_the_hook()
   root = tempfile.mkdtemp(prefix="profile_bench_")
   try:
     built = {}
@@ -110,13 +142,19 @@ def _paired_round(job, segments, queue):
                             rate)
     timed = {label: [0, 0.0] for label, _ in CONFIGS}  # steps, seconds
     durations = {label: ([], []) for label, _ in CONFIGS}
+    in_hook = []
     for segment in range(segments):
       # Each segment starts with another configuration (order effects).
       order = CONFIGS[segment % 3:] + CONFIGS[:segment % 3]
       for label, _ in order:
         estimator, input_fn = built[label]
         hook = e2e_bench.StepTimes()
+        del hook_calls[:]
         estimator.train(input_fn, steps=job["steps"], hooks=[hook])
+        if label == "ours+stats":
+          # The hook's own time on the steps it does not sample.
+          in_hook.extend(t for sampled, t in hook_calls[job["warmup"]:]
+                         if not sampled)
         steady = np.diff(hook.times[job["warmup"]:])
         timed[label][0] += len(steady)
         timed[label][1] += float(steady.sum())
@@ -130,7 +168,8 @@ def _paired_round(job, segments, queue):
                   for label, (n, seconds) in timed.items()},
         "steps": {label: tuple(1000 * float(np.median(d)) if d else 0.0
                                for d in pair)
-                  for label, pair in durations.items()}})
+                  for label, pair in durations.items()},
+        "hook_us": 1e6 * float(np.mean(in_hook)) if in_hook else 0.0})
   finally:
     shutil.rmtree(root, ignore_errors=True)
 
@@ -149,12 +188,13 @@ def _run_paired(job, segments):
 def _measure(job, rounds, segments, reference):
   """Paired rounds of `job`; with `reference`, TF's TPUEstimator on the
   same model after each round. Prints each round and the summary."""
-  paired, steps, tf_rates = [], [], []
+  paired, steps, hook_us, tf_rates = [], [], [], []
   for r in range(rounds):
     result = _run_paired(job, segments)
     rates = result["rates"]
     paired.append(rates)
     steps.append(result["steps"])
+    hook_us.append(result["hook_us"])
     print(f"  round {r + 1} " + "  ".join(
         f"{label} {rate:8,.0f}" for label, rate in rates.items()) +
           " examples/s", flush=True)
@@ -191,6 +231,10 @@ def _measure(job, rounds, segments, reference):
         f"takes {sampled['ours+stats'] - sampled['ours']:+.3f} ms, once in "
         f"{period} steps: {100 * extra / unsampled['ours']:+.2f}% of step "
         "time (from the medians, which the machine's noise moves less)")
+  print(f"  time in the statistics hook on a step it does not sample: "
+        f"{stats_lib.median(hook_us):.1f} us, "
+        f"{stats_lib.median(hook_us) / 10 / unsampled['ours']:.2f}% of the "
+        "median step")
   if reference:
     tf_rate = stats_lib.median(tf_rates)
     print(f"  {'tf':13s} {tf_rate:8,.0f} examples/s")
