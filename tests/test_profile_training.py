@@ -307,3 +307,49 @@ def test_a_failed_save_warns_and_keeps_the_counts(tmp_path, caplog):
   assert any("not saved to" in r.getMessage() for r in caplog.records)
   stats, _ = _saved(profile, "items")
   _assert_matches(stats, _expected(5)["items"])
+
+
+def test_hostile_files_neither_stop_nor_hang_training(tmp_path, caplog):
+  """A FIFO under one table's file name, settings of 10^7 shards under the
+  other's, and a `.lock` link: training neither hangs nor stops, warns
+  about each, writes nothing through the link, keeps the counts of the
+  save the link refused, and replaces the bad files."""
+  profile = tmp_path / "profile"
+  profile.mkdir()
+  _, items = _saved(profile, "items")
+  os.mkfifo(items)
+  settings = st.table_settings(_spec(str(profile)).model, "users", SHARDS)
+  _, users = _saved(profile, "users")
+  with open(users, "w") as f:
+    json.dump({"format": "estimator_spec.lookup_statistics", "version": 1,
+               "hll_precision": 12,
+               "settings": dict(settings, num_shards=10**7)}, f)
+  (profile / ".lock").symlink_to(tmp_path / "outside")
+
+  class Unlink(v1.train.SessionRunHook):
+    """Removes the `.lock` link at the second step (the first step's save
+    failed on it)."""
+
+    def __init__(self):
+      self.runs = 0
+
+    def after_run(self, run_context, run_values):
+      self.runs += 1
+      if self.runs == 2:
+        os.remove(profile / ".lock")
+
+  estimator = _estimator(tmp_path / "m", _spec(str(profile)),
+                         checkpoint_steps=1)
+  with warnings.catch_warnings(record=True) as caught, caplog.at_level(
+      logging.WARNING, logger="tensorflow"):
+    warnings.simplefilter("always")
+    estimator.train(_input_fn, max_steps=3, hooks=[Unlink()])
+  messages = [str(w.message) for w in caught]
+  assert any(items in m and "it is a FIFO" in m for m in messages)
+  assert any(users in m and "num_shards is 10000000" in m for m in messages)
+  assert not (tmp_path / "outside").exists()
+  assert any("lock file" in r.getMessage() and "symbolic link" in
+             r.getMessage() for r in caplog.records)
+  for table in ("items", "users"):
+    stats, _ = _saved(profile, table)
+    _assert_matches(stats, _expected(3)[table])
