@@ -795,3 +795,15 @@ def test_each_broken_checkpoint_is_one_clean_line(tmp_path, capsys, how,
   assert words in err
   for stack_text in ("Detected at node", "File \"", "[[", "Traceback"):
     assert stack_text not in err
+
+
+def test_the_ps_assignment_is_written_with_the_umask(tmp_path):
+  old = os.umask(0o077)
+  try:
+    placement.resolve_ps_assignment(_model(), _cluster(), str(tmp_path), {},
+                                    wait_secs=1)
+  finally:
+    os.umask(old)
+  path = tmp_path / placement.ASSIGNMENT_FILE
+  assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+  assert os.listdir(tmp_path) == [placement.ASSIGNMENT_FILE]
