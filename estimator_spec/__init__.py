@@ -20,6 +20,16 @@ is the table of every TF name and where it lives here).
 `tf.tpu.experimental.embedding.TPUEmbedding` trained on CPU/GPU with the
 TPU's semantics; it works on TF 2.15 and on current TensorFlow.
 """
+import os as _os
+import sys as _sys
+
+# `python -m estimator_spec ...`: TF's own log lines are silenced before TF
+# loads (below), unless the user set their level (docs/cli.md).
+_ARGV = list(getattr(_sys, "orig_argv", ()))
+if "-m" in _ARGV and _ARGV[_ARGV.index("-m") + 1:][:1] == ["estimator_spec"]:
+  _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# pylint: disable=wrong-import-position
 from estimator_spec._version import __version__
 from estimator_spec.config.modes import EVAL
 from estimator_spec.config.modes import PREDICT

@@ -8,6 +8,8 @@ import base64
 import json
 import os
 import stat
+import subprocess
+import sys
 import warnings
 
 import hypothesis
@@ -807,3 +809,17 @@ def test_the_ps_assignment_is_written_with_the_umask(tmp_path):
   path = tmp_path / placement.ASSIGNMENT_FILE
   assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
   assert os.listdir(tmp_path) == [placement.ASSIGNMENT_FILE]
+
+
+def test_the_command_line_prints_no_tf_log_lines(tmp_path):
+  # The package sets TF's C++ log level before TF loads under
+  # `python -m estimator_spec` (unless the user set it).
+  env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+  result = subprocess.run(
+      [sys.executable, "-m", "estimator_spec", "profile", str(tmp_path)],
+      env=env, capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == 2
+  assert result.stderr.splitlines() == [
+      f"python -m estimator_spec profile: error: no lookup statistics files "
+      f"in {tmp_path} (a training run with profile_data_directory writes "
+      "them)."]
