@@ -39,10 +39,27 @@ whole-run rates do), and the time the statistics hook itself spends on a
 step it does not sample (its `before_run` and `after_run`, timed in the
 training process).
 
+`--what monitoring` measures, the same way and on the same two models,
+what the estimator's monitoring costs (docs/estimator.md, 'Monitoring'):
+
+* `quiet`: `RunConfig(save_summary_steps=None, log_step_count_steps=None)`,
+  no summaries and no step logging at all;
+* `tf-defaults`: RunConfig's defaults (summaries and step logging every 100
+  steps: Estimator's own `loss`, `global_step/sec` and logging hooks), with
+  this library's per-table summaries and progress hook taken out (for this
+  configuration's graphs only);
+* `monitored`: RunConfig's defaults with this library's monitoring, as a
+  user gets them.
+
+It prints the rates, `monitored / tf-defaults` (what this library adds)
+and `monitored / quiet` (all of it), and the median step of the steps that
+write no summary and of those that do.
+
 Usage: .venv/bin/python -m bench.profile_bench [--quick] [--rounds N]
-  [--models dlrm,small]
+  [--models dlrm,small] [--what statistics|monitoring]
 """
 import argparse
+import contextlib
 import multiprocessing
 import os
 import shutil
@@ -58,6 +75,7 @@ import estimator_spec
 import tpu_embedding_columns
 from bench import e2e_bench
 from estimator_spec.engine import statistics
+from estimator_spec.estimator import monitoring
 from estimator_spec.estimator import profiling
 
 CONFIGS = (("ours", None), ("ours+stats", statistics.DEFAULT_SAMPLING_RATE),
@@ -242,6 +260,123 @@ def _measure(job, rounds, segments, reference):
           f"{stats_lib.median(p['ours+stats'] for p in paired) / tf_rate:.2f}x")
 
 
+MONITORING_CONFIGS = ("quiet", "tf-defaults", "monitored")
+SUMMARY_EVERY = 100  # RunConfig's default save_summary_steps
+
+
+class _NoHook(tf.compat.v1.train.SessionRunHook):
+  """Stands for the progress hook where it is taken out."""
+
+  def __init__(self, *args, **kwargs):
+    del args, kwargs
+
+
+@contextlib.contextmanager
+def _without_our_monitoring():
+  """This library's per-table summaries and progress hook taken out of the
+  graphs built in the block (the `tf-defaults` configuration)."""
+  saved = monitoring.add_table_summaries, monitoring.ProgressHook
+  monitoring.add_table_summaries = lambda *args, **kwargs: None
+  monitoring.ProgressHook = _NoHook
+  try:
+    yield
+  finally:
+    monitoring.add_table_summaries, monitoring.ProgressHook = saved
+
+
+def _build_monitored(job, label):
+  """(estimator, input_fn) of `job` in configuration `label`."""
+  estimator, input_fn = _build(job, None)
+  if label != "quiet":
+    # RunConfig's defaults for summaries and step logging.
+    config = estimator.config.replace(
+        save_summary_steps=SUMMARY_EVERY,
+        log_step_count_steps=SUMMARY_EVERY)
+    estimator = type(estimator)(
+        model_fn=estimator._user_model_fn,  # pylint: disable=protected-access
+        config=config, use_tpu=False,
+        train_batch_size=job["batch"],
+        embedding_config_spec=estimator._embedding_spec)  # pylint: disable=protected-access
+  return estimator, input_fn
+
+
+def _monitoring_round(job, segments, queue):
+  """One process: the three monitoring configurations trained in turn,
+  `segments` times; puts {"rates": {config: examples/s}, "steps": {config:
+  (median ms of the steps that write no summary, of those that do)}}."""
+  warnings.filterwarnings("ignore", category=UserWarning)
+  tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
+  root = tempfile.mkdtemp(prefix="monitoring_bench_")
+  devnull = open(os.devnull, "w")  # the progress lines  # pylint: disable=consider-using-with
+  try:
+    built = {label: _build_monitored(
+        dict(job, model_dir=os.path.join(root, label)), label)
+             for label in MONITORING_CONFIGS}
+    timed = {label: [0, 0.0] for label in MONITORING_CONFIGS}
+    durations = {label: ([], []) for label in MONITORING_CONFIGS}
+    for segment in range(segments):
+      order = (MONITORING_CONFIGS[segment % 3:] +
+               MONITORING_CONFIGS[:segment % 3])
+      for label in order:
+        estimator, input_fn = built[label]
+        hook = e2e_bench.StepTimes()
+        start = estimator.get_variable_value("global_step") if (
+            estimator.latest_checkpoint()) else 0
+        with (_without_our_monitoring() if label == "tf-defaults" else
+              contextlib.nullcontext()), contextlib.redirect_stderr(devnull):
+          estimator.train(input_fn, steps=job["steps"], hooks=[hook])
+        steady = np.diff(hook.times[job["warmup"]:])
+        timed[label][0] += len(steady)
+        timed[label][1] += float(steady.sum())
+        # steady[j] ends global step start + warmup + 2 + j; Estimator
+        # writes summaries at its first step and every SUMMARY_EVERY.
+        ends = start + job["warmup"] + 2 + np.arange(len(steady))
+        writes = (ends - start - 1) % SUMMARY_EVERY == 0
+        durations[label][0].extend(steady[~writes].tolist())
+        durations[label][1].extend(steady[writes].tolist())
+    queue.put({
+        "rates": {label: job["batch"] * n / seconds
+                  for label, (n, seconds) in timed.items()},
+        "steps": {label: tuple(1000 * float(np.median(d)) if d else 0.0
+                               for d in pair)
+                  for label, pair in durations.items()}})
+  finally:
+    devnull.close()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _measure_monitoring(job, rounds, segments):
+  context = multiprocessing.get_context("spawn")
+  paired, steps = [], []
+  for r in range(rounds):
+    queue = context.Queue()
+    process = context.Process(target=_monitoring_round,
+                              args=(job, segments, queue))
+    process.start()
+    try:
+      result = queue.get(timeout=3600)
+    finally:
+      process.join()
+    paired.append(result["rates"])
+    steps.append(result["steps"])
+    print(f"  round {r + 1} " + "  ".join(
+        f"{label} {rate:8,.0f}" for label, rate in result["rates"].items()) +
+          " examples/s", flush=True)
+  print("Summary (medians over rounds):")
+  for label in MONITORING_CONFIGS:
+    value = stats_lib.median(p[label] for p in paired)
+    quiet_steps = stats_lib.median(s[label][0] for s in steps)
+    summary_steps = stats_lib.median(s[label][1] for s in steps)
+    print(f"  {label:12s} {value:8,.0f} examples/s; median step "
+          f"{quiet_steps:.3f} ms, {summary_steps:.3f} ms at summary steps")
+  ours = [p["monitored"] / p["tf-defaults"] for p in paired]
+  whole = [p["monitored"] / p["quiet"] for p in paired]
+  print(f"  monitored / tf-defaults (this library's monitoring) "
+        f"{stats_lib.median(ours):.3f} (rounds: "
+        f"{', '.join(f'{r:.3f}' for r in ours)}); monitored / quiet (all "
+        f"of it) {stats_lib.median(whole):.3f}")
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--quick", action="store_true",
@@ -249,6 +384,10 @@ def main():
   parser.add_argument("--models", default="dlrm,small",
                       help="which models: dlrm (the 24-table example), "
                       "small (two tables, ~1 ms steps), or both")
+  parser.add_argument("--what", choices=("statistics", "monitoring"),
+                      default="statistics",
+                      help="what to measure the cost of (default: "
+                      "statistics)")
   parser.add_argument("--rounds", type=int, default=3)
   parser.add_argument("--segments", type=int, default=None,
                       help="train() calls per configuration and round; "
@@ -285,18 +424,24 @@ def main():
     print(f"\nexample model (examples/dlrm.py, 24 tables) at scale "
           f"{args.scale}, batch {args.batch}, {steps} timed steps:",
           flush=True)
-    _measure({"workload": "dlrm", "scale": args.scale, "batch": args.batch,
-              "examples": 16 * args.batch, "steps": warmup + steps,
-              "warmup": warmup, "input": "batched"}, rounds, segments,
-             reference=True)
+    job = {"workload": "dlrm", "scale": args.scale, "batch": args.batch,
+           "examples": 16 * args.batch, "steps": warmup + steps,
+           "warmup": warmup, "input": "batched"}
+    if args.what == "monitoring":
+      _measure_monitoring(job, rounds, segments)
+    else:
+      _measure(job, rounds, segments, reference=True)
   if "small" in models:
     print(f"\nsmall model (2 tables of {SMALL_VOCAB} rows, dimension 8, one "
           f"hidden layer of 16), batch {args.small_batch}, {small_steps} "
           "timed steps:", flush=True)
-    _measure({"workload": "small", "batch": args.small_batch,
-              "examples": 16 * args.small_batch,
-              "steps": warmup + small_steps, "warmup": warmup}, rounds,
-             segments, reference=False)
+    job = {"workload": "small", "batch": args.small_batch,
+           "examples": 16 * args.small_batch,
+           "steps": warmup + small_steps, "warmup": warmup}
+    if args.what == "monitoring":
+      _measure_monitoring(job, rounds, segments)
+    else:
+      _measure(job, rounds, segments, reference=False)
   print(f"({time.perf_counter() - begin:.0f} s)")
 
 
