@@ -100,26 +100,35 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
                          "step.")
     self._losses = []
     self._clock = None
+    self._step = None
     if self._output_dir:
       self._writer = tf.compat.v1.summary.FileWriterCache.get(
           self._output_dir)
 
+  def after_create_session(self, session, coord):
+    del coord
+    self._step = int(session.run(self._global_step))
+
   def before_run(self, run_context):
-    fetches = {"step": self._global_step}
-    if self._loss is not None:
-      fetches["loss"] = self._loss
-    return tf.compat.v1.train.SessionRunArgs(fetches)
+    # Only the loss each step (a fetch costs short steps); the global step
+    # is counted here and read again when a line may be due.
+    if self._loss is None:
+      return None
+    return tf.compat.v1.train.SessionRunArgs(self._loss)
 
   def after_run(self, run_context, run_values):
-    results = run_values.results
     now = time.time()
-    if "loss" in results:
-      self._losses.append(float(results["loss"]))
-    # The step fetched precedes the run's own increment of it.
-    step = int(results["step"]) + 1
+    if self._loss is not None:
+      self._losses.append(float(run_values.results))
+    self._step += 1
     if self._clock is None:
-      self._clock = (step, now)
-    if step % self._every:
+      self._clock = (self._step, now)
+    if self._step % self._every:
+      return
+    # The run has ended: the step read now includes its increment (and,
+    # on a cluster, other tasks' steps).
+    step = self._step = int(run_context.session.run(self._global_step))
+    if step == self._clock[0]:
       return
     losses, self._losses = self._losses, []
     steps, seconds = step - self._clock[0], now - self._clock[1]
