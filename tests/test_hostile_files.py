@@ -823,3 +823,54 @@ def test_the_command_line_prints_no_tf_log_lines(tmp_path):
       f"python -m estimator_spec profile: error: no lookup statistics files "
       f"in {tmp_path} (a training run with profile_data_directory writes "
       "them)."]
+
+
+_RESTORE_FROM_A_FIFO = r"""
+import glob, os, sys
+import numpy as np
+import tensorflow as tf
+import estimator_spec as es
+import tpu_embedding_columns as tec
+
+column = tec.embedding_column(
+    tf.feature_column.categorical_column_with_identity("a", 10), 2)
+
+def model_fn(features, labels, mode, params):
+  x = tf.compat.v1.feature_column.input_layer(features, [column])
+  loss = tf.reduce_mean(tf.square(tf.compat.v1.layers.dense(x, 1) - labels))
+  train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+      loss, tf.compat.v1.train.get_global_step())
+  return es.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+def input_fn(params):
+  ids = np.arange(16).reshape(8, 2) % 10
+  return tf.data.Dataset.from_tensor_slices(
+      ({"a": ids}, np.ones((8, 1), np.float32))).repeat().batch(
+          params["batch_size"], drop_remainder=True)
+
+def estimator():
+  return es.TPUEstimator(
+      model_fn=model_fn, model_dir=sys.argv[1], use_tpu=False,
+      train_batch_size=4, embedding_config_spec=es.EmbeddingConfigSpec(
+          feature_columns=[column],
+          optimization_parameters=es.AdagradParameters(0.1)))
+
+estimator().train(input_fn, max_steps=1)
+data = glob.glob(os.path.join(sys.argv[1], "model.ckpt-1.data-*"))[0]
+os.remove(data)
+os.mkfifo(data)
+try:
+  estimator().train(input_fn, max_steps=2)
+except ValueError as error:
+  print("REFUSED", error)
+"""
+
+
+def test_training_refuses_a_checkpoint_file_that_is_a_fifo(tmp_path):
+  result = subprocess.run(
+      [sys.executable, "-c", _RESTORE_FROM_A_FIFO, str(tmp_path / "m")],
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), capture_output=True,
+      text=True, timeout=240, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "REFUSED TPUEstimator.train: the checkpoint file" in result.stdout
+  assert "is not a regular file (a FIFO or a device)" in result.stdout

@@ -213,6 +213,8 @@ class Checkpoint:
 
   def __init__(self, prefix):
     self.prefix = os.fspath(prefix)
+    # Training's restore reads here too: a FIFO is refused, not waited on.
+    _check_regular_files(self.prefix, "checkpoint")
     self.reader = tf.compat.v1.train.NewCheckpointReader(self.prefix)
     self.shapes = {name: [int(d) for d in shape] for name, shape in
                    self.reader.get_variable_to_shape_map().items()}

@@ -23,6 +23,7 @@ instead (`interop.DelegatedTPUEstimator`, loaded only then).
 """
 import contextlib
 import inspect
+import os
 
 import tensorflow as tf
 
@@ -30,6 +31,7 @@ from tpu_embedding_columns import context
 
 from estimator_spec import interop
 from estimator_spec import quiet
+from estimator_spec.checkpoints import tables as checkpoint_tables
 from estimator_spec.config import spec as spec_lib
 from estimator_spec.engine import statistics
 from estimator_spec.estimator import calling
@@ -340,8 +342,21 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
 
   # --- Estimator API ---------------------------------------------------------
 
+  def _refuse_special_checkpoint_files(self, method):
+    """A checkpoint file in model_dir that TF's reader would wait on for
+    ever (a FIFO or a device) is refused before TF reads it (TF reads the
+    latest checkpoint's global step first thing)."""
+    if not self.model_dir or not os.path.isdir(self.model_dir):
+      return
+    try:
+      checkpoint_tables.resolve_checkpoint(
+          self.model_dir, owner=f"TPUEstimator.{method}")
+    except FileNotFoundError:
+      return  # no checkpoint yet, or TF's reader says what is missing
+
   def train(self, input_fn, hooks=None, steps=None, max_steps=None,
             saving_listeners=None):
+    self._refuse_special_checkpoint_files("train")
     if not self._reported_settings:
       self._reported_settings = True
       notes = host_only_settings(self)
@@ -382,12 +397,14 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
 
   def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None,
                name=None):
+    self._refuse_special_checkpoint_files("evaluate")
     with quiet.library_call():
       return super().evaluate(input_fn, steps=steps, hooks=hooks,
                               checkpoint_path=checkpoint_path, name=name)
 
   def predict(self, input_fn, predict_keys=None, hooks=None,
               checkpoint_path=None, yield_single_examples=True):
+    self._refuse_special_checkpoint_files("predict")
     return quiet.quiet_generator(super().predict(
         input_fn, predict_keys=predict_keys, hooks=hooks,
         checkpoint_path=checkpoint_path,
