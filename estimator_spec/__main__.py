@@ -483,8 +483,13 @@ def _run_describe(args, spec):
           f"--profile-dir {args.profile_dir} is not a directory; give the "
           "profile_data_directory of a training run.")
     from estimator_spec.engine import statistics  # pylint: disable=import-outside-toplevel
-    saved = statistics.load_for_model(args.profile_dir, config.model,
-                                      config.num_cores)
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always")
+      saved = statistics.load_for_model(args.profile_dir, config.model,
+                                        config.num_cores)
+    for warning in caught:  # one line each, as profile says them
+      print(f"{PROG} describe: warning: {_one_line(warning.message)}",
+            file=sys.stderr)
   print(report.describe(config, num_shards=args.num_shards,
                         include_proto=args.proto, statistics=saved))
   return 0

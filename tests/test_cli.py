@@ -467,3 +467,19 @@ def test_every_option_of_every_command_says_what_it_is():
       for action in sub._actions  # pylint: disable=protected-access
       if action.dest != "help" and not action.help]
   assert not undocumented
+
+
+def test_describe_says_each_unreadable_statistics_file_in_one_line(
+    tmp_path, capsys):
+  from estimator_spec.engine import statistics  # pylint: disable=import-outside-toplevel
+  spec = ml.build_mod_spec()
+  table = sorted(spec.model.tables)[0]
+  name = statistics.file_name(statistics.table_settings(spec.model, table, 1))
+  (tmp_path / name).write_text('{"lookups": Infinity, "nested": [[[[')
+  code, out, err = run(capsys, "describe", SPEC, "--profile-dir", tmp_path)
+  assert code == 0 and "tbl_" in out
+  lines = err.splitlines()
+  assert len(lines) == 1, err
+  assert lines[0].startswith(
+      "python -m estimator_spec describe: warning: Lookup statistics file ")
+  assert name in lines[0] and "Infinity" in lines[0]
