@@ -243,7 +243,7 @@ def test_file_spec_imports_its_sibling_modules(tmp_path, capsys):
      r"--num-shards/--num_shards: expected an integer from 1 to 4,096"),
     (["describe", SPEC, "--batch-size", "10", "--num-hosts", "2",
       "--cores-per-host", "2"],
-     r"`batch_size` \(10\) must be a multiple of `num_cores` \(4\)"),
+     r"train batch size 10 must be divisible by number of replicas 4"),
     (["describe", SPEC, "--profile-dir", "{tmp}/nowhere"],
      r"--profile-dir .*nowhere is not a directory"),
     (["convert", SPEC, "--output", "{out}", "--to-strategy", "mod",

@@ -1131,10 +1131,14 @@ def test_shared_weight_key_refused_by_split_inputs():
     features, _ = v1.data.make_one_shot_iterator(
         _shared_weight_key_input_fn({"batch_size": 2})).get_next()
     with pytest.raises(ValueError, match=re.escape(
-        "split_inputs: features ['ids1', 'ids2'] all take their weights "
-        "from the key 'values'")) as raised:
+        "features ['ids1', 'ids2'] all take their weights from the key "
+        "'values'")) as raised:
       config.split_inputs(features)
   assert SHARED_WEIGHTS_PHRASE in str(raised.value)
+  # TF's whole sentence, which callers match.
+  with pytest.raises(ValueError) as tfs:
+    tf_tpu_embedding._get_weights_from_features("values", {"ids1": 0})
+  assert str(tfs.value) in str(raised.value)
 
 
 # ---------------------------------------------------------------------------

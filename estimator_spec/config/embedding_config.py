@@ -13,7 +13,7 @@ import collections
 from tpu_embedding_columns import _checks
 
 from estimator_spec.config import spec as spec_lib
-from estimator_spec.config.modes import MODES, TRAIN
+from estimator_spec.config.modes import BATCH_NAMES, MODES, TRAIN
 from estimator_spec.tpu import enqueue
 from estimator_spec.tpu import proto as proto_lib
 
@@ -45,14 +45,17 @@ class EmbeddingConfig:
       raise ValueError(
           f"{owner}: `num_cores` ({self.num_cores}) must be a multiple of "
           f"`num_hosts` ({self.num_hosts}).")
-    if self.batch_size % self.num_cores:
-      raise ValueError(
-          f"{owner}: `batch_size` ({self.batch_size}) must be a multiple of "
-          f"`num_cores` ({self.num_cores}); each core takes an equal share.")
     if mode not in MODES:
       _checks.fail(owner, "mode",
                    "must be tf.estimator.ModeKeys.TRAIN, EVAL or PREDICT",
                    mode)
+    if self.batch_size % self.num_cores:
+      # TF's words first (callers match them), then ours.
+      raise ValueError(
+          f"{owner}: {BATCH_NAMES[mode]} batch size {self.batch_size} must "
+          f"be divisible by number of replicas {self.num_cores} (`batch_size` "
+          f"must be a multiple of `num_cores`: each core takes an equal "
+          "share).")
     self.mode = mode
     if self.is_training:
       missing = [

@@ -228,10 +228,8 @@ def _read_weights(feature, features, where):
   key = feature.weight_key
   if key not in features:
     raise ValueError(
-        f"{where}: Cannot find weights {key} for weighted_categorical_column: "
-        f"the features dict has no {key!r} (keys: {sorted(features)}). Note "
-        "weight-sharing among weighted_categorical_column is not supported on "
-        "TPU.")
+        f"{where}: {_tf_missing_weights(key)} (The features dict has no "
+        f"{key!r}; its keys: {sorted(features)}.)")
   weights = features[key]
   if isinstance(weights, tf.RaggedTensor):
     weights = weights.to_sparse()
@@ -261,13 +259,19 @@ def check_weight_keys(model, where):
   read (before any lookup or update), as TF's TPU input path does."""
   for key, names in model.shared_weight_keys.items():
     raise ValueError(
-        f"{where}: features {list(names)} all take their weights from the "
-        f"key {key!r}; a TPU infeed gives them to the first only, so the "
-        f"others fail with 'Cannot find weights {key} for "
-        "weighted_categorical_column': weight-sharing among "
-        "weighted_categorical_column is not supported on TPU. Give each "
-        "weighted feature its own weight key (copy the weights in the "
-        "input_fn).")
+        f"{where}: {_tf_missing_weights(key)} (Here: features {list(names)} "
+        f"all take their weights from the key {key!r}; a TPU infeed gives "
+        "them to the first only. Give each weighted feature its own weight "
+        "key: copy the weights in the input_fn.)")
+
+
+def _tf_missing_weights(key):
+  """TF's own sentence for weights a TPU infeed cannot find (callers match
+  it), which is also what it says of weights shared by two features."""
+  return (f"Cannot find weights {key} for weighted_categorical_column. "
+          "Please check if the weights are present in feature dict. Also "
+          "note weight-sharing among weighted_categorical_column is not "
+          "supported on TPU.")
 
 
 @dataclasses.dataclass

@@ -16,6 +16,8 @@ import math
 
 import tensorflow as tf
 
+from estimator_spec.config import modes
+
 # TPUConfig.per_host_input_for_training: True and False are TF's spellings of
 # PER_HOST_V1 and PER_SHARD_V1 (TPUConfig converts them to these values).
 PER_SHARD_V1 = 1
@@ -101,9 +103,9 @@ def deployment(topology, pipeline, mode, global_batch):
 def _divide(batch, parts, mode):
   if batch % parts:
     raise ValueError(
-        f"TPUEstimator: the {mode} batch size {batch} must be divisible by "
-        f"{parts} (the input_fn invocations or replicas of the emulated TPU "
-        "topology).")
+        f"TPUEstimator: {modes.BATCH_NAMES.get(mode, mode)} batch size "
+        f"{batch} must be divisible by number of replicas {parts} (the "
+        "input_fn invocations or replicas of the emulated TPU topology).")
   return batch // parts
 
 
