@@ -192,10 +192,12 @@ def _paired_round(job, segments, queue):
     shutil.rmtree(root, ignore_errors=True)
 
 
-def _run_paired(job, segments):
+def _run_paired(job, segments, target=None):
+  """`target` (default `_paired_round`) in a child process: its result."""
   context = multiprocessing.get_context("spawn")
   queue = context.Queue()
-  process = context.Process(target=_paired_round, args=(job, segments, queue))
+  process = context.Process(target=target or _paired_round,
+                            args=(job, segments, queue))
   process.start()
   try:
     return queue.get(timeout=3600)
@@ -346,17 +348,9 @@ def _monitoring_round(job, segments, queue):
 
 
 def _measure_monitoring(job, rounds, segments):
-  context = multiprocessing.get_context("spawn")
   paired, steps = [], []
   for r in range(rounds):
-    queue = context.Queue()
-    process = context.Process(target=_monitoring_round,
-                              args=(job, segments, queue))
-    process.start()
-    try:
-      result = queue.get(timeout=3600)
-    finally:
-      process.join()
+    result = _run_paired(job, segments, _monitoring_round)
     paired.append(result["rates"])
     steps.append(result["steps"])
     print(f"  round {r + 1} " + "  ".join(

@@ -431,18 +431,7 @@ class EmbeddingColumn(_TPUEmbeddingColumnBase):
     return _scoped(EMBEDDING_WEIGHTS)
 
   def _table_v1(self, weight_collections, trainable):
-    if weight_collections is not None and (
-        tf.compat.v1.GraphKeys.GLOBAL_VARIABLES not in weight_collections):
-      weight_collections = list(weight_collections) + [
-          tf.compat.v1.GraphKeys.GLOBAL_VARIABLES
-      ]
-    return tf.compat.v1.get_variable(
-        EMBEDDING_WEIGHTS,
-        shape=(self.vocabulary_size, self.dimension),
-        dtype=tf.float32,
-        initializer=self.initializer,
-        trainable=True if trainable is None else trainable,
-        collections=weight_collections)
+    return _embedding_weights_v1(self, weight_collections, trainable)
 
 
 class SharedTable:
@@ -616,18 +605,7 @@ class LegacySharedEmbeddingColumn(SharedEmbeddingColumn):
     variable = self._group_variable()
     if variable is not None:
       return variable
-    if weight_collections is not None and (
-        tf.compat.v1.GraphKeys.GLOBAL_VARIABLES not in weight_collections):
-      weight_collections = list(weight_collections) + [
-          tf.compat.v1.GraphKeys.GLOBAL_VARIABLES
-      ]
-    variable = tf.compat.v1.get_variable(
-        EMBEDDING_WEIGHTS,
-        shape=(self.vocabulary_size, self.dimension),
-        dtype=tf.float32,
-        initializer=self.initializer,
-        trainable=True if trainable is None else trainable,
-        collections=weight_collections)
+    variable = _embedding_weights_v1(self, weight_collections, trainable)
     tf.compat.v1.add_to_collection(self.shared_table.name, variable)
     return variable
 
@@ -654,6 +632,24 @@ def _variable_op_name(variable):
   if isinstance(variable, tf.Variable):
     return variable.op.name
   return variable.name
+
+
+def _embedding_weights_v1(column, weight_collections, trainable):
+  """A v1 column's `embedding_weights` variable in the current variable
+  scope, as TF's v1 columns create it (in GLOBAL_VARIABLES whatever
+  `weight_collections` lists)."""
+  if weight_collections is not None and (
+      tf.compat.v1.GraphKeys.GLOBAL_VARIABLES not in weight_collections):
+    weight_collections = list(weight_collections) + [
+        tf.compat.v1.GraphKeys.GLOBAL_VARIABLES
+    ]
+  return tf.compat.v1.get_variable(
+      EMBEDDING_WEIGHTS,
+      shape=(column.vocabulary_size, column.dimension),
+      dtype=tf.float32,
+      initializer=column.initializer,
+      trainable=True if trainable is None else trainable,
+      collections=weight_collections)
 
 
 def _weighted_pair(categorical, ids, weights):
