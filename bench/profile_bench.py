@@ -181,15 +181,23 @@ def _paired_round(job, segments, queue):
         sampled = (job["warmup"] + 1 + np.arange(len(steady))) % period == 0
         durations[label][0].extend(steady[~sampled].tolist())
         durations[label][1].extend(steady[sampled].tolist())
-    queue.put({
-        "rates": {label: job["batch"] * n / seconds
-                  for label, (n, seconds) in timed.items()},
-        "steps": {label: tuple(1000 * float(np.median(d)) if d else 0.0
-                               for d in pair)
-                  for label, pair in durations.items()},
-        "hook_us": 1e6 * float(np.mean(in_hook)) if in_hook else 0.0})
+    queue.put(dict(
+        _round_result(job, timed, durations),
+        hook_us=1e6 * float(np.mean(in_hook)) if in_hook else 0.0))
   finally:
     shutil.rmtree(root, ignore_errors=True)
+
+
+def _round_result(job, timed, durations):
+  """A round's rates ({config: examples/s}, from `timed`: {config: [steps,
+  seconds]}) and median step times ({config: (ms, ms)}, from `durations`:
+  {config: (step seconds, step seconds)})."""
+  return {
+      "rates": {label: job["batch"] * n / seconds
+                for label, (n, seconds) in timed.items()},
+      "steps": {label: tuple(1000 * float(np.median(d)) if d else 0.0
+                             for d in pair)
+                for label, pair in durations.items()}}
 
 
 def _run_paired(job, segments, target=None):
@@ -336,12 +344,7 @@ def _monitoring_round(job, segments, queue):
         writes = (ends - start - 1) % SUMMARY_EVERY == 0
         durations[label][0].extend(steady[~writes].tolist())
         durations[label][1].extend(steady[writes].tolist())
-    queue.put({
-        "rates": {label: job["batch"] * n / seconds
-                  for label, (n, seconds) in timed.items()},
-        "steps": {label: tuple(1000 * float(np.median(d)) if d else 0.0
-                               for d in pair)
-                  for label, pair in durations.items()}})
+    queue.put(_round_result(job, timed, durations))
   finally:
     devnull.close()
     shutil.rmtree(root, ignore_errors=True)
