@@ -64,7 +64,7 @@ def test_every_public_tf_name_is_mirrored_or_listed_with_a_reason():
     counts[row.kind] += 1
   assert not unlisted, (
       f"TF names with no row in estimator_spec/tf_names.py: {unlisted}")
-  # 37 names: 11 ours, 3 re-exported, 9 kept as TF's own, 8 refused.
+  # 31 names: 11 ours, 3 re-exported, 9 kept as TF's own, 8 refused.
   assert counts == {tf_names.OURS: 11, tf_names.REEXPORT: 3, tf_names.TF: 9,
                     tf_names.REFUSED: 8}
 
