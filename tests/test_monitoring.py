@@ -23,7 +23,9 @@ IDS_B = np.array([[4, 4], [5, 4], [6, 4], [4, 5]])  # distinct: 4 5 6
 
 
 def _rate(step):
-  return 0.2 / (1.0 + tf.cast(step, tf.float32))
+  # 0 from step 6 on: the last step (step value 6) leaves tbl_a as it was.
+  step = tf.cast(step, tf.float32)
+  return tf.where(step < 6.0, 0.2 / (1.0 + step), 0.0)
 
 
 def _columns():
@@ -82,11 +84,13 @@ def _scalars(model_dir):
   return found
 
 
-def _last_checkpoint_table(estimator, suffix=""):
-  names = [n for n in estimator.get_variable_names()
+def _checkpoint_table(model_dir, step, suffix=""):
+  reader = tf.train.load_checkpoint(os.path.join(model_dir,
+                                                 f"model.ckpt-{step}"))
+  names = [n for n in reader.get_variable_to_shape_map()
            if n.endswith("a_embedding/embedding_weights" + suffix)]
-  assert len(names) == 1, estimator.get_variable_names()
-  return estimator.get_variable_value(names[0])
+  assert len(names) == 1, sorted(reader.get_variable_to_shape_map())
+  return reader.get_tensor(names[0])
 
 
 @pytest.fixture(scope="module")
@@ -126,17 +130,22 @@ def test_every_table_has_its_summaries_at_summary_steps(run):
   # before the increment): tbl_a's function, tbl_b the optimizer's.
   for step, value in scalars[monitoring.summary_tag(
       "tbl_a", "learning_rate")].items():
-    assert value == pytest.approx(0.2 / (1.0 + step - 1), rel=1e-6)
+    expected = 0.2 / (1.0 + step - 1) if step - 1 < 6 else 0.0
+    assert value == pytest.approx(expected, rel=1e-6)
   assert list(scalars[monitoring.summary_tag(
       "tbl_b", "learning_rate")].values()) == [pytest.approx(0.1)] * 3
-  # The norms at the last summary step are those after that step: the
-  # checkpoint of the last step (7).
+  # The norms at the last summary step (7) are read during that step, with
+  # or without its update. Its learning rate is 0, so the table is the
+  # checkpoint's either way; the accumulator only grows, up to the
+  # checkpoint's.
   norms = scalars[monitoring.summary_tag("tbl_a", "norm")]
-  table = _last_checkpoint_table(estimator)
-  assert norms[7] == pytest.approx(np.linalg.norm(table), rel=1e-5)
-  accumulator = _last_checkpoint_table(estimator, "/Adagrad")
-  assert scalars[monitoring.summary_tag("tbl_a", "accumulator_norm")][
-      7] == pytest.approx(np.linalg.norm(accumulator), rel=1e-5)
+  accumulators = scalars[monitoring.summary_tag("tbl_a", "accumulator_norm")]
+  model_dir = estimator.model_dir
+  assert norms[7] == pytest.approx(
+      np.linalg.norm(_checkpoint_table(model_dir, 7)), rel=1e-5)
+  final = np.linalg.norm(_checkpoint_table(model_dir, 7, "/Adagrad"))
+  assert accumulators[1] < accumulators[4] < accumulators[7] <= final * (
+      1 + 1e-6)
   assert norms[1] != norms[7]
 
 

@@ -169,10 +169,9 @@ class HostStep:
     self._tap.keep_anchor_state_local()
     _order_after(self._step_value, self._global_step, self._first_model_op)
     if self._run_config.save_summary_steps:
-      # Per-table summaries, evaluated at summary steps only; the norms
-      # after the step's update.
+      # Per-table summaries, evaluated at summary steps only.
       monitoring.add_table_summaries(self._engine, self._lookup.tables,
-                                     self._step_value, after=train_op)
+                                     self._step_value)
     hooks = list(spec.training_hooks)
     if model.pipeline_execution_with_tensor_core:
       hooks.append(hooks_lib.flush_at_end(self._engine.flush()))

@@ -28,19 +28,21 @@ def summary_tag(table, what):
   return f"{SUMMARY_PREFIX}/{table}/{what}"
 
 
-def add_table_summaries(engine, lookups, global_step, after=None):
+def add_table_summaries(engine, lookups, global_step):
   """Adds each table's summaries to the training graph (see the module
   docstring). `engine`: the step's `HostEmbeddingEngine`; `lookups`:
   {table: TableLookup} of the step (their distinct ids); `global_step`: the
-  step's value (its learning rate); `after`: an op the norms wait for (the
-  step's train op: the norms are those after the step)."""
+  step's value (its learning rate).
+
+  The norms read the tables during the summary step, unordered with its
+  update (so with or without it): tied to the train op, a summary evaluated
+  in a run of its own would train a step."""
   model = engine.model
-  with tf.control_dependencies([] if after is None else [after]):
-    norms = {name: _norm(engine.tables[name].partitions)
-             for name in model.tables}
-    slot_norms = {name: {slot: _norm(rows.partitions) for slot, rows in
-                         (engine.slots or {}).get(name, {}).items()}
-                  for name in model.tables}
+  norms = {name: _norm(engine.tables[name].partitions)
+           for name in model.tables}
+  slot_norms = {name: {slot: _norm(rows.partitions) for slot, rows in
+                       (engine.slots or {}).get(name, {}).items()}
+                for name in model.tables}
   for name in model.tables:
     rate = model.learning_rate(name)
     value = (tf.cast(rate.fn(global_step), tf.float32) if rate.fn is not None
