@@ -29,7 +29,6 @@ _ARGV = list(getattr(_sys, "orig_argv", ()))
 if "-m" in _ARGV and _ARGV[_ARGV.index("-m") + 1:][:1] == ["estimator_spec"]:
   _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-# pylint: disable=wrong-import-position
 from estimator_spec._version import __version__
 from estimator_spec.config.modes import EVAL
 from estimator_spec.config.modes import PREDICT

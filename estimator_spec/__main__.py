@@ -174,7 +174,7 @@ def _force_argument(parser, what):
 def _parser():
   parser = _Parser(prog=PROG, description="Embedding specs and checkpoints "
                    "of estimator_spec models (see docs/cli.md).")
-  from estimator_spec._version import __version__  # pylint: disable=import-outside-toplevel
+  from estimator_spec._version import __version__
   parser.add_argument("--version", action="version",
                       version=f"tpu-embedding-estimator {__version__}")
   sub = parser.add_subparsers(dest="command", required=True,
@@ -458,7 +458,7 @@ def main(argv=None):
 
 
 def _run_migrate(args):
-  from estimator_spec import migrate  # pylint: disable=import-outside-toplevel
+  from estimator_spec import migrate
   try:
     return migrate.run(args.paths, output=args.output,
                        in_place=args.in_place, force=args.force)

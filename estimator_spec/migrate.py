@@ -651,7 +651,7 @@ def write_file(path, data, mode=None, replace=True):
 def run(paths, output=None, in_place=False, force=False, out=None):
   """The command: migrates, writes as asked, prints the report to `out`;
   returns the exit code (0, or 2 when a file was refused)."""
-  import sys  # pylint: disable=import-outside-toplevel
+  import sys
   out = out or sys.stdout
   work = plan(paths, output, in_place)
   counts = {"files": 0, "changed": 0, "lines": 0, "notes": 0, "refused": 0}

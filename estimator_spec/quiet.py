@@ -57,7 +57,7 @@ _NOTICES_ON = []  # the flag's values outside each library call, innermost last
 
 
 def _deprecation_module():
-  from tensorflow.python.util import deprecation  # pylint: disable=g-direct-tensorflow-import,import-outside-toplevel
+  from tensorflow.python.util import deprecation
   return deprecation
 
 
@@ -65,12 +65,12 @@ def _deprecation_module():
 def library_call():
   """TF's deprecation notices off for the block: the library's own calls."""
   module = _deprecation_module()
-  _NOTICES_ON.append(module._PRINT_DEPRECATION_WARNINGS)  # pylint: disable=protected-access
-  module._PRINT_DEPRECATION_WARNINGS = False  # pylint: disable=protected-access
+  _NOTICES_ON.append(module._PRINT_DEPRECATION_WARNINGS)
+  module._PRINT_DEPRECATION_WARNINGS = False
   try:
     yield
   finally:
-    module._PRINT_DEPRECATION_WARNINGS = _NOTICES_ON.pop()  # pylint: disable=protected-access
+    module._PRINT_DEPRECATION_WARNINGS = _NOTICES_ON.pop()
 
 
 @contextlib.contextmanager
@@ -81,12 +81,12 @@ def user_call():
     yield
     return
   module = _deprecation_module()
-  inside = module._PRINT_DEPRECATION_WARNINGS  # pylint: disable=protected-access
-  module._PRINT_DEPRECATION_WARNINGS = _NOTICES_ON[0]  # pylint: disable=protected-access
+  inside = module._PRINT_DEPRECATION_WARNINGS
+  module._PRINT_DEPRECATION_WARNINGS = _NOTICES_ON[0]
   try:
     yield
   finally:
-    module._PRINT_DEPRECATION_WARNINGS = inside  # pylint: disable=protected-access
+    module._PRINT_DEPRECATION_WARNINGS = inside
 
 
 def users(fn):

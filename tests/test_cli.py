@@ -450,7 +450,7 @@ def test_subprocess_from_another_directory_with_a_file_spec(tmp_path,
 
 
 def test_version_is_the_package_version(capsys):
-  import estimator_spec  # pylint: disable=import-outside-toplevel
+  import estimator_spec
   code, out, err = run(capsys, "--version")
   assert code == 0 and err == ""
   assert out == f"tpu-embedding-estimator {estimator_spec.__version__}\n"
@@ -458,20 +458,20 @@ def test_version_is_the_package_version(capsys):
 
 
 def test_every_option_of_every_command_says_what_it_is():
-  import argparse  # pylint: disable=import-outside-toplevel
-  parser = cli._parser()  # pylint: disable=protected-access
-  commands = next(a for a in parser._actions  # pylint: disable=protected-access
-                  if isinstance(a, argparse._SubParsersAction))  # pylint: disable=protected-access
+  import argparse
+  parser = cli._parser()
+  commands = next(a for a in parser._actions
+                  if isinstance(a, argparse._SubParsersAction))
   undocumented = [
       (name, action.dest) for name, sub in commands.choices.items()
-      for action in sub._actions  # pylint: disable=protected-access
+      for action in sub._actions
       if action.dest != "help" and not action.help]
   assert not undocumented
 
 
 def test_describe_says_each_unreadable_statistics_file_in_one_line(
     tmp_path, capsys):
-  from estimator_spec.engine import statistics  # pylint: disable=import-outside-toplevel
+  from estimator_spec.engine import statistics
   spec = ml.build_mod_spec()
   table = sorted(spec.model.tables)[0]
   name = statistics.file_name(statistics.table_settings(spec.model, table, 1))

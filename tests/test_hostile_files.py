@@ -308,7 +308,7 @@ def test_random_json_is_no_statistics(value):
 
 
 def test_profile_survives_hostile_files_and_a_report_link(tmp_path, capsys):
-  from estimator_spec import __main__ as cli  # pylint: disable=import-outside-toplevel
+  from estimator_spec import __main__ as cli
   directory = tmp_path / "profile"
   directory.mkdir()
   st.save(str(directory), _stats())
@@ -441,7 +441,7 @@ def test_table_names_tf_scopes_are_accepted(name):
 
 
 def test_a_column_whose_table_name_is_refused_names_the_column():
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  import tensorflow as tf
   column = tec.embedding_column(
       tf.feature_column.categorical_column_with_identity("user id", 10), 2)
   with pytest.raises(ValueError, match=r"`feature_columns`: column .*user "
@@ -466,7 +466,7 @@ def _fake_cache(tmp_path, monkeypatch):
   """The kernel module with a stand-in compiler (it writes a file where the
   library goes) and a fresh cache directory: the cache's checks without a
   real build."""
-  from estimator_spec.engine import kernels  # pylint: disable=import-outside-toplevel
+  from estimator_spec.engine import kernels
   compiler = tmp_path / "fake-c++"
   compiler.write_text(_FAKE_COMPILER)
   compiler.chmod(0o755)
@@ -480,12 +480,12 @@ def test_a_built_library_has_its_digest_and_is_reused(fake_cache):
   kernels, cache = fake_cache
   with warnings.catch_warnings():
     warnings.simplefilter("error")
-    path, fresh = kernels._build()  # pylint: disable=protected-access
+    path, fresh = kernels._build()
     assert fresh
-    again, fresh = kernels._build()  # pylint: disable=protected-access
+    again, fresh = kernels._build()
   assert again == path and not fresh
   digest = open(path + kernels.DIGEST_SUFFIX).read().strip()
-  import hashlib  # pylint: disable=import-outside-toplevel
+  import hashlib
   assert digest == hashlib.sha256(open(path, "rb").read()).hexdigest()
   assert stat.S_IMODE(os.stat(cache).st_mode) & 0o077 == 0
 
@@ -494,7 +494,7 @@ def test_a_built_library_has_its_digest_and_is_reused(fake_cache):
 def test_a_library_this_library_did_not_build_is_rebuilt(fake_cache, how,
                                                          tmp_path):
   kernels, _ = fake_cache
-  path, _ = kernels._build()  # pylint: disable=protected-access
+  path, _ = kernels._build()
   if how == "planted":
     open(path, "w").write("someone else's library")
   elif how == "corrupt":
@@ -511,12 +511,12 @@ def test_a_library_this_library_did_not_build_is_rebuilt(fake_cache, how,
            "link": "a symbolic link"}[how]
   with pytest.warns(RuntimeWarning, match=f"{path} is not loaded: .*{words}"
                     ".* It is rebuilt"):
-    again, fresh = kernels._build()  # pylint: disable=protected-access
+    again, fresh = kernels._build()
   assert again == path and fresh and not os.path.islink(path)
   assert open(path).read().startswith("library ")
   with warnings.catch_warnings():
     warnings.simplefilter("error")
-    assert kernels._build() == (path, False)  # pylint: disable=protected-access
+    assert kernels._build() == (path, False)
 
 
 def test_a_cache_others_can_write_is_not_used(fake_cache):
@@ -525,7 +525,7 @@ def test_a_cache_others_can_write_is_not_used(fake_cache):
   cache.chmod(0o777)
   with pytest.warns(RuntimeWarning, match=r"kernel cache .*cache is not used:"
                     " others can write it \\(mode 777\\)"):
-    path, fresh = kernels._build()  # pylint: disable=protected-access
+    path, fresh = kernels._build()
   assert fresh and not path.startswith(str(cache))
   assert os.listdir(cache) == []
 
@@ -533,7 +533,7 @@ def test_a_cache_others_can_write_is_not_used(fake_cache):
 def test_a_cached_library_that_does_not_load_is_rebuilt(fake_cache,
                                                        monkeypatch):
   kernels, _ = fake_cache
-  path, _ = kernels._build()  # pylint: disable=protected-access
+  path, _ = kernels._build()
   loaded = []
 
   def load_op_library(library):
@@ -546,7 +546,7 @@ def test_a_cached_library_that_does_not_load_is_rebuilt(fake_cache,
   monkeypatch.setattr(kernels.tf, "load_op_library", load_op_library)
   with pytest.warns(RuntimeWarning, match=f"{path} does not load .*invalid "
                     "ELF header.*rebuilt"):
-    assert kernels._load() == "module"  # pylint: disable=protected-access
+    assert kernels._load() == "module"
   assert loaded == [None, path]
 
 
@@ -554,7 +554,7 @@ def test_a_cached_library_that_does_not_load_is_rebuilt(fake_cache,
 
 
 def _cli(capsys, *argv):
-  from estimator_spec import __main__ as cli  # pylint: disable=import-outside-toplevel
+  from estimator_spec import __main__ as cli
   code = cli.main([str(a) for a in argv])
   out, err = capsys.readouterr()
   return code, out, err
@@ -563,7 +563,7 @@ def _cli(capsys, *argv):
 @pytest.fixture(name="cut_checkpoint", scope="module")
 def _cut_checkpoint(tmp_path_factory):
   """A model directory whose checkpoint's data file is cut to 10%."""
-  from tests import test_mid_level as ml  # pylint: disable=import-outside-toplevel
+  from tests import test_mid_level as ml
   directory = tmp_path_factory.mktemp("cut") / "model"
   prefix = ml.small_checkpoint(directory)
   data = [f for f in os.listdir(directory) if ".data-" in f][0]
@@ -626,8 +626,8 @@ def test_a_state_file_that_is_no_small_regular_file_is_refused(tmp_path,
     lambda fc: fc.categorical_column_with_vocabulary_list("h", ["a", "b"]),
 ], ids=["hash-bucket", "vocabulary-list"])
 def test_integer_ids_for_a_string_column_are_refused_as_tf_does(make):
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  from estimator_spec.engine import inputs  # pylint: disable=import-outside-toplevel
+  import tensorflow as tf
+  from estimator_spec.engine import inputs
   fc = tf.feature_column
   words = "Column dtype and SparseTensors dtype must be compatible"
   ids = tf.SparseTensor([[0, 0], [1, 0]], tf.constant([3, 5], tf.int64),
@@ -667,10 +667,10 @@ class _Profiler:
 
 
 def test_the_hook_keeps_its_counts_when_the_lock_is_a_link(tmp_path):
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  from estimator_spec.estimator import profiling  # pylint: disable=import-outside-toplevel
+  import tensorflow as tf
+  from estimator_spec.estimator import profiling
   hook = profiling.StatisticsHook(_Profiler(str(tmp_path)), {"tbl_items": []})
-  hook._new_delta()  # pylint: disable=protected-access
+  hook._new_delta()
   # One feature: example 0 looks up 3 twice, example 1 looks up 7.
   result = {"tbl_items": [(np.array([3, 3, 7], np.int64),
                            np.array([0, 0, 1], np.int64), np.int64(2))]}
@@ -700,13 +700,13 @@ def test_random_content_of_the_ps_assignment_never_crashes_the_chief(
     warnings.simplefilter("ignore", RuntimeWarning)
     got = placement.resolve_ps_assignment(model, _cluster(), str(directory),
                                           {}, wait_secs=1)
-  assert placement._assignment_problem(model, NUM_PS, got) is None  # pylint: disable=protected-access
+  assert placement._assignment_problem(model, NUM_PS, got) is None
 
 
 def test_the_command_silences_tf_python_logs_unless_asked(tmp_path, capsys,
                                                           monkeypatch):
-  import logging  # pylint: disable=import-outside-toplevel
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  import logging
+  import tensorflow as tf
   (tmp_path / "checkpoint").write_text("not a checkpoint state {{{")
   records = []
 
@@ -737,7 +737,7 @@ def test_the_command_silences_tf_python_logs_unless_asked(tmp_path, capsys,
 @hypothesis.given(hs.binary(max_size=200))
 def test_random_bytes_in_a_state_file_are_a_clear_refusal(tmp_path_factory,
                                                          data):
-  from estimator_spec.checkpoints import tables  # pylint: disable=import-outside-toplevel
+  from estimator_spec.checkpoints import tables
   directory = tmp_path_factory.mktemp("state")
   (directory / "checkpoint").write_bytes(data)
   with pytest.raises(FileNotFoundError, match="`checkpoint` state file of"):
@@ -747,7 +747,7 @@ def test_random_bytes_in_a_state_file_are_a_clear_refusal(tmp_path_factory,
 @pytest.mark.parametrize("which", ["index", "data"])
 def test_a_checkpoint_file_that_is_a_fifo_is_refused_not_waited_on(
     tmp_path, capsys, which):
-  from tests import test_mid_level as ml  # pylint: disable=import-outside-toplevel
+  from tests import test_mid_level as ml
   prefix = ml.small_checkpoint(tmp_path / "model")
   name = [f for f in os.listdir(tmp_path / "model")
           if f.startswith(os.path.basename(prefix) + f".{which}")][0]
@@ -786,7 +786,7 @@ def _break(directory, how):
     ("data-flipped", "Checksum does not match")])
 def test_each_broken_checkpoint_is_one_clean_line(tmp_path, capsys, how,
                                                   words):
-  from tests import test_mid_level as ml  # pylint: disable=import-outside-toplevel
+  from tests import test_mid_level as ml
   ml.small_checkpoint(tmp_path / "model")
   _break(tmp_path / "model", how)
   code, out, err = _cli(capsys, "rows", "tests.test_mid_level:small_spec",

@@ -9,7 +9,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import contextlib  # pylint: disable=g-import-not-at-top
+import contextlib
 
 import numpy as np
 import pytest

@@ -82,11 +82,11 @@ def hd_rows(feature):
 
 def _run_scenarios(path):
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
   cpus = tf.config.list_physical_devices("CPU")
   tf.config.set_logical_device_configuration(
       cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
-  import estimator_spec as es  # pylint: disable=g-import-not-at-top
+  import estimator_spec as es
 
   emb = tf.tpu.experimental.embedding
   results = {}
@@ -274,7 +274,7 @@ def _run_scenarios(path):
     results[f"{label}/v0/unchanged"] = np.array(all(
         (v.numpy() == b).all() for v, b in zip(variables, before)))
 
-  import warnings  # pylint: disable=g-import-not-at-top
+  import warnings
   warnings.simplefilter("ignore", FutureWarning)  # build(int), on purpose
   strategies = {"mirrored": tf.distribute.MirroredStrategy(
       ["/cpu:0", "/cpu:1"]), "default": tf.distribute.get_strategy()}

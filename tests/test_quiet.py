@@ -103,19 +103,19 @@ def test_the_librarys_own_deprecated_calls_are_quiet_and_the_users_not(
 
 
 def test_tfs_deprecation_flag_is_what_the_quiet_calls_turn():
-  from tensorflow.python.util import deprecation  # pylint: disable=g-direct-tensorflow-import
+  from tensorflow.python.util import deprecation
 
   @deprecation.deprecated(None, "for this test")
   def old():
     return 1
 
   with quiet.library_call():
-    assert deprecation._PRINT_DEPRECATION_WARNINGS is False  # pylint: disable=protected-access
+    assert deprecation._PRINT_DEPRECATION_WARNINGS is False
     old()  # not printed, so not recorded as warned
     with quiet.user_call():
-      assert deprecation._PRINT_DEPRECATION_WARNINGS is True  # pylint: disable=protected-access
-    assert deprecation._PRINT_DEPRECATION_WARNINGS is False  # pylint: disable=protected-access
-  assert deprecation._PRINT_DEPRECATION_WARNINGS is True  # pylint: disable=protected-access
-  assert not [f for f in deprecation._PRINTED_WARNING  # pylint: disable=protected-access
+      assert deprecation._PRINT_DEPRECATION_WARNINGS is True
+    assert deprecation._PRINT_DEPRECATION_WARNINGS is False
+  assert deprecation._PRINT_DEPRECATION_WARNINGS is True
+  assert not [f for f in deprecation._PRINTED_WARNING
               if getattr(f, "__wrapped__", None) is getattr(old, "__wrapped__",
                                                              old)]

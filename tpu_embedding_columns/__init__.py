@@ -38,7 +38,7 @@ _PARAMETERS = ("AdagradParameters", "AdamParameters", "FtrlParameters",
 
 
 def __getattr__(name):
-  import importlib  # pylint: disable=import-outside-toplevel
+  import importlib
   if name in _PARAMETERS:
     optimizers = importlib.import_module("estimator_spec.config.optimizers")
     return getattr(optimizers, name)
