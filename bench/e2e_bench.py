@@ -157,14 +157,17 @@ def _embedding_spec(side, columns, clipping=True):
 
 
 def _estimator(side, model_fn, model_dir, batch_size, spec,
-               profile_sampling_rate=None, tf_random_seed=None):
+               profile_sampling_rate=None, tf_random_seed=None,
+               summaries_every=None):
+  """`summaries_every`: RunConfig's save_summary_steps and
+  log_step_count_steps (None: no summaries and no step logging)."""
   config = tf.compat.v1.estimator.tpu.RunConfig(
       model_dir=model_dir,
       tf_random_seed=tf_random_seed,
       save_checkpoints_steps=None,
       save_checkpoints_secs=None,
-      save_summary_steps=None,
-      log_step_count_steps=None)
+      save_summary_steps=summaries_every,
+      log_step_count_steps=summaries_every)
   estimator_class = (estimator_spec.TPUEstimator if side == OURS else
                      tf.compat.v1.estimator.tpu.TPUEstimator)
   extra = ({} if profile_sampling_rate is None else
@@ -428,13 +431,15 @@ def build_estimator(job):
   """(estimator, input_fn) of `job` (workload, side, model_dir, batch, and
   the workload's own keys; `profile_rate`: ours with lookup statistics
   sampled at that rate into `<model_dir>/profile`; `tf_random_seed`: the
-  graph's seed, for runs that must start from the same values)."""
+  graph's seed, for runs that must start from the same values;
+  `summaries_every`: summaries and step logging every that many steps)."""
   if job.get("profile_rate"):
     job = dict(job, profile_dir=os.path.join(job["model_dir"], "profile"))
   model_fn, spec, input_fn = build_parts(job)
   estimator = _estimator(job["side"], model_fn, job["model_dir"], job["batch"],
                          spec, job.get("profile_rate"),
-                         job.get("tf_random_seed"))
+                         job.get("tf_random_seed"),
+                         job.get("summaries_every"))
   return estimator, input_fn
 
 

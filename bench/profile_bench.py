@@ -91,7 +91,7 @@ def _build_small(job, rate):
   SMALL_VOCAB ids in their own tables (dimension 8), one hidden layer of
   16, batch `job['batch']`: steps of under a millisecond, where a fixed
   per-step cost of the statistics would show most."""
-  features, labels = e2e_bench._identity_data(  # pylint: disable=protected-access
+  features, labels = e2e_bench._identity_data(
       SMALL_FEATURES, SMALL_VOCAB, job["examples"], exponent=1.1, seed=0)
   columns = [
       tpu_embedding_columns.embedding_column(
@@ -105,11 +105,12 @@ def _build_small(job, rate):
           learning_rate=0.05, initial_accumulator=0.1),
       profile_data_directory=(os.path.join(job["model_dir"], "profile")
                               if rate else None))
-  model_fn = e2e_bench._mlp_model_fn(  # pylint: disable=protected-access
+  model_fn = e2e_bench._mlp_model_fn(
       columns, estimator_spec.TPUEstimatorSpec, "adagrad", hidden=(16,))
-  estimator = e2e_bench._estimator(  # pylint: disable=protected-access
-      e2e_bench.OURS, model_fn, job["model_dir"], job["batch"], spec, rate)
-  return estimator, e2e_bench._batched_input_fn(features, labels)  # pylint: disable=protected-access
+  estimator = e2e_bench._estimator(
+      e2e_bench.OURS, model_fn, job["model_dir"], job["batch"], spec, rate,
+      summaries_every=job.get("summaries_every"))
+  return estimator, e2e_bench._batched_input_fn(features, labels)
 
 
 def _build(job, rate):
@@ -129,13 +130,13 @@ def _time_the_hook():
   def timed_before(self, run_context):
     start = time.perf_counter()
     result = before(self, run_context)
-    self._bench_before = time.perf_counter() - start  # pylint: disable=protected-access
+    self._bench_before = time.perf_counter() - start
     return result
 
   def timed_after(self, run_context, run_values):
     start = time.perf_counter()
     after(self, run_context, run_values)
-    calls.append((self._sampled, self._bench_before +  # pylint: disable=protected-access
+    calls.append((self._sampled, self._bench_before +
                   time.perf_counter() - start))
 
   hook_class.before_run, hook_class.after_run = timed_before, timed_after
@@ -295,19 +296,10 @@ def _without_our_monitoring():
 
 
 def _build_monitored(job, label):
-  """(estimator, input_fn) of `job` in configuration `label`."""
-  estimator, input_fn = _build(job, None)
-  if label != "quiet":
-    # RunConfig's defaults for summaries and step logging.
-    config = estimator.config.replace(
-        save_summary_steps=SUMMARY_EVERY,
-        log_step_count_steps=SUMMARY_EVERY)
-    estimator = type(estimator)(
-        model_fn=estimator._user_model_fn,  # pylint: disable=protected-access
-        config=config, use_tpu=False,
-        train_batch_size=job["batch"],
-        embedding_config_spec=estimator._embedding_spec)  # pylint: disable=protected-access
-  return estimator, input_fn
+  """(estimator, input_fn) of `job` in configuration `label`: RunConfig's
+  defaults for summaries and step logging, but for `quiet`."""
+  return _build(dict(job, summaries_every=None if label == "quiet" else
+                     SUMMARY_EVERY), None)
 
 
 def _monitoring_round(job, segments, queue):
@@ -317,7 +309,7 @@ def _monitoring_round(job, segments, queue):
   warnings.filterwarnings("ignore", category=UserWarning)
   tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
   root = tempfile.mkdtemp(prefix="monitoring_bench_")
-  devnull = open(os.devnull, "w")  # the progress lines  # pylint: disable=consider-using-with
+  devnull = open(os.devnull, "w")  # the progress lines
   try:
     built = {label: _build_monitored(
         dict(job, model_dir=os.path.join(root, label)), label)
