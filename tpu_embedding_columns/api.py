@@ -16,7 +16,7 @@ import math
 
 import tensorflow as tf
 
-from tpu_embedding_columns import _checks
+from tpu_embedding_columns import checks
 from tpu_embedding_columns import errors
 from tpu_embedding_columns import columns as cols
 from tpu_embedding_columns import lookup
@@ -76,8 +76,8 @@ def embedding_column(categorical_column,
   max_sequence_length = _check_sequence_length(
       owner, "max_sequence_length", max_sequence_length, categorical_column)
   _check_combiner(owner, combiner, categorical_column)
-  _checks.check_callable(owner, "learning_rate_fn", learning_rate_fn)
-  use_safe_embedding_lookup = _checks.check_bool(
+  checks.check_callable(owner, "learning_rate_fn", learning_rate_fn)
+  use_safe_embedding_lookup = checks.check_bool(
       owner, "use_safe_embedding_lookup", use_safe_embedding_lookup)
   return cols.EmbeddingColumn(
       categorical_column=categorical_column,
@@ -133,17 +133,17 @@ def make_shared_columns(column_class, categorical_columns, dimension,
   owner = _SHARED_OWNER
   if isinstance(categorical_columns, (str, bytes)) or not isinstance(
       categorical_columns, (list, tuple)):
-    _checks.fail(owner, "categorical_columns",
+    checks.fail(owner, "categorical_columns",
                  "must be a list of categorical columns", categorical_columns,
                  TypeError)
   if not categorical_columns:
-    _checks.fail(owner, "categorical_columns", "must not be empty",
+    checks.fail(owner, "categorical_columns", "must not be empty",
                  categorical_columns)
   for column in categorical_columns:
     _check_categorical(owner, "categorical_columns", column)
   names = [c.name for c in categorical_columns]
   if len(set(names)) != len(names):
-    _checks.fail(owner, "categorical_columns",
+    checks.fail(owner, "categorical_columns",
                  "must not name the same column twice", names)
   owner = f"{_SHARED_OWNER}({names!r})"
 
@@ -152,7 +152,7 @@ def make_shared_columns(column_class, categorical_columns, dimension,
                                       not max_sequence_lengths):
     max_sequence_lengths = [0] * len(categorical_columns)
   if not isinstance(max_sequence_lengths, (list, tuple)):
-    _checks.fail(owner, "max_sequence_lengths", "must be a list of ints",
+    checks.fail(owner, "max_sequence_lengths", "must be a list of ints",
                  max_sequence_lengths, TypeError)
   if len(max_sequence_lengths) != len(categorical_columns):
     raise ValueError(
@@ -174,8 +174,8 @@ def make_shared_columns(column_class, categorical_columns, dimension,
   ]
   for column in categorical_columns:
     _check_combiner(owner, combiner, column)
-  _checks.check_callable(owner, "learning_rate_fn", learning_rate_fn)
-  use_safe_embedding_lookup = _checks.check_bool(
+  checks.check_callable(owner, "learning_rate_fn", learning_rate_fn)
+  use_safe_embedding_lookup = checks.check_bool(
       owner, "use_safe_embedding_lookup", use_safe_embedding_lookup)
 
   by_name = sorted(categorical_columns, key=lambda c: c.name)
@@ -190,7 +190,7 @@ def make_shared_columns(column_class, categorical_columns, dimension,
       shared_embedding_collection_name == ""):
     shared_embedding_collection_name = (
         "_".join(c.name for c in by_name) + "_shared_embedding")
-  _checks.check_str(owner, "shared_embedding_collection_name",
+  checks.check_str(owner, "shared_embedding_collection_name",
                     shared_embedding_collection_name)
 
   table = cols.SharedTable(shared_embedding_collection_name, num_buckets,
@@ -226,11 +226,11 @@ def _check_categorical(owner, arg, column):
 
 
 def _check_dimension(owner, dimension):
-  if dimension is None or (_checks.is_int(dimension) and dimension < 1):
+  if dimension is None or (checks.is_int(dimension) and dimension < 1):
     raise ValueError(
         f"{owner}: Invalid dimension {dimension}. `dimension` must be a "
         f"positive int; got {dimension!r}.")
-  if not _checks.is_int(dimension):
+  if not checks.is_int(dimension):
     raise errors.ArgumentTypeError(
         f"{owner}: Invalid dimension {dimension!r}. `dimension` must be a "
         f"positive int; got {dimension!r}.")
@@ -250,7 +250,7 @@ def _check_initializer(owner, initializer, dimension):
 
 def _check_combiner(owner, combiner, column):
   if combiner not in lookup.COMBINERS + (None,):
-    _checks.fail(owner, "combiner", "must be 'mean', 'sum', 'sqrtn' or None",
+    checks.fail(owner, "combiner", "must be 'mean', 'sum', 'sqrtn' or None",
                  combiner)
   if combiner is None and isinstance(column, cols.WeightedCategoricalColumn):
     raise ValueError(
@@ -260,7 +260,7 @@ def _check_combiner(owner, combiner, column):
 
 
 def _check_sequence_length(owner, arg, value, column):
-  value = _checks.check_int(owner, arg, value, minimum=0)
+  value = checks.check_int(owner, arg, value, minimum=0)
   is_sequence = isinstance(column, cols.SequenceCategoricalColumn)
   if is_sequence and value < 1:
     raise ValueError(
@@ -305,8 +305,8 @@ def _check_device(owner, device, tensor_core_shape, categorical_columns,
         "ids per example]).")
   batch, width = tensor_core_shape
   if batch is not None and batch != -1:
-    _checks.check_int(owner, "tensor_core_shape[0]", batch, minimum=1)
-  width = _checks.check_int(owner, "tensor_core_shape[1]", width, minimum=1)
+    checks.check_int(owner, "tensor_core_shape[0]", batch, minimum=1)
+  width = checks.check_int(owner, "tensor_core_shape[1]", width, minimum=1)
   if combiner not in ("sum", "mean"):
     raise ValueError(
         f"{owner}: Dense TPU Embedding does not support combiner other than "

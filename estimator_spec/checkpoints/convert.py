@@ -30,7 +30,7 @@ from estimator_spec.checkpoints import progress as _progress
 from estimator_spec.checkpoints import tables
 from estimator_spec.config import spec as spec_lib
 from estimator_spec.config import sharding
-from tpu_embedding_columns import _checks
+from tpu_embedding_columns import checks
 
 _MIN_GROUP_BYTES = 64 << 20  # other tensors saved together up to this size
 
@@ -78,9 +78,9 @@ def convert_checkpoint(spec, checkpoint, output_prefix, *, to_strategy,
   owner = "convert_checkpoint"
   model = spec_lib.model_of(owner, spec)
   if to_strategy not in sharding.STRATEGIES:
-    _checks.fail(owner, "to_strategy", "must be 'div' or 'mod'", to_strategy)
-  to_shards = _checks.check_int(owner, "to_shards", to_shards, minimum=1)
-  overwrite = _checks.check_bool(owner, "overwrite", overwrite)
+    checks.fail(owner, "to_strategy", "must be 'div' or 'mod'", to_strategy)
+  to_shards = checks.check_int(owner, "to_shards", to_shards, minimum=1)
+  overwrite = checks.check_bool(owner, "overwrite", overwrite)
   tables.check_from_strategy(owner, from_strategy)
   bar = _progress.factory(progress)
   with tables.open_checkpoint(checkpoint, owner) as opened:

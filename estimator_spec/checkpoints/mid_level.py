@@ -17,7 +17,7 @@ from estimator_spec.checkpoints import progress as _progress
 from estimator_spec.checkpoints import tables
 from estimator_spec.config import spec as spec_lib
 from estimator_spec.config import sharding
-from tpu_embedding_columns import _checks
+from tpu_embedding_columns import checks
 
 
 def object_name(table_name, slot=None):
@@ -113,14 +113,14 @@ def export_mid_level_checkpoint(model_dir, spec, output_prefix, *,
   from estimator_spec.interop import _mid_level  # pylint: disable=import-outside-toplevel
   owner = "export_mid_level_checkpoint"
   model = spec_lib.model_of(owner, spec)
-  allow_missing_slots = _checks.check_bool(owner, "allow_missing_slots",
+  allow_missing_slots = checks.check_bool(owner, "allow_missing_slots",
                                            allow_missing_slots)
-  attribute = _checks.check_str(owner, "attribute", attribute)
+  attribute = checks.check_str(owner, "attribute", attribute)
   if not attribute.isidentifier():
-    _checks.fail(owner, "attribute", "must be a Python identifier",
+    checks.fail(owner, "attribute", "must be a Python identifier",
                  attribute)
   tables.check_from_strategy(owner, from_strategy)
-  overwrite = _checks.check_bool(owner, "overwrite", overwrite)
+  overwrite = checks.check_bool(owner, "overwrite", overwrite)
   bar = _progress.factory(progress)
   _mid_level._build(spec, global_step=None, for_serving=True, owner=owner)
   with tables.open_checkpoint(model_dir, owner) as checkpoint:

@@ -13,7 +13,7 @@ import numpy as np
 
 from estimator_spec.checkpoints import tables
 from estimator_spec.config import spec as spec_lib
-from tpu_embedding_columns import _checks
+from tpu_embedding_columns import checks
 
 
 def read_rows(model_dir, spec, table, ids, *, slot=None, from_strategy=None,
@@ -51,7 +51,7 @@ def read_rows(model_dir, spec, table, ids, *, slot=None, from_strategy=None,
   table = config.name
   ids = check_ids(owner, ids, config)
   if slot is not None:
-    slot = _checks.check_str(owner, "slot", slot)
+    slot = checks.check_str(owner, "slot", slot)
   tables.check_from_strategy(owner, from_strategy)
   with tables.open_checkpoint(model_dir, owner) as checkpoint:
     located = tables.locate_tables(checkpoint, model, variable_names, owner,
@@ -68,7 +68,7 @@ def read_rows(model_dir, spec, table, ids, *, slot=None, from_strategy=None,
 def table_of(owner, model, name):
   """The config-model table `name` of `model`; ValueError naming the
   model's tables when it has none of that name."""
-  name = _checks.check_str(owner, "table", name)
+  name = checks.check_str(owner, "table", name)
   if name not in model.tables:
     raise ValueError(
         f"{owner}: the spec has no table {name!r}; its tables are "

@@ -43,7 +43,7 @@ import tensorflow as tf
 from estimator_spec import files
 from estimator_spec.checkpoints import bundle_index
 from estimator_spec.config import sharding
-from tpu_embedding_columns import _checks
+from tpu_embedding_columns import checks
 
 LAYOUT_TENSOR = "estimator_spec/partition_strategy"
 
@@ -56,10 +56,10 @@ _ALIGNMENT = 64  # TensorFlow's CPU tensors need 64-byte aligned buffers
 
 def _check_path(owner, arg, value):
   if not isinstance(value, (str, os.PathLike)):
-    _checks.fail(owner, arg, "must be a path (str or os.PathLike)", value,
+    checks.fail(owner, arg, "must be a path (str or os.PathLike)", value,
                  TypeError)
   if not os.fspath(value):
-    _checks.fail(owner, arg, "must not be empty", value)
+    checks.fail(owner, arg, "must not be empty", value)
   return value
 
 
@@ -164,7 +164,7 @@ def check_from_strategy(owner, from_strategy):
   """`from_strategy` ('div', 'mod' or None); ValueError naming `owner`
   otherwise."""
   if from_strategy is not None and from_strategy not in sharding.STRATEGIES:
-    _checks.fail(owner, "from_strategy", "must be 'div', 'mod' or None",
+    checks.fail(owner, "from_strategy", "must be 'div', 'mod' or None",
                  from_strategy)
   return from_strategy
 
@@ -418,7 +418,7 @@ def _check_variable_names(owner, model, variable_names):
   if variable_names is None:
     return {}
   if not isinstance(variable_names, dict):
-    _checks.fail(owner, "variable_names",
+    checks.fail(owner, "variable_names",
                  "must be a dict {table name: checkpoint tensor name}",
                  variable_names, TypeError)
   unknown = sorted(set(variable_names) - set(model.tables))
@@ -427,7 +427,7 @@ def _check_variable_names(owner, model, variable_names):
         f"{owner}: `variable_names` names unknown tables {unknown}; the "
         f"spec's tables are {list(model.tables)}.")
   for table, name in variable_names.items():
-    _checks.check_str(owner, f"variable_names[{table!r}]", name)
+    checks.check_str(owner, f"variable_names[{table!r}]", name)
   return dict(variable_names)
 
 
@@ -608,7 +608,7 @@ class StagedCheckpoint:
   """
 
   def __init__(self, output_prefix, owner, overwrite=False):
-    overwrite = _checks.check_bool(owner, "overwrite", overwrite)
+    overwrite = checks.check_bool(owner, "overwrite", overwrite)
     output_prefix = os.fspath(_check_path(owner, "output_prefix",
                                           output_prefix))
     self.owner = owner

@@ -10,7 +10,7 @@ are offered here as methods, as TF's own configuration object offers them.
 """
 import collections
 
-from tpu_embedding_columns import _checks
+from tpu_embedding_columns import checks
 
 from estimator_spec.config import spec as spec_lib
 from estimator_spec.config.modes import BATCH_NAMES, MODES, TRAIN
@@ -35,18 +35,18 @@ class EmbeddingConfig:
     owner = "EmbeddingConfig"
     self.model = spec_lib.model_of(owner, spec)
     self.spec = spec
-    self.batch_size = _checks.check_int(owner, "batch_size", batch_size,
+    self.batch_size = checks.check_int(owner, "batch_size", batch_size,
                                         minimum=1)
-    self.num_hosts = _checks.check_int(owner, "num_hosts", num_hosts,
+    self.num_hosts = checks.check_int(owner, "num_hosts", num_hosts,
                                        minimum=1)
-    self.num_cores = _checks.check_int(owner, "num_cores", num_cores,
+    self.num_cores = checks.check_int(owner, "num_cores", num_cores,
                                        minimum=1)
     if self.num_cores % self.num_hosts:
       raise ValueError(
           f"{owner}: `num_cores` ({self.num_cores}) must be a multiple of "
           f"`num_hosts` ({self.num_hosts}).")
     if mode not in MODES:
-      _checks.fail(owner, "mode",
+      checks.fail(owner, "mode",
                    "must be tf.estimator.ModeKeys.TRAIN, EVAL or PREDICT",
                    mode)
     if self.batch_size % self.num_cores:

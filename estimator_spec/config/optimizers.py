@@ -20,7 +20,7 @@ import inspect
 import numpy as np
 import tensorflow as tf
 
-from tpu_embedding_columns import _checks
+from tpu_embedding_columns import checks
 
 # A slot variable of an optimizer: `name` is the key used by the engine,
 # `suffix` is appended to the table variable's name for checkpoints
@@ -62,27 +62,27 @@ class OptimizationParameters:
                multiply_weight_decay_factor_by_learning_rate,
                clip_gradient_min=None, clip_gradient_max=None):
     owner = type(self).__name__
-    self.learning_rate = _checks.check_number(
+    self.learning_rate = checks.check_number(
         owner, "learning_rate", learning_rate, minimum=0.0)
-    self.use_gradient_accumulation = _checks.check_bool(
+    self.use_gradient_accumulation = checks.check_bool(
         owner, "use_gradient_accumulation", use_gradient_accumulation)
-    self.clip_weight_min = _checks.check_number(
+    self.clip_weight_min = checks.check_number(
         owner, "clip_weight_min", clip_weight_min, allow_none=True)
-    self.clip_weight_max = _checks.check_number(
+    self.clip_weight_max = checks.check_number(
         owner, "clip_weight_max", clip_weight_max, allow_none=True)
-    _checks.check_range(owner, "clip_weight_min", self.clip_weight_min,
+    checks.check_range(owner, "clip_weight_min", self.clip_weight_min,
                         "clip_weight_max", self.clip_weight_max)
-    self.weight_decay_factor = _checks.check_number(
+    self.weight_decay_factor = checks.check_number(
         owner, "weight_decay_factor", weight_decay_factor, minimum=0.0,
         allow_none=True)
-    self.multiply_weight_decay_factor_by_learning_rate = _checks.check_bool(
+    self.multiply_weight_decay_factor_by_learning_rate = checks.check_bool(
         owner, "multiply_weight_decay_factor_by_learning_rate",
         multiply_weight_decay_factor_by_learning_rate, allow_none=True)
-    self.clip_gradient_min = _checks.check_number(
+    self.clip_gradient_min = checks.check_number(
         owner, "clip_gradient_min", clip_gradient_min, allow_none=True)
-    self.clip_gradient_max = _checks.check_number(
+    self.clip_gradient_max = checks.check_number(
         owner, "clip_gradient_max", clip_gradient_max, allow_none=True)
-    _checks.check_range(owner, "clip_gradient_min", self.clip_gradient_min,
+    checks.check_range(owner, "clip_gradient_min", self.clip_gradient_min,
                         "clip_gradient_max", self.clip_gradient_max)
     if not self.use_gradient_accumulation and (
         self.clip_gradient_min is not None or
@@ -182,7 +182,7 @@ class AdagradParameters(OptimizationParameters):
                multiply_weight_decay_factor_by_learning_rate=None,
                clip_gradient_min=None, clip_gradient_max=None):
     super().__init__(**_common_arguments(locals()))
-    self.initial_accumulator = _checks.check_number(
+    self.initial_accumulator = checks.check_number(
         type(self).__name__, "initial_accumulator", initial_accumulator,
         above=0.0)
 
@@ -222,14 +222,14 @@ class AdagradMomentumParameters(OptimizationParameters):
                clip_gradient_min=None, clip_gradient_max=None):
     super().__init__(**_common_arguments(locals()))
     owner = type(self).__name__
-    self.momentum = _checks.check_number(owner, "momentum", momentum,
+    self.momentum = checks.check_number(owner, "momentum", momentum,
                                          minimum=0.0)
-    self.use_nesterov = _checks.check_bool(owner, "use_nesterov", use_nesterov)
-    self.exponent = _checks.check_number(owner, "exponent", exponent,
+    self.use_nesterov = checks.check_bool(owner, "use_nesterov", use_nesterov)
+    self.exponent = checks.check_number(owner, "exponent", exponent,
                                          above=0.0)
-    self.beta2 = _checks.check_number(owner, "beta2", beta2, minimum=0.0,
+    self.beta2 = checks.check_number(owner, "beta2", beta2, minimum=0.0,
                                       maximum=1.0)
-    self.epsilon = _checks.check_number(owner, "epsilon", epsilon, above=0.0)
+    self.epsilon = checks.check_number(owner, "epsilon", epsilon, above=0.0)
 
   def _fill_message(self, message):
     message.momentum = self.momentum
@@ -275,12 +275,12 @@ class ProximalAdagradParameters(OptimizationParameters):
                clip_gradient_min=None, clip_gradient_max=None):
     super().__init__(**_common_arguments(locals()))
     owner = type(self).__name__
-    self.initial_accumulator = _checks.check_number(
+    self.initial_accumulator = checks.check_number(
         owner, "initial_accumulator", initial_accumulator, above=0.0)
-    self.l1_regularization_strength = _checks.check_number(
+    self.l1_regularization_strength = checks.check_number(
         owner, "l1_regularization_strength", l1_regularization_strength,
         minimum=0.0)
-    self.l2_regularization_strength = _checks.check_number(
+    self.l2_regularization_strength = checks.check_number(
         owner, "l2_regularization_strength", l2_regularization_strength,
         minimum=0.0)
 
@@ -322,13 +322,13 @@ class AdamParameters(OptimizationParameters):
                clip_gradient_min=None, clip_gradient_max=None):
     super().__init__(**_common_arguments(locals()))
     owner = type(self).__name__
-    self.beta1 = _checks.check_number(owner, "beta1", beta1, minimum=0.0,
+    self.beta1 = checks.check_number(owner, "beta1", beta1, minimum=0.0,
                                       below=1.0)
-    self.beta2 = _checks.check_number(owner, "beta2", beta2, minimum=0.0,
+    self.beta2 = checks.check_number(owner, "beta2", beta2, minimum=0.0,
                                       below=1.0)
-    self.epsilon = _checks.check_number(owner, "epsilon", epsilon, above=0.0)
-    self.lazy_adam = _checks.check_bool(owner, "lazy_adam", lazy_adam)
-    self.sum_inside_sqrt = _checks.check_bool(owner, "sum_inside_sqrt",
+    self.epsilon = checks.check_number(owner, "epsilon", epsilon, above=0.0)
+    self.lazy_adam = checks.check_bool(owner, "lazy_adam", lazy_adam)
+    self.sum_inside_sqrt = checks.check_bool(owner, "sum_inside_sqrt",
                                               sum_inside_sqrt)
     if not self.use_gradient_accumulation and not self.lazy_adam:
       raise ValueError(
@@ -384,23 +384,23 @@ class FtrlParameters(OptimizationParameters):
                clip_gradient_max=None):
     super().__init__(**_common_arguments(locals()))
     owner = type(self).__name__
-    self.learning_rate_power = _checks.check_number(
+    self.learning_rate_power = checks.check_number(
         owner, "learning_rate_power", learning_rate_power, maximum=0.0)
-    self.initial_accumulator_value = _checks.check_number(
+    self.initial_accumulator_value = checks.check_number(
         owner, "initial_accumulator_value", initial_accumulator_value,
         minimum=0.0)
     self.initial_linear_value = 0.0
-    self.l1_regularization_strength = _checks.check_number(
+    self.l1_regularization_strength = checks.check_number(
         owner, "l1_regularization_strength", l1_regularization_strength,
         minimum=0.0)
-    self.l2_regularization_strength = _checks.check_number(
+    self.l2_regularization_strength = checks.check_number(
         owner, "l2_regularization_strength", l2_regularization_strength,
         minimum=0.0)
-    self.multiply_linear_by_learning_rate = _checks.check_bool(
+    self.multiply_linear_by_learning_rate = checks.check_bool(
         owner, "multiply_linear_by_learning_rate",
         multiply_linear_by_learning_rate)
-    self.beta = _checks.check_number(owner, "beta", beta, minimum=0.0)
-    self.allow_zero_accumulator = _checks.check_bool(
+    self.beta = checks.check_number(owner, "beta", beta, minimum=0.0)
+    self.allow_zero_accumulator = checks.check_bool(
         owner, "allow_zero_accumulator", allow_zero_accumulator)
 
   def _fill_message(self, message):
@@ -461,18 +461,18 @@ class ProximalYogiParameters(OptimizationParameters):
                clip_gradient_min=None, clip_gradient_max=None):
     super().__init__(**_common_arguments(locals()))
     owner = type(self).__name__
-    self.beta1 = _checks.check_number(owner, "beta1", beta1, minimum=0.0,
+    self.beta1 = checks.check_number(owner, "beta1", beta1, minimum=0.0,
                                       below=1.0)
-    self.beta2 = _checks.check_number(owner, "beta2", beta2, minimum=0.0,
+    self.beta2 = checks.check_number(owner, "beta2", beta2, minimum=0.0,
                                       below=1.0)
-    self.epsilon = _checks.check_number(owner, "epsilon", epsilon, above=0.0)
-    self.l1_regularization_strength = _checks.check_number(
+    self.epsilon = checks.check_number(owner, "epsilon", epsilon, above=0.0)
+    self.l1_regularization_strength = checks.check_number(
         owner, "l1_regularization_strength", l1_regularization_strength,
         minimum=0.0)
-    self.l2_regularization_strength = _checks.check_number(
+    self.l2_regularization_strength = checks.check_number(
         owner, "l2_regularization_strength", l2_regularization_strength,
         minimum=0.0)
-    self.initial_accumulator_value = _checks.check_number(
+    self.initial_accumulator_value = checks.check_number(
         owner, "initial_accumulator_value", initial_accumulator_value,
         minimum=0.0)
 
@@ -509,9 +509,9 @@ class MomentumParameters(OptimizationParameters):
                clip_gradient_min=None, clip_gradient_max=None):
     super().__init__(**_common_arguments(locals()))
     owner = type(self).__name__
-    self.momentum = _checks.check_number(owner, "momentum", momentum,
+    self.momentum = checks.check_number(owner, "momentum", momentum,
                                          minimum=0.0)
-    self.use_nesterov = _checks.check_bool(owner, "use_nesterov", use_nesterov)
+    self.use_nesterov = checks.check_bool(owner, "use_nesterov", use_nesterov)
 
   def _fill_message(self, message):
     message.momentum = self.momentum
@@ -541,11 +541,11 @@ class RMSPropParameters(OptimizationParameters):
                clip_gradient_min=None, clip_gradient_max=None):
     super().__init__(**_common_arguments(locals()))
     owner = type(self).__name__
-    self.rho = _checks.check_number(owner, "rho", rho, minimum=0.0,
+    self.rho = checks.check_number(owner, "rho", rho, minimum=0.0,
                                     maximum=1.0)
-    self.momentum = _checks.check_number(owner, "momentum", momentum,
+    self.momentum = checks.check_number(owner, "momentum", momentum,
                                          minimum=0.0)
-    self.epsilon = _checks.check_number(owner, "epsilon", epsilon, above=0.0)
+    self.epsilon = checks.check_number(owner, "epsilon", epsilon, above=0.0)
 
   def _fill_message(self, message):
     message.rho = self.rho

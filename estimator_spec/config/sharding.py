@@ -10,7 +10,7 @@ has one partition per row.
 """
 import numpy as np
 
-from tpu_embedding_columns import _checks
+from tpu_embedding_columns import checks
 
 STRATEGIES = ("div", "mod")
 
@@ -20,11 +20,11 @@ class ShardLayout:
 
   def __init__(self, vocabulary_size, num_shards, strategy):
     owner = "ShardLayout"
-    self.vocabulary_size = _checks.check_int(owner, "vocabulary_size",
+    self.vocabulary_size = checks.check_int(owner, "vocabulary_size",
                                              vocabulary_size, minimum=1)
-    num_shards = _checks.check_int(owner, "num_shards", num_shards, minimum=1)
+    num_shards = checks.check_int(owner, "num_shards", num_shards, minimum=1)
     if strategy not in STRATEGIES:
-      _checks.fail(owner, "strategy", "must be 'div' or 'mod'", strategy)
+      checks.fail(owner, "strategy", "must be 'div' or 'mod'", strategy)
     self.strategy = strategy
     self.num_shards = num_shards
     self.num_partitions = min(self.vocabulary_size, num_shards)

@@ -9,7 +9,7 @@ training step.
 import collections
 
 from tpu_embedding_columns import TPU_EMBEDDING_COLUMN_TYPES
-from tpu_embedding_columns import _checks
+from tpu_embedding_columns import checks
 from tpu_embedding_columns import errors
 from tpu_embedding_columns import api as _column_api
 from tpu_embedding_columns import lookup as _lookup
@@ -89,36 +89,36 @@ class TableConfig(
               learning_rate_fn=None,
               optimization_parameters=None):
     owner = "TableConfig"
-    vocabulary_size = _checks.check_int(owner, "vocabulary_size",
+    vocabulary_size = checks.check_int(owner, "vocabulary_size",
                                         vocabulary_size, minimum=1)
-    dimension = _checks.check_int(owner, "dimension", dimension, minimum=1)
+    dimension = checks.check_int(owner, "dimension", dimension, minimum=1)
     if initializer is None:
       initializer = _column_api.default_initializer(dimension)
     elif not callable(initializer):
-      _checks.fail(owner, "initializer", "must be callable if specified",
+      checks.fail(owner, "initializer", "must be callable if specified",
                    initializer, TypeError)
     if combiner not in _lookup.COMBINERS + (None,):
-      _checks.fail(owner, "combiner", "must be 'mean', 'sum', 'sqrtn' or None",
+      checks.fail(owner, "combiner", "must be 'mean', 'sum', 'sqrtn' or None",
                    combiner)
-    hot_id_replication = _checks.check_bool(owner, "hot_id_replication",
+    hot_id_replication = checks.check_bool(owner, "hot_id_replication",
                                             hot_id_replication)
     if learning_rate is not None and learning_rate_fn is not None:
       raise ValueError(
           f"{owner}: give at most one of `learning_rate` ({learning_rate!r}) "
           f"and `learning_rate_fn` ({learning_rate_fn!r}).")
     if learning_rate is not None:
-      learning_rate = _checks.check_number(owner, "learning_rate",
+      learning_rate = checks.check_number(owner, "learning_rate",
                                            learning_rate)
       if learning_rate <= 0:
-        _checks.fail(
+        checks.fail(
             owner, "learning_rate",
             "must be > 0 (None falls back to the optimizer's learning rate; "
             "to freeze a table give it an optimizer with learning_rate=0)",
             learning_rate)
-    _checks.check_callable(owner, "learning_rate_fn", learning_rate_fn)
+    checks.check_callable(owner, "learning_rate_fn", learning_rate_fn)
     if optimization_parameters is not None and not isinstance(
         optimization_parameters, optimizers.OptimizationParameters):
-      _checks.fail(
+      checks.fail(
           owner, "optimization_parameters",
           "must be an estimator_spec optimizer (AdagradParameters, ...) or "
           "None", optimization_parameters, TypeError)
@@ -142,10 +142,10 @@ class FeatureConfig(
 
   def __new__(cls, table_id, max_sequence_length=0, weight_key=None):
     owner = "FeatureConfig"
-    _checks.check_str(owner, "table_id", table_id)
-    max_sequence_length = _checks.check_int(owner, "max_sequence_length",
+    checks.check_str(owner, "table_id", table_id)
+    max_sequence_length = checks.check_int(owner, "max_sequence_length",
                                             max_sequence_length, minimum=0)
-    _checks.check_str(owner, "weight_key", weight_key, allow_none=True)
+    checks.check_str(owner, "weight_key", weight_key, allow_none=True)
     return super().__new__(cls, table_id, max_sequence_length, weight_key)
 
 
@@ -216,14 +216,14 @@ class EmbeddingConfigSpec(
           f"{partition_strategy!r}: 'div' shards a table's rows in "
           "contiguous blocks, 'mod' round-robin.)")
     if clipping_limit is not None:
-      clipping_limit = _checks.check_number(owner, "clipping_limit",
+      clipping_limit = checks.check_number(owner, "clipping_limit",
                                             clipping_limit, above=0.0)
-    pipeline_execution_with_tensor_core = _checks.check_bool(
+    pipeline_execution_with_tensor_core = checks.check_bool(
         owner, "pipeline_execution_with_tensor_core",
         pipeline_execution_with_tensor_core)
-    _checks.check_callable(owner, "experimental_gradient_multiplier_fn",
+    checks.check_callable(owner, "experimental_gradient_multiplier_fn",
                            experimental_gradient_multiplier_fn)
-    _checks.check_str(owner, "profile_data_directory", profile_data_directory,
+    checks.check_str(owner, "profile_data_directory", profile_data_directory,
                       allow_none=True)
     if optimization_parameters is not None and not isinstance(
         optimization_parameters, optimizers.OptimizationParameters):
@@ -240,7 +240,7 @@ class EmbeddingConfigSpec(
     if has_columns:
       if isinstance(feature_columns, dict) or not isinstance(
           feature_columns, (list, tuple)):
-        _checks.fail(owner, "feature_columns",
+        checks.fail(owner, "feature_columns",
                      "must be a list of TPU embedding columns",
                      feature_columns, TypeError)
       for column in feature_columns:
@@ -316,10 +316,10 @@ class EmbeddingConfigSpec(
 
 def _check_dict(owner, arg, value, value_type):
   if not isinstance(value, collections.abc.Mapping):
-    _checks.fail(owner, arg, "must be a dict", value, TypeError)
+    checks.fail(owner, arg, "must be a dict", value, TypeError)
   for key, config in value.items():
     if not isinstance(key, str) or not key:
-      _checks.fail(owner, arg, "keys must be non-empty strings", key,
+      checks.fail(owner, arg, "keys must be non-empty strings", key,
                    TypeError)
     if not isinstance(config, value_type):
       what = "feature" if value_type is FeatureConfig else "table"
@@ -333,6 +333,6 @@ def model_of(owner, spec):
   """The config model of `spec`; a clear TypeError naming `owner` when
   `spec` is not an `EmbeddingConfigSpec` of this library."""
   if not isinstance(spec, EmbeddingConfigSpec):
-    _checks.fail(owner, "spec", "must be an estimator_spec.EmbeddingConfigSpec",
+    checks.fail(owner, "spec", "must be an estimator_spec.EmbeddingConfigSpec",
                  spec, TypeError)
   return spec.model

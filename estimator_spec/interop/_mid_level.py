@@ -14,7 +14,7 @@ from tensorflow.python.util import nest as _nest
 
 from estimator_spec.config import spec as spec_lib
 from estimator_spec.config import optimizers as _opt
-from tpu_embedding_columns import _checks
+from tpu_embedding_columns import checks
 
 _tpu = tf.tpu.experimental.embedding
 
@@ -107,12 +107,12 @@ def to_mid_level(spec, *, global_step=None, for_serving=False):
 
 def _build(spec, *, global_step, for_serving, owner, skeleton=False):
   model = spec_lib.model_of(owner, spec)
-  for_serving = _checks.check_bool(owner, "for_serving", for_serving)
+  for_serving = checks.check_bool(owner, "for_serving", for_serving)
   uses_fn = [name for name in model.tables
              if model.learning_rate(name).fn is not None]
   if global_step is not None:
     if not isinstance(global_step, tf.Variable):
-      _checks.fail(owner, "global_step", "must be a tf.Variable", global_step,
+      checks.fail(owner, "global_step", "must be a tf.Variable", global_step,
                    TypeError)
     if for_serving:
       raise ValueError(
@@ -387,7 +387,7 @@ def convert_mid_level(feature_config, optimizer=None,
   accepts optimizers with a `slot_variable_creation_fn` and lists them in
   `MidLevelConversion.slot_variable_creation_fns` (the spec does not hold
   them); otherwise they are refused."""
-  pipeline_execution_with_tensor_core = _checks.check_bool(
+  pipeline_execution_with_tensor_core = checks.check_bool(
       owner, "pipeline_execution_with_tensor_core",
       pipeline_execution_with_tensor_core)
   flat = _nest.flatten_with_joined_string_paths(feature_config)
@@ -396,7 +396,7 @@ def convert_mid_level(feature_config, optimizer=None,
   paths, configs, names = [], [], []
   for path, feature in flat:
     if not isinstance(feature, _tpu.FeatureConfig):
-      _checks.fail(owner, f"feature_config[{path!r}]",
+      checks.fail(owner, f"feature_config[{path!r}]",
                    "must be a tf.tpu.experimental.embedding.FeatureConfig",
                    feature, TypeError)
     name = path or feature.name or "feature"

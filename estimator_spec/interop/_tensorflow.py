@@ -29,7 +29,7 @@ from tensorflow.python.tpu import tpu_embedding as _tf_embedding
 from tensorflow_estimator.python.estimator.tpu import _tpu_estimator_embedding as _tf_estimator_embedding
 
 from tpu_embedding_columns import TPU_EMBEDDING_COLUMN_TYPES
-from tpu_embedding_columns import _checks
+from tpu_embedding_columns import checks
 from tpu_embedding_columns import errors
 from tpu_embedding_columns import api as _column_api
 from tpu_embedding_columns import columns as _columns
@@ -103,7 +103,7 @@ def to_tensorflow(spec):
     hint = (" (it already is TensorFlow's; from_tensorflow converts the "
             "other way)" if isinstance(spec, TensorFlowEmbeddingConfigSpec)
             else "")
-    _checks.fail(owner, "spec",
+    checks.fail(owner, "spec",
                  "must be an estimator_spec.EmbeddingConfigSpec" + hint, spec,
                  TypeError)
   model = spec.model
@@ -269,7 +269,7 @@ def from_tensorflow(tf_spec):
   if not isinstance(tf_spec, TensorFlowEmbeddingConfigSpec):
     hint = (" (it already is an estimator_spec spec)"
             if isinstance(tf_spec, _spec.EmbeddingConfigSpec) else "")
-    _checks.fail(
+    checks.fail(
         owner, "tf_spec",
         "must be tensorflow_estimator's EmbeddingConfigSpec "
         "(tf.compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec)" + hint,
@@ -437,7 +437,7 @@ def columns_by_name(spec):
   """
   if not isinstance(spec, (_spec.EmbeddingConfigSpec,
                            TensorFlowEmbeddingConfigSpec)):
-    _checks.fail(
+    checks.fail(
         "estimator_spec.interop.columns_by_name", "spec",
         "must be an estimator_spec or a TensorFlow EmbeddingConfigSpec", spec,
         TypeError)
