@@ -647,6 +647,23 @@ class HostEmbeddingEngine:
 
     return tf.cond(valid, apply, lambda: tf.constant(False))
 
+  def update_partition_contributions(self, name, partition, ids, grads, lr,
+                                     scale=1.0):
+    """The update of partition `partition` of table `name` from contributions
+    that may repeat ids (several tasks' `ids` [N] local ids and `grads`
+    [N, D] float32, concatenated): sums them per distinct id, times `scale`,
+    then applies the sum (docs/numerics.md, 'The backward pass, table by
+    table'), held for a step when pipelining. Returns the op."""
+    unique, index = tf.unique(ids)
+    summed = tf.math.unsorted_segment_sum(
+        grads, index, tf.shape(unique)[0]) * scale
+    summed = tf.ensure_shape(summed,
+                             [None, self.model.tables[name].dimension])
+    if self.model.pipeline_execution_with_tensor_core:
+      return self.pipelined_partition_update(name, partition, unique, summed,
+                                             lr)
+    return self.update_partition(name, partition, unique, summed, lr)
+
   def pipelined_partition_update(self, name, partition, local_ids, grads, lr):
     """Pipelining for an update given per partition (a synchronous cluster
     step): applies the update held for (table, partition), then holds this
