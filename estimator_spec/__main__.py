@@ -498,7 +498,7 @@ def _run_describe(args, spec):
 def _run_profile(args):
   """profile: summary on stdout, the page written, its path last."""
   from estimator_spec.engine import statistics  # pylint: disable=import-outside-toplevel
-  from estimator_spec.engine import statistics_report  # pylint: disable=import-outside-toplevel
+  from estimator_spec.reports import statistics as statistics_report
   directory = args.directory
   if not os.path.isdir(directory):
     reason = "does not exist" if not os.path.exists(directory) else (

@@ -34,7 +34,7 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 import estimator_spec  # pylint: disable=g-import-not-at-top
 from estimator_spec.engine import statistics  # pylint: disable=g-import-not-at-top
-from estimator_spec.engine import statistics_report  # pylint: disable=g-import-not-at-top
+from estimator_spec.reports import statistics as statistics_report  # pylint: disable=g-import-not-at-top
 from examples import ctr_data  # pylint: disable=g-import-not-at-top
 from examples import dlrm  # pylint: disable=g-import-not-at-top
 from examples import training_monitor  # pylint: disable=g-import-not-at-top

@@ -1,4 +1,4 @@
-"""The lookup statistics report (`engine/statistics_report.py`) and
+"""The lookup statistics report (`reports/statistics.py`) and
 `python -m estimator_spec profile`, without a browser.
 
 * The summary's numbers equal what the test counts from the raw ids
@@ -24,7 +24,7 @@ import pytest
 
 from estimator_spec import __main__ as cli
 from estimator_spec.engine import statistics as st
-from estimator_spec.engine import statistics_report as sr
+from estimator_spec.reports import statistics as sr
 
 KINDS = ("rank-frequency", "coverage", "shard-load", "ids-per-example")
 
