@@ -33,7 +33,7 @@ from estimator_spec._version import __version__
 from estimator_spec.config.modes import EVAL
 from estimator_spec.config.modes import PREDICT
 from estimator_spec.config.modes import TRAIN
-from estimator_spec.config.embedding_config import EmbeddingConfig
+from estimator_spec.tpu.embedding_config import EmbeddingConfig
 from estimator_spec.config.model import EmbeddingModel
 from estimator_spec.config.optimizers import ALL_OPTIMIZERS
 from estimator_spec.config.optimizers import AdagradMomentumParameters

@@ -233,8 +233,11 @@ def engine_graph(vocab, dim, shards, strategy, with_slot=True):
   if with_slot:
     slots["accumulator"] = storage.create_table(
         SLOT, vocab, dim, v1.constant_initializer(0.1), shards, strategy)
+  # What the saver reads of an engine: its public state API.
   engine = types.SimpleNamespace(
-      tables={"tbl_a": table}, slots={"tbl_a": slots},
+      created_tables=lambda: ["tbl_a"],
+      table_rows={"tbl_a": table}.__getitem__,
+      slot_rows={"tbl_a": slots}.__getitem__,
       model=types.SimpleNamespace(partition_strategy=strategy))
   return engine, table, slots.get("accumulator")
 

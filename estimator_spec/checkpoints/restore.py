@@ -70,10 +70,9 @@ class LayoutAwareSaver(tf.compat.v1.train.Saver):
                **kwargs):
     self._variables = []
     engine_ids = set()
-    tables = engine.tables or {}
-    for name, rows in tables.items():
-      entries = [(rows, False)] + [
-          (slot, True) for slot in engine.slots[name].values()
+    for name in engine.created_tables():
+      entries = [(engine.table_rows(name), False)] + [
+          (slot, True) for slot in engine.slot_rows(name).values()
       ]
       for variable_rows, is_slot in entries:
         self._variables.append(_EngineVariable(variable_rows, is_slot))

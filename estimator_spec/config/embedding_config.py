@@ -4,9 +4,10 @@
 binds a spec's config model to a batch size, a number of hosts and cores and
 a mode (TRAIN, or EVAL/PREDICT which give the INFERENCE mode without an
 optimizer). Everything downstream takes it: the host engine, and the TPU
-layer, whose proto (`config_proto`, built by `estimator_spec.tpu.proto`) and
-infeed (`split_inputs`, `generate_enqueue_ops`, `estimator_spec.tpu.enqueue`)
-are offered here as methods, as TF's own configuration object offers them.
+layer. It is plain data and imports no other layer: the public
+`estimator_spec.EmbeddingConfig` (`estimator_spec.tpu.embedding_config`)
+is this class with the TPU layer's proto (`config_proto`) and infeed
+(`split_inputs`, `generate_enqueue_ops`) as methods.
 """
 import collections
 
@@ -14,8 +15,6 @@ from tpu_embedding_columns import checks
 
 from estimator_spec.config import spec as spec_lib
 from estimator_spec.config.modes import BATCH_NAMES, MODES, TRAIN
-from estimator_spec.tpu import enqueue
-from estimator_spec.tpu import proto as proto_lib
 
 
 class EmbeddingConfig:
@@ -67,7 +66,6 @@ class EmbeddingConfig:
             f"{owner}: training needs an optimizer for every table; tables "
             f"{missing} have none. Set the spec's `optimization_parameters` "
             "or each TableConfig's `optimization_parameters`.")
-    self._proto = None
 
   # --- topology -------------------------------------------------------------
 
@@ -129,32 +127,6 @@ class EmbeddingConfig:
     return collections.OrderedDict(
         (name, self.model.shard_layout(name, num_shards))
         for name in self.model.tables)
-
-  # --- the infeed -------------------------------------------------------------
-
-  def split_inputs(self, features, labels=None):
-    """One host's batch prepared for the enqueue ops: returns (features,
-    labels, features_per_core); see `estimator_spec.tpu.enqueue.split_inputs`."""
-    return enqueue.split_inputs(self, features, labels)
-
-  def generate_enqueue_ops(self, features_per_core, mode_override=None,
-                           ragged=False):
-    """One `EnqueueTPUEmbeddingArbitraryTensorBatch` op per core; see
-    `estimator_spec.tpu.enqueue.generate_enqueue_ops`."""
-    return enqueue.generate_enqueue_ops(self, features_per_core,
-                                        mode_override=mode_override,
-                                        ragged=ragged)
-
-  # --- the proto ------------------------------------------------------------
-
-  @property
-  def config_proto(self):
-    """The `TPUEmbeddingConfiguration` proto (a fresh copy each call)."""
-    if self._proto is None:
-      self._proto = proto_lib.build_proto(self)
-    proto = proto_lib.Configuration()
-    proto.CopyFrom(self._proto)
-    return proto
 
   def __repr__(self):
     return (f"EmbeddingConfig(tables={len(self.model.tables)}, features="

@@ -30,6 +30,7 @@ synchronous cluster step sends it to the chief, which calls
 """
 import collections
 import contextlib
+from typing import Dict, List, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -37,6 +38,7 @@ import tensorflow as tf
 from tpu_embedding_columns import columns
 from tpu_embedding_columns import lookup as column_lookup
 
+from estimator_spec.config import sharding
 from estimator_spec.engine import inputs as inputs_lib
 from estimator_spec.engine import kernels
 from estimator_spec.engine import storage
@@ -394,6 +396,75 @@ class HostEmbeddingEngine:
       for slot in self.slots[name].values():
         result.extend(slot.partitions)
     return result
+
+  # --- state: the narrow public API of the tables and slots -----------------
+  # What other layers (mid_level, checkpoints, a cluster's sync step) read
+  # of the engine's storage: none of them reaches into `tables`/`slots`.
+
+  def has_variables(self, table_name: str) -> bool:
+    """Whether the variables of table `table_name` exist (they are made by
+    `create_variables` or the first lookup of the table)."""
+    self._check_table(table_name)
+    return self.tables is not None and table_name in self.tables
+
+  def created_tables(self) -> List[str]:
+    """The names of the tables whose variables exist, in the order they
+    were created."""
+    return list(self.tables or ())
+
+  def table_rows(self, table_name: str) -> storage.PartitionedRows:
+    """The `PartitionedRows` of table `table_name` (its partition variables,
+    layout and routed access); its variables must exist."""
+    self._require_variables(table_name)
+    return self.tables[table_name]
+
+  def slot_rows(self, table_name: str) -> Dict[str, storage.PartitionedRows]:
+    """{slot name (`SlotSpec.name`): `PartitionedRows`} of table
+    `table_name`'s slots, in the optimizer's order (empty when the table
+    has no slots); its variables must exist."""
+    self._require_variables(table_name)
+    return collections.OrderedDict(self.slots[table_name])
+
+  def table_partitions(self, table_name: str) -> List[tf.Variable]:
+    """The partition variables of table `table_name`, in partition order
+    (one per partition of `table_layout`)."""
+    return list(self.table_rows(table_name).partitions)
+
+  def slot_partitions(self, table_name: str,
+                      slot_name: str) -> List[tf.Variable]:
+    """The partition variables of slot `slot_name` (`SlotSpec.name`) of
+    table `table_name`, in partition order."""
+    slots = self.slot_rows(table_name)
+    if slot_name not in slots:
+      raise ValueError(
+          f"HostEmbeddingEngine: table {table_name!r} has no slot "
+          f"{slot_name!r}; its slots are {list(slots)}.")
+    return list(slots[slot_name].partitions)
+
+  def table_layout(self, table_name: str) -> sharding.ShardLayout:
+    """The `ShardLayout` of table `table_name` (and of its slots)."""
+    return self.table_rows(table_name).layout
+
+  def split_by_partition(self, table_name: str, ids: tf.Tensor,
+                         values: tf.Tensor) -> List[Tuple[tf.Tensor,
+                                                          tf.Tensor]]:
+    """[(local ids, values)] per partition of table `table_name`: global
+    `ids` and their `values` routed to the partitions holding them
+    (`ShardLayout.route`)."""
+    return self.table_rows(table_name).split(ids, values)
+
+  def _check_table(self, table_name):
+    if table_name not in self.model.tables:
+      raise ValueError(
+          f"HostEmbeddingEngine: unknown table {table_name!r}; tables are "
+          f"{list(self.model.tables)}.")
+
+  def _require_variables(self, table_name):
+    if not self.has_variables(table_name):
+      raise RuntimeError(
+          f"HostEmbeddingEngine: the variables of table {table_name!r} do "
+          "not exist yet; create them first (`create_variables`, or a "
+          "lookup of the table).")
 
   # --- forward ---------------------------------------------------------------
 

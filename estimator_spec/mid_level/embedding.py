@@ -207,7 +207,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     if self.is_training:
       supplied = set()  # ids of the variables creation functions returned
       for name, fn in self._conversion.slot_variable_creation_fns.items():
-        if self._engine.tables and name in self._engine.tables:
+        if self._engine.has_variables(name):
           continue  # created by an earlier build that failed later
         self._engine.supply_slot_variables(
             name, self._slot_supplier(name, fn, supplied))
@@ -294,7 +294,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     variable per table: the host keeps tables unpartitioned)."""
     self._require_built("embedding_tables")
     return {
-        table: self._engine.tables[name].partitions[0]
+        table: self._engine.table_partitions(name)[0]
         for name, table in self._conversion.table_configs.items()
     }
 
@@ -309,8 +309,8 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       optimizer = self._config.optimizer_for(name)
       specs = {s.name: s for s in optimizer.slot_specs()} if optimizer else {}
       result[table] = {
-          specs[slot].mid_level: rows.partitions[0]
-          for slot, rows in self._engine.slots[name].items()
+          specs[slot].mid_level: self._engine.slot_partitions(name, slot)[0]
+          for slot in self._engine.slot_rows(name)
       }
     return result
 
@@ -319,9 +319,9 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     variables = {}
     names = checkpoint_layout.object_names(self._config.model)
     for name, (table, slot) in names.items():
-      rows = (self._engine.tables[table] if slot is None else
-              self._engine.slots[table][slot.name])
-      variables[name] = rows.partitions[0]
+      partitions = (self._engine.table_partitions(table) if slot is None else
+                    self._engine.slot_partitions(table, slot.name))
+      variables[name] = partitions[0]
     return variables
 
   def _trackable_children(self, save_type="checkpoint", **kwargs):
@@ -506,7 +506,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     `__call__`."""
     model = self._config.model
     tables = list(model.tables)
-    variables = [self._engine.tables[t].partitions[0] for t in tables]
+    variables = [self._engine.table_partitions(t)[0] for t in tables]
     plans = step.gradient_plans[replica]
     names = self._names
 
