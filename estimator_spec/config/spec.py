@@ -194,27 +194,9 @@ class EmbeddingConfigSpec(
               profile_data_directory=None):
     owner = "EmbeddingConfigSpec"
     has_columns = bool(feature_columns)
-    has_features = bool(feature_to_config_dict)
-    has_tables = bool(table_to_config_dict)
-    if has_features != has_tables:
-      given, missing = (("feature_to_config_dict", "table_to_config_dict")
-                        if has_features else
-                        ("table_to_config_dict", "feature_to_config_dict"))
-      raise ValueError(
-          f"{owner}: `{given}` was given without `{missing}`; the dict form "
-          "needs both.")
-    if has_columns == has_features:
-      raise ValueError(
-          f"{owner}: Exactly one of `feature_columns` and the pair "
-          "`feature_to_config_dict` and `table_to_config_dict` must be "
-          f"specified; got {'both' if has_columns else 'neither'}.")
-    if partition_strategy not in PARTITION_STRATEGIES:
-      # TF's text, value unquoted (callers match it), then what to do.
-      raise ValueError(
-          f"{owner}: Invalid partition_strategy {partition_strategy}. Must "
-          f"be one of \"mod\" or \"div\". (`partition_strategy` got "
-          f"{partition_strategy!r}: 'div' shards a table's rows in "
-          "contiguous blocks, 'mod' round-robin.)")
+    _check_form(owner, has_columns, bool(feature_to_config_dict),
+                bool(table_to_config_dict))
+    _check_partition_strategy(owner, partition_strategy)
     if clipping_limit is not None:
       clipping_limit = checks.check_number(owner, "clipping_limit",
                                             clipping_limit, above=0.0)
@@ -225,48 +207,13 @@ class EmbeddingConfigSpec(
                            experimental_gradient_multiplier_fn)
     checks.check_str(owner, "profile_data_directory", profile_data_directory,
                       allow_none=True)
-    if optimization_parameters is not None and not isinstance(
-        optimization_parameters, optimizers.OptimizationParameters):
-      raise errors.ArgumentTypeError(
-          f"{owner}: optimization_parameters must be an instance of type "
-          "one of " + ", ".join(o.__name__ for o in optimizers.ALL_OPTIMIZERS)
-          + " (estimator_spec's) (`optimization_parameters`). Got "
-          f"{type(optimization_parameters)}. "
-          "TensorFlow's own classes convert with "
-          "estimator_spec.interop.from_tensorflow.")
+    _check_spec_optimizer(owner, optimization_parameters)
 
     tensor_core_columns = None
     embedding_core_columns = None
     if has_columns:
-      if isinstance(feature_columns, dict) or not isinstance(
-          feature_columns, (list, tuple)):
-        checks.fail(owner, "feature_columns",
-                     "must be a list of TPU embedding columns",
-                     feature_columns, TypeError)
-      for column in feature_columns:
-        if not isinstance(column, TPU_EMBEDDING_COLUMN_TYPES):
-          hint = ("convert TensorFlow's own TPU columns with "
-                  "estimator_spec.interop.from_tensorflow, or build them with "
-                  "tpu_embedding_columns.embedding_column / "
-                  "shared_embedding_columns"
-                  if hasattr(column, "get_embedding_var_name") else
-                  "build embedding columns with "
-                  "tpu_embedding_columns.embedding_column / "
-                  "shared_embedding_columns; other feature columns belong to "
-                  "the dense model, not to the embedding spec")
-          raise errors.ArgumentTypeError(
-              f"{owner}: Unsupported feature column {type(column)}. "
-              "Supported types are (EmbeddingColumn, SharedEmbeddingColumn) "
-              f"of tpu_embedding_columns: `feature_columns` holds {column!r}"
-              f", which is not a TPU embedding column; {hint}.")
-      tensor_core_columns = [c for c in feature_columns if c.is_tensor_core]
-      embedding_core_columns = [
-          c for c in feature_columns if not c.is_tensor_core
-      ]
-      if optimization_parameters is None:
-        raise ValueError(
-            f"{owner}: `optimization_parameters` is required with "
-            "`feature_columns` (e.g. AdagradParameters(learning_rate=0.1)).")
+      embedding_core_columns, tensor_core_columns = _split_columns(
+          owner, feature_columns, optimization_parameters)
     else:
       _check_dict(owner, "feature_to_config_dict", feature_to_config_dict,
                   FeatureConfig)
@@ -312,6 +259,83 @@ class EmbeddingConfigSpec(
     live object the config model refers to by name), or None in the dict
     form."""
     return self.__dict__["_columns"].get(feature_name)
+
+
+def _check_form(owner, has_columns, has_features, has_tables):
+  """Exactly one of the columns and the pair of dicts."""
+  if has_features != has_tables:
+    given, missing = (("feature_to_config_dict", "table_to_config_dict")
+                      if has_features else
+                      ("table_to_config_dict", "feature_to_config_dict"))
+    raise ValueError(
+        f"{owner}: `{given}` was given without `{missing}`; the dict form "
+        "needs both.")
+  if has_columns == has_features:
+    raise ValueError(
+        f"{owner}: Exactly one of `feature_columns` and the pair "
+        "`feature_to_config_dict` and `table_to_config_dict` must be "
+        f"specified; got {'both' if has_columns else 'neither'}.")
+
+
+def _check_partition_strategy(owner, partition_strategy):
+  if partition_strategy not in PARTITION_STRATEGIES:
+    # TF's text, value unquoted (callers match it), then what to do.
+    raise ValueError(
+        f"{owner}: Invalid partition_strategy {partition_strategy}. Must "
+        f"be one of \"mod\" or \"div\". (`partition_strategy` got "
+        f"{partition_strategy!r}: 'div' shards a table's rows in "
+        "contiguous blocks, 'mod' round-robin.)")
+
+
+def _check_spec_optimizer(owner, optimization_parameters):
+  if optimization_parameters is not None and not isinstance(
+      optimization_parameters, optimizers.OptimizationParameters):
+    raise errors.ArgumentTypeError(
+        f"{owner}: optimization_parameters must be an instance of type "
+        "one of " + ", ".join(o.__name__ for o in optimizers.ALL_OPTIMIZERS)
+        + " (estimator_spec's) (`optimization_parameters`). Got "
+        f"{type(optimization_parameters)}. "
+        "TensorFlow's own classes convert with "
+        "estimator_spec.interop.from_tensorflow.")
+
+
+def _split_columns(owner, feature_columns, optimization_parameters):
+  """The spec's columns checked, as (embedding-core columns, tensor-core
+  columns)."""
+  if isinstance(feature_columns, dict) or not isinstance(
+      feature_columns, (list, tuple)):
+    checks.fail(owner, "feature_columns",
+                 "must be a list of TPU embedding columns",
+                 feature_columns, TypeError)
+  for column in feature_columns:
+    if not isinstance(column, TPU_EMBEDDING_COLUMN_TYPES):
+      _unsupported_column(owner, column)
+  tensor_core_columns = [c for c in feature_columns if c.is_tensor_core]
+  embedding_core_columns = [
+      c for c in feature_columns if not c.is_tensor_core
+  ]
+  if optimization_parameters is None:
+    raise ValueError(
+        f"{owner}: `optimization_parameters` is required with "
+        "`feature_columns` (e.g. AdagradParameters(learning_rate=0.1)).")
+  return embedding_core_columns, tensor_core_columns
+
+
+def _unsupported_column(owner, column):
+  hint = ("convert TensorFlow's own TPU columns with "
+          "estimator_spec.interop.from_tensorflow, or build them with "
+          "tpu_embedding_columns.embedding_column / "
+          "shared_embedding_columns"
+          if hasattr(column, "get_embedding_var_name") else
+          "build embedding columns with "
+          "tpu_embedding_columns.embedding_column / "
+          "shared_embedding_columns; other feature columns belong to "
+          "the dense model, not to the embedding spec")
+  raise errors.ArgumentTypeError(
+      f"{owner}: Unsupported feature column {type(column)}. "
+      "Supported types are (EmbeddingColumn, SharedEmbeddingColumn) "
+      f"of tpu_embedding_columns: `feature_columns` holds {column!r}"
+      f", which is not a TPU embedding column; {hint}.")
 
 
 def _check_dict(owner, arg, value, value_type):
