@@ -3,7 +3,9 @@
 The only package of the library that imports TensorFlow's TPU implementation
 (`tensorflow.python.tpu`, TF's TPU feature columns and TPUEstimator). It holds:
 * `single_replica()`: `tf.compat.v1.tpu.CrossShardOptimizer` run as one
-  replica on the host (`_replica.py`).
+  replica on the host (`_replica.py`; the patches of TF it takes are
+  `estimator_spec.tf_patches.replica_context`, the one other module that
+  imports TF's TPU implementation).
 * `to_tensorflow`, `from_tensorflow`, `columns_by_name`: the spec as TF
   2.15's own classes and back (`_tensorflow.py`).
 * `tpu_named(config)`: whether a RunConfig asks for a real TPU
