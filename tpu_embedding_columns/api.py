@@ -130,38 +130,10 @@ def make_shared_columns(column_class, categorical_columns, dimension,
   `column_class` (a `SharedEmbeddingColumn` class) per categorical column,
   all on one `SharedTable`. `tpu_embedding_columns.legacy` passes its own
   class; the validation and the table are the same."""
-  owner = _SHARED_OWNER
-  if isinstance(categorical_columns, (str, bytes)) or not isinstance(
-      categorical_columns, (list, tuple)):
-    checks.fail(owner, "categorical_columns",
-                 "must be a list of categorical columns", categorical_columns,
-                 TypeError)
-  if not categorical_columns:
-    checks.fail(owner, "categorical_columns", "must not be empty",
-                 categorical_columns)
-  for column in categorical_columns:
-    _check_categorical(owner, "categorical_columns", column)
-  names = [c.name for c in categorical_columns]
-  if len(set(names)) != len(names):
-    checks.fail(owner, "categorical_columns",
-                 "must not name the same column twice", names)
+  names = _check_column_list(categorical_columns)
   owner = f"{_SHARED_OWNER}({names!r})"
-
-  if max_sequence_lengths is None or (isinstance(max_sequence_lengths,
-                                                 (list, tuple)) and
-                                      not max_sequence_lengths):
-    max_sequence_lengths = [0] * len(categorical_columns)
-  if not isinstance(max_sequence_lengths, (list, tuple)):
-    checks.fail(owner, "max_sequence_lengths", "must be a list of ints",
-                 max_sequence_lengths, TypeError)
-  if len(max_sequence_lengths) != len(categorical_columns):
-    raise ValueError(
-        f"{owner}: max_sequence_lengths and categorical_columns must be of "
-        f"the same length. len(max_sequence_lengths)="
-        f"{len(max_sequence_lengths)} len(categorical_columns)="
-        f"{len(categorical_columns)} (`max_sequence_lengths` needs one entry "
-        f"per column; got {list(max_sequence_lengths)!r}).")
-
+  max_sequence_lengths = _check_length_list(owner, max_sequence_lengths,
+                                            categorical_columns)
   dimension = _check_dimension(owner, dimension)
   initializer = _check_initializer(owner, initializer, dimension)
   device, tensor_core_shape = _check_device(
@@ -177,7 +149,67 @@ def make_shared_columns(column_class, categorical_columns, dimension,
   checks.check_callable(owner, "learning_rate_fn", learning_rate_fn)
   use_safe_embedding_lookup = checks.check_bool(
       owner, "use_safe_embedding_lookup", use_safe_embedding_lookup)
+  table = _shared_table(owner, categorical_columns, dimension, initializer,
+                        shared_embedding_collection_name)
+  return [
+      column_class(
+          categorical_column=column,
+          shared_table=table,
+          combiner=combiner,
+          max_sequence_length=length,
+          learning_rate_fn=learning_rate_fn,
+          embedding_lookup_device=device,
+          tensor_core_shape=tensor_core_shape,
+          use_safe_embedding_lookup=use_safe_embedding_lookup)
+      for column, length in zip(categorical_columns, lengths)
+  ]
 
+
+def _check_column_list(categorical_columns):
+  """Checks `categorical_columns` of `shared_embedding_columns` (a non-empty
+  list of distinct categorical columns); returns their names."""
+  owner = _SHARED_OWNER
+  if isinstance(categorical_columns, (str, bytes)) or not isinstance(
+      categorical_columns, (list, tuple)):
+    checks.fail(owner, "categorical_columns",
+                 "must be a list of categorical columns", categorical_columns,
+                 TypeError)
+  if not categorical_columns:
+    checks.fail(owner, "categorical_columns", "must not be empty",
+                 categorical_columns)
+  for column in categorical_columns:
+    _check_categorical(owner, "categorical_columns", column)
+  names = [c.name for c in categorical_columns]
+  if len(set(names)) != len(names):
+    checks.fail(owner, "categorical_columns",
+                 "must not name the same column twice", names)
+  return names
+
+
+def _check_length_list(owner, max_sequence_lengths, categorical_columns):
+  """`max_sequence_lengths`, one entry per column (None or empty: all 0)."""
+  if max_sequence_lengths is None or (isinstance(max_sequence_lengths,
+                                                 (list, tuple)) and
+                                      not max_sequence_lengths):
+    max_sequence_lengths = [0] * len(categorical_columns)
+  if not isinstance(max_sequence_lengths, (list, tuple)):
+    checks.fail(owner, "max_sequence_lengths", "must be a list of ints",
+                 max_sequence_lengths, TypeError)
+  if len(max_sequence_lengths) != len(categorical_columns):
+    raise ValueError(
+        f"{owner}: max_sequence_lengths and categorical_columns must be of "
+        f"the same length. len(max_sequence_lengths)="
+        f"{len(max_sequence_lengths)} len(categorical_columns)="
+        f"{len(categorical_columns)} (`max_sequence_lengths` needs one entry "
+        f"per column; got {list(max_sequence_lengths)!r}).")
+  return max_sequence_lengths
+
+
+def _shared_table(owner, categorical_columns, dimension, initializer,
+                  shared_embedding_collection_name):
+  """The one `SharedTable` of the columns: they must have the same number
+  of buckets; its name defaults to their sorted names joined by '_' plus
+  '_shared_embedding'."""
   by_name = sorted(categorical_columns, key=lambda c: c.name)
   num_buckets = by_name[0].num_buckets
   for column in by_name[1:]:
@@ -192,21 +224,8 @@ def make_shared_columns(column_class, categorical_columns, dimension,
         "_".join(c.name for c in by_name) + "_shared_embedding")
   checks.check_str(owner, "shared_embedding_collection_name",
                     shared_embedding_collection_name)
-
-  table = cols.SharedTable(shared_embedding_collection_name, num_buckets,
-                           dimension, initializer)
-  return [
-      column_class(
-          categorical_column=column,
-          shared_table=table,
-          combiner=combiner,
-          max_sequence_length=length,
-          learning_rate_fn=learning_rate_fn,
-          embedding_lookup_device=device,
-          tensor_core_shape=tensor_core_shape,
-          use_safe_embedding_lookup=use_safe_embedding_lookup)
-      for column, length in zip(categorical_columns, lengths)
-  ]
+  return cols.SharedTable(shared_embedding_collection_name, num_buckets,
+                          dimension, initializer)
 
 
 def _column_name(column):
