@@ -1,24 +1,23 @@
-"""Optimization-parameter classes for TPU embedding tables.
+"""Optimization-parameter classes for TPU embedding tables (plain data).
 
 Each class takes the constructor arguments of the TF 2.15 class of the same
 name (`tf.compat.v1.tpu.experimental.AdagradParameters`, ...), with the same
-defaults, and validates them when constructed. Every class knows three things
+defaults, and validates them when constructed. Every class knows these things
 about its optimizer and nothing else:
 
+* its hyper-parameters, which the host engine's rule for it reads;
 * which message of `OptimizationParameters` (the TPU proto) it fills, and how;
 * its slot variables: name, checkpoint suffix and initial value;
-* the attributes the host engine reads for the update rule.
+* its counterpart in TF2's mid-level API.
 
-Gradient clipping, weight decay, weight clipping and the learning-rate choice
-are common to every optimizer and are applied by one shared pipeline (see
-docs/numerics.md, 'The backward pass, table by table'), never inside an
-optimizer.
+The update rules themselves are the engine's (estimator_spec/engine/rules.py,
+one per class). Gradient clipping, weight decay, weight clipping and the
+learning-rate choice are common to every optimizer and are applied by one
+shared pipeline (see docs/numerics.md, 'The backward pass, table by table'),
+never inside an optimizer.
 """
 import collections
 import inspect
-
-import numpy as np
-import tensorflow as tf
 
 from tpu_embedding_columns import checks
 
@@ -119,31 +118,10 @@ class OptimizationParameters:
     return {theirs: getattr(self, ours)
             for ours, theirs in self.mid_level_names.items()}
 
-  def update_rows(self, w, slots, g, lr):
-    """The optimizer's own rule on touched rows (float32 tensors [U, D]).
-
-    `slots` maps slot name to rows; returns (new rows, new slots dict).
-    Gradient clipping, weight decay and weight clipping are not done here.
-    """
-    raise NotImplementedError
-
   @property
   def updates_every_row(self):
     """True if a step changes rows that were not looked up (non-lazy Adam)."""
     return False
-
-  # The host engine's compiled row update computing this rule
-  # (estimator_spec/engine/kernels/row_updates.cc), or None.
-  row_kernel = None
-
-  def fused_update(self, table, slots, ids, grads, lr):
-    """The update rule (`update_rows` followed by the writes) as ONE of
-    TensorFlow's sparse-apply kernels on the variables, which reads and
-    writes the rows under the variables' lock; None when TF has no kernel
-    computing exactly this rule. The engine uses it only where no other
-    step of the shared pipeline (clipping, decay) applies."""
-    del table, slots, ids, grads, lr
-    return None
 
   # --- presentation -------------------------------------------------------
 
@@ -191,21 +169,6 @@ class AdagradParameters(OptimizationParameters):
                      "accumulators"),)
 
 
-  def update_rows(self, w, slots, g, lr):
-    accumulator = slots["accumulator"] + g * g
-    return w - lr * g / tf.sqrt(accumulator), {"accumulator": accumulator}
-
-  row_kernel = "adagrad"
-
-  def fused_update(self, table, slots, ids, grads, lr):
-    # accum += g * g; var -= lr * g / (sqrt(accum) + 0): the rule above.
-    return tf.raw_ops.ResourceSparseApplyAdagradV2(
-        var=table.handle, accum=slots["accumulator"].handle, lr=lr,
-        epsilon=tf.constant(0.0, grads.dtype), grad=grads, indices=ids,
-        use_locking=True)
-
-
-
 class AdagradMomentumParameters(OptimizationParameters):
   """Adagrad with a momentum accumulator and a configurable exponent."""
 
@@ -244,24 +207,6 @@ class AdagradMomentumParameters(OptimizationParameters):
             SlotSpec("momenta", "AdagradMomentum/Momentum", 0.0, "momenta"))
 
 
-  def update_rows(self, w, slots, g, lr):
-    # As TensorFlow's TPU test of this optimizer states what the TPU
-    # computes (docs/numerics.md, 'Each optimizer on a touched row'): the
-    # momentum accumulates the gradient scaled by the Adagrad factor.
-    # The TPU reads beta2 as a float32 proto field: compare that value.
-    if np.float32(self.beta2) == 1.0:
-      accumulator = slots["accumulator"] + g * g
-    else:
-      accumulator = (self.beta2 * slots["accumulator"] +
-                     (1.0 - _f32(self.beta2)) * g * g)
-    scaled = g * tf.pow(accumulator + self.epsilon, -1.0 / self.exponent)
-    momenta = self.momentum * slots["momenta"] + scaled
-    update = (self.momentum * momenta + scaled if self.use_nesterov else
-              momenta)
-    return w - lr * update, {"accumulator": accumulator,
-                             "momenta": momenta}
-
-
 class ProximalAdagradParameters(OptimizationParameters):
   """Adagrad followed by the proximal step for l1/l2 regularization."""
 
@@ -291,14 +236,6 @@ class ProximalAdagradParameters(OptimizationParameters):
   def slot_specs(self):
     return (SlotSpec("accumulator", "ProximalAdagrad",
                      self.initial_accumulator),)
-
-  def update_rows(self, w, slots, g, lr):
-    accumulator = slots["accumulator"] + g * g
-    step = lr / tf.sqrt(accumulator)
-    return (_proximal(w - step * g, step, self.l1_regularization_strength,
-                      self.l2_regularization_strength),
-            {"accumulator": accumulator})
-
 
 
 class AdamParameters(OptimizationParameters):
@@ -347,19 +284,9 @@ class AdamParameters(OptimizationParameters):
             SlotSpec("v", "Adam/v", 0.0, "velocities"))
 
 
-  def update_rows(self, w, slots, g, lr):
-    m = self.beta1 * slots["m"] + (1.0 - _f32(self.beta1)) * g
-    v = self.beta2 * slots["v"] + (1.0 - _f32(self.beta2)) * g * g
-    if self.sum_inside_sqrt:
-      step = m / tf.sqrt(v + self.epsilon * self.epsilon)
-    else:
-      step = m / (tf.sqrt(v) + self.epsilon)
-    return w - lr * step, {"m": m, "v": v}
-
   @property
   def updates_every_row(self):
     return not self.lazy_adam
-
 
 
 class FtrlParameters(OptimizationParameters):
@@ -423,29 +350,6 @@ class FtrlParameters(OptimizationParameters):
           "FTRL refuses (it must be > 0); use a small positive value.")
     return super().mid_level_arguments()
 
-  def update_rows(self, w, slots, g, lr):
-    # Zero-safe in every case: a^(-p) is computed directly (0 stays 0) and
-    # the division by `quad` happens only where the weight is non-zero.
-    power = -self.learning_rate_power
-    accumulator = slots["accumulator"] + g * g
-    grown = tf.pow(accumulator, power) - tf.pow(slots["accumulator"], power)
-    if self.multiply_linear_by_learning_rate:
-      linear = slots["linear"] + lr * g - grown * w
-      quad = (tf.pow(accumulator, power) +
-              2.0 * self.l2_regularization_strength * lr + self.beta)
-      threshold = self.l1_regularization_strength * lr
-    else:
-      linear = slots["linear"] + g - grown / lr * w
-      quad = (tf.pow(accumulator, power) / lr +
-              2.0 * self.l2_regularization_strength + self.beta / lr)
-      threshold = self.l1_regularization_strength
-    shrunk = tf.sign(linear) * threshold - linear
-    keep = tf.logical_and(tf.abs(linear) > threshold, quad != 0.0)
-    new_w = tf.where(keep, tf.math.divide_no_nan(shrunk, quad),
-                     tf.zeros_like(w))
-    return new_w, {"accumulator": accumulator, "linear": linear}
-
-
 
 class ProximalYogiParameters(OptimizationParameters):
   """Proximal Yogi (Zaheer et al., 2018) with l1/l2 regularization."""
@@ -487,15 +391,6 @@ class ProximalYogiParameters(OptimizationParameters):
     return (SlotSpec("v", "ProximalYogi", self.initial_accumulator_value),
             SlotSpec("m", "ProximalYogi_1", 0.0))
 
-  def update_rows(self, w, slots, g, lr):
-    m = self.beta1 * slots["m"] + (1.0 - _f32(self.beta1)) * g
-    g2 = g * g
-    v = slots["v"] + (1.0 - _f32(self.beta2)) * tf.sign(g2 - slots["v"]) * g2
-    step = lr / (tf.sqrt(v) + self.epsilon)
-    return (_proximal(w - step * m, step, self.l1_regularization_strength,
-                      self.l2_regularization_strength), {"v": v, "m": m})
-
-
 
 class MomentumParameters(OptimizationParameters):
   """Momentum: `m = momentum * m + g; w -= lr * m` (or Nesterov)."""
@@ -519,13 +414,6 @@ class MomentumParameters(OptimizationParameters):
 
   def slot_specs(self):
     return (SlotSpec("momenta", "Momentum", 0.0),)
-
-  def update_rows(self, w, slots, g, lr):
-    momenta = self.momentum * slots["momenta"] + g
-    if self.use_nesterov:
-      return w - lr * (g + self.momentum * momenta), {"momenta": momenta}
-    return w - lr * momenta, {"momenta": momenta}
-
 
 
 class RMSPropParameters(OptimizationParameters):
@@ -556,12 +444,6 @@ class RMSPropParameters(OptimizationParameters):
     return (SlotSpec("ms", "RMSProp/ms", 0.0),
             SlotSpec("mom", "RMSProp/mom", 0.0))
 
-  def update_rows(self, w, slots, g, lr):
-    ms = self.rho * slots["ms"] + (1.0 - _f32(self.rho)) * g * g
-    mom = self.momentum * slots["mom"] + lr * g / tf.sqrt(ms + self.epsilon)
-    return w - mom, {"ms": ms, "mom": mom}
-
-
 
 class StochasticGradientDescentParameters(OptimizationParameters):
   """Plain SGD: `w -= lr * g`; no slot variables."""
@@ -576,18 +458,6 @@ class StochasticGradientDescentParameters(OptimizationParameters):
                clip_gradient_min=None, clip_gradient_max=None):
     super().__init__(**_common_arguments(locals()))
 
-  def update_rows(self, w, slots, g, lr):
-    del slots
-    return w - lr * g, {}
-
-  row_kernel = "sgd"
-
-  def fused_update(self, table, slots, ids, grads, lr):
-    del slots
-    # A resource scatter holds the variable's lock while it writes.
-    return table.scatter_sub(tf.IndexedSlices(lr * grads, ids)).op
-
-
 
 _COMMON_ARGUMENTS = ("learning_rate", "use_gradient_accumulation",
                      "clip_weight_min", "clip_weight_max",
@@ -599,17 +469,6 @@ _COMMON_ARGUMENTS = ("learning_rate", "use_gradient_accumulation",
 def _common_arguments(arguments):
   """The arguments every optimizer passes to OptimizationParameters."""
   return {name: arguments[name] for name in _COMMON_ARGUMENTS}
-
-
-def _f32(value):
-  """A hyper-parameter as float32, so that `1 - beta` is computed in float32
-  as on the TPU (proto fields are float) and in TF's kernels."""
-  return tf.constant(value, tf.float32)
-
-
-def _proximal(v, step, l1, l2):
-  """The l1/l2 proximal step: sign(v) * max(|v| - step*l1, 0) / (1 + step*l2)."""
-  return tf.sign(v) * tf.maximum(tf.abs(v) - step * l1, 0.0) / (1.0 + step * l2)
 
 
 ALL_OPTIMIZERS = (

@@ -30,17 +30,19 @@ synchronous cluster step sends it to the chief, which calls
 """
 import collections
 import contextlib
+import functools
 from typing import Dict, List, Tuple
 
-import numpy as np
 import tensorflow as tf
 
 from tpu_embedding_columns import columns
 from tpu_embedding_columns import lookup as column_lookup
 
 from estimator_spec.config import sharding
+from estimator_spec.engine import executors
 from estimator_spec.engine import inputs as inputs_lib
 from estimator_spec.engine import kernels
+from estimator_spec.engine import pipeline as pipeline_lib
 from estimator_spec.engine import storage
 
 
@@ -659,7 +661,7 @@ class HostEmbeddingEngine:
       window_attrs = {"offsets": [0 if window is None else window[1]
                                   for window in windows],
                       "dim": dimension}
-    summed, finite = kernels.row_updates().host_embedding_id_gradients(
+    summed, finite = kernels.id_gradients(
         grads=grads,
         segments=[plan.segment for plan in plans],
         weights=kernels.or_empty([plan.weights for plan in plans]),
@@ -679,7 +681,7 @@ class HostEmbeddingEngine:
   def _learning_rate(self, name, step, checks):
     """The table's learning rate at `step`; a `learning_rate_fn` value is
     checked to be finite (the check joins `checks`, which gate writes)."""
-    rate = self.model.learning_rate(name)
+    rate = self.update_pipelines[name].learning_rate
     if rate.fn is not None:
       return _finite(
           tf.cast(rate.fn(step), tf.float32),
@@ -767,6 +769,15 @@ class HostEmbeddingEngine:
     return (self.shard_device_fn(name, partition)
             if self.shard_device_fn is not None else None)
 
+  @functools.cached_property
+  def update_pipelines(self):
+    """{table name: its `UpdatePipeline`}, built once from the model, for
+    the tables a training engine updates (docs/numerics.md, 'The backward
+    pass, table by table')."""
+    return collections.OrderedDict(
+        (name, pipeline_lib.UpdatePipeline.of(self.model, name))
+        for name in self.model.tables)
+
   def _update_table(self, name, ids, grads, lr, rows=None):
     """docs/numerics.md, 'The backward pass, table by table' and 'Each optimizer
     on a touched row' on the distinct global `ids` of one table. `rows`: the
@@ -778,53 +789,11 @@ class HostEmbeddingEngine:
           self.update_partition(name, p, local, part_grads, lr)
           for p, (local, part_grads) in enumerate(table.split(ids, grads))
       ])
-    optimizer = self.config.optimizer_for(name)
-    slots = self.slots[name]
-    kernel = _row_kernel(optimizer, table)
-    if kernel is not None:
-      return self._kernel_update(kernel, name, optimizer, ids, grads, lr)
-    if rows is None:
-      rows = table.gather(ids)
-    if optimizer.updates_every_row:
-      return self._update_every_row(
-          optimizer, table.read_all(),
-          {k: v.read_all() for k, v in slots.items()},
-          tf.expand_dims(ids, 1), rows, grads, lr, table.assign_all,
-          {k: v.assign_all for k, v in slots.items()})
-    slot_rows = {k: v.gather(ids) for k, v in slots.items()}
-    new_rows, new_slots = _new_rows(self.model, optimizer, rows, slot_rows,
-                                    grads, lr)
-    writes = [table.scatter_update(ids, new_rows)]
-    writes.extend(slots[k].scatter_update(ids, v) for k, v in new_slots.items())
-    return tf.group(*writes)
-
-  def _kernel_update(self, kernel, name, optimizer, ids, grads, lr):
-    """docs/numerics.md, 'The backward pass, table by table' and 'Each optimizer
-    on a touched row' on table `name` as the compiled row update `kernel`, one
-    op per partition: rows and slots change in place, with no gather of the
-    slots and no scatter back (the caller orders it after the step's reads of
-    the table)."""
-    table = self.tables[name]
-    slots = [self.slots[name][spec.name] for spec in optimizer.slot_specs()]
-    lower, upper = self.model.gradient_clip_bounds(optimizer)
-    factor = _decay_factor(optimizer, lr)
-    low, high = optimizer.clip_weight_min, optimizer.clip_weight_max
-
-    def scalar(value, default):
-      return tf.cast(default if value is None else value, tf.float32)
-
-    return tf.group(*[
-        kernel(table.partitions[p].handle,
-               *[slot.partitions[p].handle for slot in slots],
-               indices=local, grad=part_grads, lr=lr,
-               grad_lo=scalar(lower, -np.inf), grad_hi=scalar(upper, np.inf),
-               factor=scalar(factor, 0.0), weight_lo=scalar(low, -np.inf),
-               weight_hi=scalar(high, np.inf),
-               clip_gradients=lower is not None or upper is not None,
-               decay=factor is not None,
-               clip_weights=low is not None or high is not None)
-        for p, (local, part_grads) in enumerate(table.split(ids, grads))
-    ])
+    pipeline = self.update_pipelines[name]
+    target = executors.Target(
+        table, self.slots[name],
+        ops=executors.compiled_ops(pipeline.compiled, table.partitions))
+    return executors.update(pipeline, target, ids, grads, lr, rows)
 
   def update_partition(self, name, partition, local_ids, grads, lr):
     """docs/numerics.md, 'The backward pass, table by table' and 'Each optimizer
@@ -833,54 +802,15 @@ class HostEmbeddingEngine:
     slots there, at update time, and writes them back under the partition's lock
     (or in one of TF's sparse-apply kernels, which lock the variables), so
     concurrent updates of the same rows (asynchronous training) all count."""
-    optimizer = self.config.optimizer_for(name)
     table = self.tables[name].partitions[partition]
-    slots = {k: v.partitions[partition] for k, v in self.slots[name].items()}
+    target = executors.Target(
+        executors.PartitionRows(table),
+        {k: executors.PartitionRows(v.partitions[partition])
+         for k, v in self.slots[name].items()},
+        lock_name=f"{table.op.name}/update_lock")
     with device_scope(self._partition_device(name, partition)):
-      if not optimizer.updates_every_row and _rule_only(self.model,
-                                                        optimizer):
-        fused = optimizer.fused_update(table, slots, local_ids, grads, lr)
-        if fused is not None:
-          return fused
-      mutex = tf.raw_ops.MutexV2(
-          shared_name=f"{table.op.name}/update_lock", name="update_lock")
-      lock = tf.raw_ops.MutexLock(mutex=mutex)
-      with tf.control_dependencies([lock]):
-        rows = tf.gather(table, local_ids)
-        if optimizer.updates_every_row:
-          update = self._update_every_row(
-              optimizer, table.read_value(),
-              {k: v.read_value() for k, v in slots.items()},
-              tf.expand_dims(local_ids, 1), rows, grads, lr,
-              lambda value: table.assign(value).op,
-              {k: (lambda value, v=v: v.assign(value).op)
-               for k, v in slots.items()})
-        else:
-          slot_rows = {k: tf.gather(v, local_ids) for k, v in slots.items()}
-          new_rows, new_slots = _new_rows(self.model, optimizer, rows,
-                                          slot_rows, grads, lr)
-          writes = [table.scatter_update(tf.IndexedSlices(new_rows,
-                                                          local_ids)).op]
-          writes.extend(
-              slots[k].scatter_update(tf.IndexedSlices(v, local_ids)).op
-              for k, v in new_slots.items())
-          update = tf.group(*writes)
-      with tf.control_dependencies([update]):
-        return tf.raw_ops.ConsumeMutexLock(mutex_lock=lock)
-
-  def _update_every_row(self, optimizer, full, full_slots, index, rows,
-                        grads, lr, assign_rows, assign_slots):
-    """Non-lazy Adam on a whole table or partition `full` [N, D]: the touched
-    rows (`rows` at `index`) are clipped and decayed as in 4.4-4.5, then
-    every row moves, untouched ones with a zero gradient."""
-    rows, grads = _clipped_and_decayed(self.model, optimizer, rows, grads, lr)
-    full = tf.tensor_scatter_nd_update(full, index, rows)
-    full_grads = tf.scatter_nd(index, grads, tf.shape(full, out_type=tf.int64))
-    new_rows, new_slots = optimizer.update_rows(full, full_slots, full_grads,
-                                                lr)
-    writes = [assign_rows(_clip_weights(optimizer, new_rows))]
-    writes.extend(assign_slots[k](v) for k, v in new_slots.items())
-    return tf.group(*writes)
+      return executors.update(self.update_pipelines[name], target, local_ids,
+                              grads, lr)
 
 
 class StepGradients:
@@ -897,15 +827,11 @@ class StepGradients:
 
 
 def _row_kernel(optimizer, table):
-  """The compiled row update op for `optimizer` on `table` (partitions in
-  this process, on CPU), or None: then the graph ops compute the update."""
-  if optimizer.row_kernel is None or optimizer.updates_every_row:
-    return None
-  ops = kernels.ops_for(table.partitions)
-  if ops is None:
-    return None
-  return {"adagrad": ops.host_embedding_adagrad_rows,
-          "sgd": ops.host_embedding_sgd_rows}[optimizer.row_kernel]
+  """The compiled op module that updates `table` (partitions in this
+  process, on CPU) with `optimizer`'s pipeline, or None: then TF ops compute
+  the update (`executors.EXECUTORS`)."""
+  return executors.compiled_ops(pipeline_lib.compiled_rule(optimizer),
+                                table.partitions)
 
 
 def _split_window(grad, dimension):
@@ -946,51 +872,6 @@ def _is_rows_of(tensor, dimension):
           tf.compat.dimension_value(tensor.shape[1]) == dimension)
 
 
-def _rule_only(model, optimizer):
-  """Whether docs/numerics.md, 'The backward pass, table by table' and 'Each
-  optimizer on a touched row' reduce to the optimizer's own rule (no gradient
-  clipping, weight decay or weight clipping)."""
-  lower, upper = model.gradient_clip_bounds(optimizer)
-  return (lower is None and upper is None and
-          not optimizer.weight_decay_factor and
-          optimizer.clip_weight_min is None and
-          optimizer.clip_weight_max is None)
-
-
-def _clipped_and_decayed(model, optimizer, rows, grads, lr):
-  """docs/numerics.md, 'The backward pass, table by table' on the touched rows:
-  (rows after decoupled weight decay, gradients after clipping)."""
-  lower, upper = model.gradient_clip_bounds(optimizer)
-  if lower is not None or upper is not None:
-    grads = tf.clip_by_value(
-        grads, -float("inf") if lower is None else lower,
-        float("inf") if upper is None else upper)
-  factor = _decay_factor(optimizer, lr)
-  if factor is not None:
-    rows = rows - factor * rows
-  return rows, grads
-
-
-def _decay_factor(optimizer, lr):
-  """The decay d of docs/numerics.md, 'The backward pass, table by table' (times
-  the learning rate `lr` when the optimizer says so), or None without weight
-  decay."""
-  decay = optimizer.weight_decay_factor
-  if not decay:
-    return None
-  if optimizer.multiply_weight_decay_factor_by_learning_rate:
-    return decay * lr
-  return decay
-
-
-def _new_rows(model, optimizer, rows, slot_rows, grads, lr):
-  """docs/numerics.md, 'The backward pass, table by table' and 'Each optimizer
-  on a touched row' on the touched rows: (new rows, {slot: new slot rows})."""
-  rows, grads = _clipped_and_decayed(model, optimizer, rows, grads, lr)
-  new_rows, new_slots = optimizer.update_rows(rows, slot_rows, grads, lr)
-  return _clip_weights(optimizer, new_rows), new_slots
-
-
 def device_scope(device):
   """A device scope, or none when `device` is None (the caller's scope
   stays; `tf.device(None)` would clear it)."""
@@ -1007,14 +888,6 @@ def _finite(value, what, step, checks):
           f"{what} returned a value that is not finite at this global step; "
           "no table was updated. Global step and value:", [step, value]))
   return value
-
-
-def _clip_weights(optimizer, rows):
-  low, high = optimizer.clip_weight_min, optimizer.clip_weight_max
-  if low is None and high is None:
-    return rows
-  return tf.clip_by_value(rows, -float("inf") if low is None else low,
-                          float("inf") if high is None else high)
 
 
 class _PendingUpdate:

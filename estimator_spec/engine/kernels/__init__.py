@@ -73,8 +73,8 @@ def mode():
 # the build (subprocess calls).
 @tf.autograph.experimental.do_not_convert
 def row_updates():
-  """The loaded op module (`host_embedding_adagrad_rows`,
-  `host_embedding_sgd_rows`), or None when $HOST_EMBEDDING_KERNELS is 0 or
+  """The loaded op module (the ops of row_updates.cc; the functions below
+  wrap each), or None when $HOST_EMBEDDING_KERNELS is 0 or
   (in `auto`) the build failed."""
   chosen = mode()
   if chosen == "0":
@@ -112,6 +112,46 @@ def or_empty(tensors):
   are told that a feature has no weights (or a combiner no scale)."""
   empty = tf.zeros([0], tf.float32)
   return [empty if t is None else t for t in tensors]
+
+
+# Every op of row_updates.cc has its wrapper here; callers check first that
+# the kernels are available (`ops_for`).
+
+# The compiled row updates, by the name `engine.rules.COMPILED` gives an
+# optimizer's rule: each runs docs/numerics.md, 'The backward pass, table by
+# table' steps 4 to 7 on the touched rows of one partition, in place.
+_ROW_UPDATES = {"adagrad": "host_embedding_adagrad_rows",
+                "sgd": "host_embedding_sgd_rows"}
+
+
+def row_update(rule, table, slots, **inputs):
+  """The compiled row update `rule` (a key of `_ROW_UPDATES`) on the
+  partition `table` and its `slots` (resource handles, in slot order); the
+  other inputs and attributes by name (row_updates.cc)."""
+  return getattr(row_updates(), _ROW_UPDATES[rule])(table, *slots, **inputs)
+
+
+def gather_rows(table, indices):
+  """Rows [len(indices), D] of the partition `table` (a resource handle)."""
+  return row_updates().host_embedding_gather_rows(table, indices)
+
+
+def combine(rows, index, **inputs):
+  """(activations, scales) of each feature from a table's distinct rows
+  `rows` and each id's position `index` in them."""
+  return row_updates().host_embedding_combine(rows, index, **inputs)
+
+
+def lookup(table, ids, **inputs):
+  """(unique ids, index, rows, number of ids, activations, scales): a
+  single-partition table's lookup by one op."""
+  return row_updates().host_embedding_lookup(table, ids, **inputs)
+
+
+def id_gradients(**inputs):
+  """(summed, finite): the float32 gradient sum of each distinct id and
+  whether all of it is finite."""
+  return row_updates().host_embedding_id_gradients(**inputs)
 
 
 # The compiled ops that `tpu_embedding_columns.lookup.flatten_many` takes
