@@ -11,12 +11,12 @@ classic parameter-server training does.
 `Cluster` holds the facts of the run's cluster that the estimator needs:
 which tasks train, this task's index among them, its device, the ps count.
 """
-import contextlib
 import dataclasses
 import numbers
 
 import tensorflow as tf
-from tensorflow.python.training import session_manager
+
+from estimator_spec.tf_patches import session_recovery
 
 _TRAINING_JOBS = ("chief", "master", "worker")
 
@@ -159,20 +159,9 @@ def log_cluster(cluster, options, batch):
 RECOVERY_WAIT_SECS = 1
 
 
-@contextlib.contextmanager
 def prompt_session_recovery():
   """Inside: a task waiting for the model to be ready (a worker waiting for
   the chief's initialization or restore, after a start or a ps restart)
-  looks every `RECOVERY_WAIT_SECS` seconds instead of Estimator's 30 (its
-  session creators take TF's default and offer no argument)."""
-  original = session_manager.SessionManager.__init__
-
-  def init(self, *args, **kwargs):
-    kwargs.setdefault("recovery_wait_secs", RECOVERY_WAIT_SECS)
-    original(self, *args, **kwargs)
-
-  session_manager.SessionManager.__init__ = init
-  try:
-    yield
-  finally:
-    session_manager.SessionManager.__init__ = original
+  looks every `RECOVERY_WAIT_SECS` seconds instead of Estimator's 30
+  (`tf_patches.session_recovery`)."""
+  return session_recovery.recovery_wait(RECOVERY_WAIT_SECS)

@@ -4,14 +4,14 @@ A TPU runs every step as: look up the tables, run the dense model, send
 the activation gradients back, update the tables. `HostStep` does the same
 around the user's model_fn on the host embedding engine:
 
-  step = HostStep(spec, mode, run_config, batch_sizes)
+  step = HostStep(spec, mode, run_config, batch_sizes, placement)
   features, labels = step.begin(features, labels)   # checks, lookups
   estimator_spec = <model_fn(features, labels, ...) with step.source>
   estimator_spec = step.finish(estimator_spec)      # table update, saver
 
-* `begin` checks the batch (`batch_checks`), builds the engine for the
-  run's placement and starts the lookups; with the dict form of the spec it
-  puts the activations into `features`, as TPUEstimator does.
+* `begin` checks the batch (`batch_checks`), builds the engine on the
+  run's `placement.Placement` and starts the lookups; with the dict form of
+  the spec it puts the activations into `features`, as TPUEstimator does.
 * `source` feeds the columns in model_fn from those lookups. In training,
   every activation passes through a gradient tap (`_GradientTap`), so that
   the activation gradients come from the user's own backward pass: the
@@ -23,7 +23,6 @@ around the user's model_fn on the host embedding engine:
 """
 import collections
 import json
-import weakref
 
 import tensorflow as tf
 
@@ -34,7 +33,9 @@ from estimator_spec.engine import engine as engine_lib
 from estimator_spec.estimator import batch_checks
 from estimator_spec.estimator import hooks as hooks_lib
 from estimator_spec.estimator import monitoring
-from estimator_spec.estimator import placement
+from estimator_spec.estimator import placement as placement_lib
+from estimator_spec.tf_patches import control_inputs
+from estimator_spec.tf_patches import gradient_taps
 
 ModeKeys = tf.estimator.ModeKeys
 
@@ -45,26 +46,25 @@ class HostStep:
   Args:
     spec: the estimator's `EmbeddingConfigSpec`.
     mode: the call's `tf.estimator.ModeKeys` value.
-    run_config: the estimator's RunConfig (placement, checkpoint settings).
+    run_config: the estimator's RunConfig (checkpoint and summary
+      settings).
     batch_sizes: {mode: batch size of one step of this task, or None}.
-    cluster: the run's `cluster.Cluster`, or None (tables in this process).
+    placement: the estimator's `placement.Placement` (cluster, the
+      `EmbeddingConfig` of the mode, partition devices, ps assignment).
     sync: the `sync.SyncStep` of a synchronous cluster step, or None.
     profiler: the estimator's `profiling.Profiler` (profile_data_directory),
       or None; training steps then sample their lookups.
-    ps_assignment: {table: [ps task of each partition]} on a cluster
-      (`placement.resolve_ps_assignment`), or None (partition p on ps p).
 
   Call `begin`, then model_fn with `source` installed, then `finish`.
   Without engine features (tensor-core columns only) the step checks the
   training batch and leaves the rest to the model.
   """
 
-  def __init__(self, spec, mode, run_config, batch_sizes, cluster=None,
-               sync=None, profiler=None, ps_assignment=None):
+  def __init__(self, spec, mode, run_config, batch_sizes, placement,
+               sync=None, profiler=None):
     self._spec = spec
-    self._ps_assignment = ps_assignment
+    self._placement = placement
     self._profiler = profiler
-    self._cluster = cluster
     self._sync = sync
     self._mode = mode
     self._run_config = run_config
@@ -94,13 +94,12 @@ class HostStep:
       if expected is None:
         return features, labels
       return batch_checks.check_train_batch(features, labels, expected)
-    config = placement.embedding_config(self._spec, self._mode,
-                                        self._run_config, self._batch_sizes)
-    local_device = self._cluster.device if self._cluster else None
+    config = self._placement.embedding_config(self._mode, self._batch_sizes)
+    cluster = self._placement.cluster
+    local_device = cluster.device if cluster else None
     self._engine = engine_lib.HostEmbeddingEngine(
         config, num_shards=config.num_hosts,
-        shard_device_fn=placement.shard_device_fn(self._run_config,
-                                                  self._ps_assignment),
+        shard_device_fn=self._placement.shard_device_fn(self._mode),
         local_device=local_device)
     self._lookup = self._engine.begin_lookup(features)
     features, labels = batch_checks.check_lookup_batch(
@@ -132,26 +131,7 @@ class HostStep:
     if not self._training:
       return _with_layout_aware_saver(spec, self._engine, self._run_config)
     model = self._engine.model
-    # The dict form hands every activation to model_fn; whether the loss
-    # uses them shows in their gradients below.
-    unused = ([f for f in model.features if f not in self.source.used]
-              if model.uses_columns else [])
-    if unused:
-      raise ValueError(
-          "TPUEstimator: model_fn never uses the embedding columns of "
-          f"features {unused}, which the embedding_config_spec configures. "
-          "Every configured column must feed the model (a TPU step looks up "
-          "and trains every table); remove unused columns from the spec.")
-    if spec.loss is None or spec.train_op is None:
-      raise ValueError("TPUEstimator: in TRAIN mode model_fn must return a "
-                       "loss and a train_op.")
-    gradients = self._tap.gradients(spec.loss)
-    missing = [f for f, g in gradients.items() if g is None]
-    if missing:
-      raise ValueError(
-          f"TPUEstimator: the loss does not depend on the activations of "
-          f"features {missing}, so their tables get no gradient. Every "
-          "configured column must feed the loss.")
+    gradients = self._activation_gradients(spec)
     result = self._lookup.result()
     if self._sync is not None:
       # The chief applies every task's gradients (see `sync`).
@@ -179,27 +159,35 @@ class HostStep:
       hooks.append(self._profiler.hook(self._lookup.feature_ids,
                                        self._run_config))
     spec = spec._replace(train_op=train_op, training_hooks=hooks)
-    return _with_layout_aware_saver(spec, self._engine, self._run_config,
-                                    training=True,
-                                    ps_assignment=self._ps_assignment)
+    return _with_layout_aware_saver(
+        spec, self._engine, self._run_config, training=True,
+        ps_assignment=self._placement.ps_assignment)
 
-
-# Each tap is one IdentityN op whose gradient function records the
-# activation's gradient: {graph: {op name: [gradients]}}.
-_TAP_GRADIENT = "HostEmbeddingGradientTap"
-_TAPS = weakref.WeakKeyDictionary()
-
-
-def _tap_gradient(op, grad, anchor_grad):
-  del anchor_grad
-  _TAPS[op.graph][op.name].append(grad)
-  # A zero gradient for the anchor: a model whose loss depends only on
-  # embedding activations still gives its optimizer a variable with a
-  # gradient (TF's TPU path has dummy table variables for this).
-  return [None, tf.zeros_like(op.inputs[1])]
-
-
-tf.RegisterGradient(_TAP_GRADIENT)(_tap_gradient)
+  def _activation_gradients(self, spec):
+    """{feature: d loss / d activation} of a training step; refuses a
+    model_fn that leaves a configured feature untrained."""
+    model = self._engine.model
+    # The dict form hands every activation to model_fn; whether the loss
+    # uses them shows in their gradients below.
+    unused = ([f for f in model.features if f not in self.source.used]
+              if model.uses_columns else [])
+    if unused:
+      raise ValueError(
+          "TPUEstimator: model_fn never uses the embedding columns of "
+          f"features {unused}, which the embedding_config_spec configures. "
+          "Every configured column must feed the model (a TPU step looks up "
+          "and trains every table); remove unused columns from the spec.")
+    if spec.loss is None or spec.train_op is None:
+      raise ValueError("TPUEstimator: in TRAIN mode model_fn must return a "
+                       "loss and a train_op.")
+    gradients = self._tap.gradients(spec.loss)
+    missing = [f for f, g in gradients.items() if g is None]
+    if missing:
+      raise ValueError(
+          f"TPUEstimator: the loss does not depend on the activations of "
+          f"features {missing}, so their tables get no gradient. Every "
+          "configured column must feed the loss.")
+    return gradients
 
 
 class _GradientTap:
@@ -236,11 +224,9 @@ class _GradientTap:
   def tap(self, feature, activation):
     if feature in self.tapped:
       return self.tapped[feature]
-    graph = tf.compat.v1.get_default_graph()
-    with tf.control_dependencies([self._after]), \
-        graph.gradient_override_map({"IdentityN": _TAP_GRADIENT}):
-      tapped, _ = tf.raw_ops.IdentityN(input=[activation, self._anchor_value])
-    _TAPS.setdefault(graph, {})[tapped.op.name] = self.recorded[feature]
+    with tf.control_dependencies([self._after]):
+      tapped = gradient_taps.tapped(activation, self._anchor_value,
+                                    self.recorded[feature])
     self.tapped[feature] = tapped
     return tapped
 
@@ -356,7 +342,7 @@ def _with_layout_aware_saver(spec, engine, config, training=False,
       engine,
       allow_missing_slots=training,
       record_layout=training,
-      record=({placement.ASSIGNMENT_TENSOR: json.dumps(
+      record=({placement_lib.ASSIGNMENT_TENSOR: json.dumps(
           ps_assignment, sort_keys=True)} if ps_assignment else None),
       sharded=True,
       max_to_keep=config.keep_checkpoint_max,
@@ -390,8 +376,7 @@ def _order_after(step_value, global_step, first_op):
     before = _ancestors(read)
     for write in writes:
       if write not in before and read not in write.control_inputs:
-        # Operation has no public way to add a control input to an op.
-        write._add_control_input(read)
+        control_inputs.add_control_input(write, read)
 
 
 def _ancestors(op):

@@ -15,6 +15,12 @@ checkpoints record it (`ASSIGNMENT_TENSOR`), and a task that starts later
 reads it from there rather than from statistics that have grown since. The
 assignment moves partitions between devices only: variable names, values
 and checkpoints are those of the default placement.
+
+`Placement` holds these facts for one estimator, derived once from its
+RunConfig: the cluster, the topology, the `EmbeddingConfig` of each mode,
+the device of each table partition and the ps assignment. The estimator
+builds it when it is built and hands it to each step (`host_step`, `sync`,
+`profiling`), which read it and derive none of them again.
 """
 import json
 import math
@@ -31,8 +37,122 @@ from estimator_spec.estimator import tpu_context
 from estimator_spec.config import embedding_config as config_lib
 
 
+class Placement:
+  """Where one estimator's tables live (see module docstring), derived
+  once from its RunConfig.
+
+  Args:
+    spec: the `EmbeddingConfigSpec`, or None.
+    run_config: the estimator's RunConfig.
+    options: the `cluster.ClusterTraining`.
+    train_batch_size: the global training batch, or None.
+
+  Attributes:
+    cluster: the run's `cluster.Cluster`, or None (tables in this process).
+    task_batch_size: the examples this task reads per training step: on a
+      training task of a cluster its share of the global batch
+      (`cluster.task_batch_size`), else `train_batch_size`.
+    tpu_topology: the `tpu_context.Topology` of the RunConfig's
+      `tpu_config` (the TPU the host emulates).
+    ps_assignment: {table: [ps task of each partition]} once a training run
+      resolved it (`resolve_ps_assignment`), else None: partition p on ps p.
+  """
+
+  def __init__(self, spec, run_config, options, train_batch_size):
+    self._spec = spec
+    self.cluster = cluster_lib.Cluster.from_run_config(run_config)
+    self.task_batch_size = train_batch_size
+    if self.cluster is not None and self.cluster.trains:
+      self.task_batch_size = cluster_lib.task_batch_size(
+          self.cluster, options, train_batch_size)
+    self.tpu_topology = tpu_context.Topology.from_run_config(run_config)
+    self.ps_assignment = None
+    self._configs = {}
+
+  @property
+  def table_topology(self):
+    """(hosts, cores, on_tpu_layout) the tables are laid out for
+    (`table_topology`)."""
+    return _table_layout(self.cluster, self.tpu_topology)
+
+  def embedding_config(self, mode, batch_sizes):
+    """The `EmbeddingConfig` of the spec for `mode` on this placement
+    (built once per mode and batch size).
+
+    Args:
+      mode: a `tf.estimator.ModeKeys` value.
+      batch_sizes: {mode: global batch size or None}; a mode without one
+        uses the training batch size.
+    """
+    hosts, cores, tpu_layout = self.table_topology
+    train = tf.estimator.ModeKeys.TRAIN
+    batch = batch_sizes.get(mode) or batch_sizes[train]
+    if batch % cores and not (tpu_layout and mode == train):
+      # Only the configuration proto splits the batch over cores; the host
+      # runs it whole. Parameter-server "cores" and serving batches need
+      # not divide it, so the proto's batch is rounded up there.
+      batch = cores * math.ceil(batch / cores)
+    if (mode, batch) not in self._configs:
+      self._configs[(mode, batch)] = config_lib.EmbeddingConfig(
+          self._spec, batch_size=batch, num_hosts=hosts, num_cores=cores,
+          mode=mode)
+    return self._configs[(mode, batch)]
+
+  def ps_of(self, table, partition):
+    """The index of the ps task holding partition `partition` of `table` in
+    training (by the ps assignment)."""
+    return _assigned_ps(self.ps_assignment, table, partition)
+
+  def shard_device_fn(self, mode):
+    """(table, partition index) -> device of the `ps` task holding it; None
+    when the run has no parameter servers (every partition on the local
+    device). Training graphs place partitions by the ps assignment; the
+    graphs of other modes keep partition p on ps p."""
+    if self.cluster is None:
+      return None
+    assignment = (self.ps_assignment
+                  if mode == tf.estimator.ModeKeys.TRAIN else None)
+    cluster = self.cluster
+
+    def device(table, partition):
+      return cluster.ps_device(_assigned_ps(assignment, table, partition))
+
+    return device
+
+  def partitions(self, model):
+    """[(table, partition, ps task)] of every partition of `model`'s tables
+    on the cluster (one per ps task, fewer for tables smaller than the ps
+    count; `EmbeddingModel.shard_layout`), by the ps assignment."""
+    num_ps = self.cluster.num_ps
+    return [(name, p, self.ps_of(name, p)) for name in model.tables
+            for p in range(model.shard_layout(name, num_ps).num_partitions)]
+
+  def resolve_ps_assignment(self, model, model_dir, stats_by_table,
+                            wait_secs):
+    """Decides the ps assignment of this cluster's training tasks
+    (`resolve_ps_assignment`), keeps it and returns it."""
+    self.ps_assignment = resolve_ps_assignment(
+        model, self.cluster, model_dir, stats_by_table, wait_secs)
+    return self.ps_assignment
+
+
+def _assigned_ps(assignment, table, partition):
+  """The ps task of a table partition by `assignment` ({table: [ps task of
+  each partition]} or None: partition p on ps p)."""
+  if assignment and table in assignment:
+    return assignment[table][partition]
+  return partition
+
+
+def _table_layout(cluster, topology):
+  if cluster is not None:
+    return cluster.num_ps, cluster.num_ps, False
+  return topology.num_hosts, topology.num_replicas, True
+
+
 def table_topology(config):
-  """(hosts, cores, on_tpu_layout) the tables are laid out for.
+  """(hosts, cores, on_tpu_layout) the tables of a run with RunConfig
+  `config` are laid out for.
 
   Tables are split over the parameter-server tasks of a cluster (one "core"
   per task), or else over the TPU hosts the RunConfig's
@@ -41,10 +161,8 @@ def table_topology(config):
   Default: one host with one core.
   """
   cluster = cluster_lib.Cluster.from_run_config(config)
-  if cluster is not None:
-    return cluster.num_ps, cluster.num_ps, False
-  topology = tpu_context.Topology.from_run_config(config)
-  return topology.num_hosts, topology.num_replicas, True
+  return _table_layout(cluster, None if cluster is not None else
+                       tpu_context.Topology.from_run_config(config))
 
 
 # The devices each task of a between-graph cluster talks to: the ps tasks
@@ -77,23 +195,6 @@ def cluster_session_config(config):
   return tf.compat.v1.ConfigProto(allow_soft_placement=True,
                                   graph_options=rewrite,
                                   device_filters=filters)
-
-
-def shard_device_fn(config, assignment=None):
-  """(table, partition index) -> device of the `ps` task holding it
-  (`assignment`, {table: [ps task of each partition]}, or partition p on
-  ps p); None when the run has no parameter servers (every partition on
-  the local device)."""
-  cluster = cluster_lib.Cluster.from_run_config(config)
-  if cluster is None:
-    return None
-
-  def device(table, partition):
-    if assignment and table in assignment:
-      return cluster.ps_device(assignment[table][partition])
-    return cluster.ps_device(partition)
-
-  return device
 
 
 ASSIGNMENT_FILE = "embedding_ps_assignment.json"
@@ -282,25 +383,3 @@ def resolve_ps_assignment(model, cluster, model_dir, stats_by_table,
       f"s for the chief to record which ps task holds each table partition "
       f"({os.path.join(model_dir, ASSIGNMENT_FILE)}); start the chief with "
       "the same model_dir and profile_data_directory.")
-
-
-def embedding_config(spec, mode, config, batch_sizes):
-  """The `EmbeddingConfig` of `spec` for `mode` on this run's placement.
-
-  Args:
-    spec: the `EmbeddingConfigSpec`.
-    mode: a `tf.estimator.ModeKeys` value.
-    config: the RunConfig.
-    batch_sizes: {mode: global batch size or None}; a mode without one uses
-      the training batch size.
-  """
-  hosts, cores, tpu_layout = table_topology(config)
-  train = tf.estimator.ModeKeys.TRAIN
-  batch = batch_sizes.get(mode) or batch_sizes[train]
-  if batch % cores and not (tpu_layout and mode == train):
-    # Only the configuration proto splits the batch over cores; the host
-    # runs it whole. Parameter-server "cores" and serving batches need
-    # not divide it, so the proto's batch is rounded up there.
-    batch = cores * math.ceil(batch / cores)
-  return config_lib.EmbeddingConfig(
-      spec, batch_size=batch, num_hosts=hosts, num_cores=cores, mode=mode)

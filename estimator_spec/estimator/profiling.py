@@ -77,16 +77,18 @@ class Profiler:
           "No lookup statistics in %s for these tables yet; this run samples "
           "one step in %d.", self.directory, self.period)
 
-  def ps_assignment(self, cluster, model_dir, wait_secs, stats):
-    """Which ps task holds each table partition on `cluster`: recorded in
-    `model_dir`, or balanced by the saved statistics (`stats`, from `load`;
-    `placement.resolve_ps_assignment`); logged."""
-    assignment = placement.resolve_ps_assignment(
-        self.model, cluster, model_dir, stats, wait_secs)
+  def resolve_ps_assignment(self, run_placement, model_dir, wait_secs,
+                            stats):
+    """Decides which ps task holds each table partition on the cluster of
+    `run_placement` (the estimator's `placement.Placement`, which keeps
+    it): recorded in `model_dir`, or balanced by the saved statistics
+    (`stats`, from `load`; `placement.resolve_ps_assignment`); logged."""
+    assignment = run_placement.resolve_ps_assignment(
+        self.model, model_dir, stats, wait_secs)
     tf.compat.v1.logging.info(
         "Table partitions on the ps tasks:\n%s",
         placement.assignment_report(self.model, assignment, stats,
-                                    cluster.num_ps))
+                                    run_placement.cluster.num_ps))
     return assignment
 
   def hook(self, feature_ids, run_config):

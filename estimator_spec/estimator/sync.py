@@ -41,9 +41,10 @@ import threading
 import time
 
 import tensorflow as tf
-from tensorflow.python.training import optimizer as optimizer_lib
 
 from estimator_spec import errors
+from estimator_spec.tf_patches import apply_gradients as apply_gradients_patch
+from estimator_spec.tf_patches import control_inputs
 
 _DONE = 0      # reply: step (value - 1) is applied
 _DROPPED = 1   # reply: the entry of step `value` was dropped; run it again
@@ -70,6 +71,20 @@ def _dense_key(call, position):
   return f"dense/{call}/{position}"
 
 
+def _ps_of_variable(variable):
+  """The ps task of a dense variable: its device, which Estimator's replica
+  device setter chose (the placement decides table partitions only)."""
+  spec = tf.DeviceSpec.from_string(variable.device or "")
+  if spec.job == "ps" and spec.task is not None:
+    return int(spec.task)
+  return 0
+
+
+def _joined(entries, name):
+  """Component `name` of every task's entry, concatenated."""
+  return tf.concat([e[name] for e in entries], axis=0)
+
+
 class _Call(collections.namedtuple(
     "_Call",
     ["optimizer", "grads_and_vars", "global_step", "name", "op", "scope"])):
@@ -90,10 +105,17 @@ class SyncStep:
 
   Use: `with step.recording(): <model_fn>`, then
   `step.finish(spec, step_value, embedding)`.
+
+  Args:
+    placement: the estimator's `placement.Placement` (the cluster, and
+      which ps task holds each table partition).
+    options: the `ClusterTraining`.
+    reports: the list where the watch hook leaves its last report.
   """
 
-  def __init__(self, cluster, options, reports):
-    self._cluster = cluster
+  def __init__(self, placement, options, reports):
+    self._placement = placement
+    self._cluster = placement.cluster
     self._options = options
     self._reports = reports  # where the watch hook leaves its last report
     self._local = set()
@@ -109,8 +131,8 @@ class SyncStep:
 
   @contextlib.contextmanager
   def recording(self):
-    """Inside: model_fn's `apply_gradients` calls are recorded, not run."""
-    original = optimizer_lib.Optimizer.apply_gradients
+    """Inside: model_fn's `apply_gradients` calls are recorded, not run
+    (`tf_patches.apply_gradients`)."""
     calls = self._calls
 
     def apply_gradients(optimizer, grads_and_vars, global_step=None,
@@ -122,14 +144,11 @@ class SyncStep:
                          scope))
       return op
 
-    self._original_apply = original
     graph = tf.compat.v1.get_default_graph()
     first = len(graph.get_operations())
-    optimizer_lib.Optimizer.apply_gradients = apply_gradients
-    try:
+    with apply_gradients_patch.replaced(apply_gradients) as original:
+      self._original_apply = original
       yield
-    finally:
-      optimizer_lib.Optimizer.apply_gradients = original
     _refuse_own_step_increments(graph.get_operations()[first:])
 
   def finish(self, spec, step_value, embedding=None, engine=None):
@@ -154,7 +173,8 @@ class SyncStep:
     step = tf.cast(step_value, tf.int64)
     cluster = self._cluster
     dense = self._dense_entries()
-    tables = self._table_entries(engine) if embedding is not None else []
+    tables = (self._placement.partitions(engine.model)
+              if embedding is not None else [])
     with tf.compat.v1.name_scope("synchronous_step"):
       pushes = self._push(step, dense, tables, embedding, engine)
       if cluster.is_chief:
@@ -170,9 +190,8 @@ class SyncStep:
       for call in self._calls:
         call.apply(self._original_apply, call.grads_and_vars)
     for call in self._calls:
-      # Operation has no public way to add a control input to an op made
-      # earlier: model_fn's train op holds the stand-ins.
-      call.op._add_control_input(done)
+      # model_fn's train op holds the stand-ins, built before `done`.
+      control_inputs.add_control_input(call.op, done)
     hooks = list(spec.training_hooks) + [
         SyncWatchHook(cluster, self._options, self._contributions(),
                       self._reports)
@@ -192,21 +211,8 @@ class SyncStep:
       for position, (grad, var) in enumerate(call.grads_and_vars):
         if grad is None or id(var) in self._local:
           continue
-        entries.append((c, position, var, grad, self._ps_of(var)))
+        entries.append((c, position, var, grad, _ps_of_variable(var)))
     return entries
-
-  def _ps_of(self, variable):
-    spec = tf.DeviceSpec.from_string(variable.device or "")
-    if spec.job == "ps" and spec.task is not None:
-      return int(spec.task)
-    return 0
-
-  def _table_entries(self, engine):
-    """[(table name, partition, ps index)]: the partitions (one per ps
-    task, fewer for tables smaller than the ps count) and where each lives
-    (the ps assignment, see `placement`)."""
-    return [(name, p, self._ps_of(partition)) for name in engine.model.tables
-            for p, partition in enumerate(engine.tables[name].partitions)]
 
   def _components(self, ps, dense, tables):
     """{component name: dtype} of an entry in a queue on `ps`: the step,
@@ -324,70 +330,92 @@ class SyncStep:
     return entry
 
   def _chief_step(self, step, pushes, dense, tables, embedding, engine):
+    """The chief's part of step `step`: takes every task's entry on each
+    ps, updates the table partitions there and applies the averaged dense
+    gradients, then replies to the workers. Returns the op of the step."""
     cluster = self._cluster
-    tasks = cluster.num_training_tasks
-    scale = 1.0 / tasks
-    updates = []
-    averaged = {}
     with tf.control_dependencies(pushes):
       taken = {
           ps: [self._take(task, ps, step, dense, tables)
-               for task in range(tasks)] for ps in range(cluster.num_ps)
+               for task in range(cluster.num_training_tasks)]
+          for ps in range(cluster.num_ps)
       }
     # Every task has looked up this step's rows once its entry is taken:
     # only then may pipelining apply the previous step's held update.
     everyone = [entry["step"] for entries in taken.values()
                 for entry in entries]
-
-    def joined(entries, name):
-      return tf.concat([e[name] for e in entries], axis=0)
-
+    updates = []
+    averaged = {}
     with tf.control_dependencies(pushes + everyone):
       for ps, entries in taken.items():
         with tf.compat.v1.device(cluster.ps_device(ps)):
-          for name, p, where in tables:
-            if where != ps:
-              continue
-            ids_key, grads_key = _table_keys(name, p)
-            ids = joined(entries, ids_key)
-            grads = joined(entries, grads_key)
-            unique, index = tf.unique(ids)
-            summed = tf.math.unsorted_segment_sum(
-                grads, index, tf.shape(unique)[0]) * scale
-            summed = tf.ensure_shape(
-                summed, [None, engine.model.tables[name].dimension])
-            with tf.control_dependencies([embedding.gate]):
-              rate = embedding.rates[name]
-              if engine.model.pipeline_execution_with_tensor_core:
-                updates.append(engine.pipelined_partition_update(
-                    name, p, unique, summed, rate))
-              else:
-                updates.append(engine.update_partition(
-                    name, p, unique, summed, rate))
-          for c, k, _, grad, p in dense:
-            if p != ps:
-              continue
-            name = _dense_key(c, k)
-            if isinstance(grad, tf.IndexedSlices):
-              values = joined(entries, name)
-              averaged[(c, k)] = tf.IndexedSlices(
-                  values * tf.cast(scale, values.dtype),
-                  joined(entries, name + "/indices"), grad.dense_shape)
-            else:
-              total = tf.math.add_n([e[name] for e in entries])
-              averaged[(c, k)] = tf.ensure_shape(
-                  total * tf.cast(scale, total.dtype), grad.shape)
-      applied = []
-      for c, call in enumerate(self._calls):
-        grads_and_vars = [
-            (averaged[(c, k)] if (c, k) in averaged else grad, var)
-            for k, (grad, var) in enumerate(call.grads_and_vars)
-            if (c, k) in averaged or (grad is not None and
-                                     id(var) in self._local)
-        ]
-        with tf.control_dependencies(updates):
-          applied.append(call.apply(self._original_apply, grads_and_vars))
-    if engine is not None and engine.model.pipeline_execution_with_tensor_core:
+          updates.extend(self._table_updates(ps, entries, tables, embedding,
+                                             engine))
+          averaged.update(self._dense_averages(ps, entries, dense))
+      applied = self._apply_dense(averaged, updates)
+    pipelined = (engine is not None and
+                 engine.model.pipeline_execution_with_tensor_core)
+    return self._reply(step, applied + updates, pipelined)
+
+  def _table_updates(self, ps, entries, tables, embedding, engine):
+    """The update of each table partition on `ps` from every task's ids and
+    gradients: the engine sums them per id, scaled by 1/W (see module)."""
+    scale = 1.0 / self._cluster.num_training_tasks
+    updates = []
+    for name, p, where in tables:
+      if where != ps:
+        continue
+      ids_key, grads_key = _table_keys(name, p)
+      ids = _joined(entries, ids_key)
+      grads = _joined(entries, grads_key)
+      with tf.control_dependencies([embedding.gate]):
+        updates.append(engine.update_partition_contributions(
+            name, p, ids, grads, embedding.rates[name], scale=scale))
+    return updates
+
+  def _dense_averages(self, ps, entries, dense):
+    """{(call, position): the average over the tasks of the gradient} of
+    each dense variable on `ps`."""
+    scale = 1.0 / self._cluster.num_training_tasks
+    averaged = {}
+    for c, k, _, grad, p in dense:
+      if p != ps:
+        continue
+      name = _dense_key(c, k)
+      if isinstance(grad, tf.IndexedSlices):
+        values = _joined(entries, name)
+        averaged[(c, k)] = tf.IndexedSlices(
+            values * tf.cast(scale, values.dtype),
+            _joined(entries, name + "/indices"), grad.dense_shape)
+      else:
+        total = tf.math.add_n([e[name] for e in entries])
+        averaged[(c, k)] = tf.ensure_shape(
+            total * tf.cast(scale, total.dtype), grad.shape)
+    return averaged
+
+  def _apply_dense(self, averaged, updates):
+    """model_fn's optimizer updates, after the table `updates`, with the
+    `averaged` gradients of the shared variables and this task's own of
+    its local ones."""
+    applied = []
+    for c, call in enumerate(self._calls):
+      grads_and_vars = [
+          (averaged[(c, k)] if (c, k) in averaged else grad, var)
+          for k, (grad, var) in enumerate(call.grads_and_vars)
+          if (c, k) in averaged or (grad is not None and
+                                   id(var) in self._local)
+      ]
+      with tf.control_dependencies(updates):
+        applied.append(call.apply(self._original_apply, grads_and_vars))
+    return applied
+
+  def _reply(self, step, done, pipelined):
+    """The op of the chief's step (`done`: its updates), which tells the
+    workers that step `step` is done; with pipelining, the telling is left
+    to `_ReplyHook`."""
+    cluster = self._cluster
+    workers = range(1, cluster.num_training_tasks)
+    if pipelined:
       # With pipelining, the chief may apply the held update between steps
       # (before a checkpoint): the workers may start their next lookups only
       # after that, so the chief tells them after its checkpoint hook has
@@ -399,18 +427,17 @@ class SyncStep:
         self._late_replies = tf.group(*[
             self._reply_queue(task).enqueue([tf.constant(_DONE, tf.int64),
                                              now])
-            for task in range(1, tasks)
+            for task in workers
         ], name="synchronous_step_replies")
-      return tf.group(*(applied + updates), name="synchronous_step_done")
-    with tf.control_dependencies(applied + updates), tf.compat.v1.device(
+      return tf.group(*done, name="synchronous_step_done")
+    with tf.control_dependencies(done), tf.compat.v1.device(
         cluster.ps_device(0)):
       replies = [
           self._reply_queue(task).enqueue(
               [tf.constant(_DONE, tf.int64), step + 1])
-          for task in range(1, tasks)
+          for task in workers
       ]
-      return tf.group(*(replies + applied + updates),
-                      name="synchronous_step_done")
+      return tf.group(*(replies + done), name="synchronous_step_done")
 
   # --- a worker ----------------------------------------------------------------
 

@@ -162,6 +162,16 @@ def _check_arguments(model_fn, model_dir, config, params, use_tpu,
           "built for a fixed batch size).")
 
 
+def _with_cluster_session(config):
+  """`config` with the session config a host run on a cluster needs
+  (`placement.cluster_session_config`), when it needs one."""
+  cluster_session = (None if config is None else
+                     placement.cluster_session_config(config))
+  if cluster_session is None:
+    return config
+  return config.replace(session_config=cluster_session)
+
+
 class TPUEstimator(tf.compat.v1.estimator.Estimator):
   """TF 2.15's TPUEstimator, run on the host embedding engine.
 
@@ -275,11 +285,6 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     # Examples per global step, for `examples/sec` (a synchronous cluster
     # step takes the global batch, an asynchronous task step a whole one).
     self._examples_per_step = train_batch_size
-    self._batch_sizes = {
-        ModeKeys.TRAIN: train_batch_size,
-        ModeKeys.EVAL: eval_batch_size,
-        ModeKeys.PREDICT: predict_batch_size,
-    }
     self.use_tpu = use_tpu
     self.eval_on_tpu = eval_on_tpu
     self.export_to_tpu = export_to_tpu
@@ -289,25 +294,36 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     self._exporting = False
     self._warned_plain_lookups = False
     self._reported_settings = False
-    cluster_session = (None if config is None else
-                       placement.cluster_session_config(config))
-    if cluster_session is not None:
-      config = config.replace(session_config=cluster_session)
     with quiet.library_call():
       super().__init__(
           model_fn=self._host_model_fn,
           model_dir=model_dir,
-          config=config,
+          config=_with_cluster_session(config),
           params=params or {},
           warm_start_from=warm_start_from)
-    self._cluster = cluster_lib.Cluster.from_run_config(self.config)
-    if self._cluster is not None and self._cluster.trains:
-      # A training task reads its share of the global batch (synchronous).
-      self._batch_sizes[ModeKeys.TRAIN] = cluster_lib.task_batch_size(
-          self._cluster, self._cluster_options, train_batch_size)
-    self._tpu_topology = tpu_context.Topology.from_run_config(self.config)
+    self._place(train_batch_size, eval_batch_size, predict_batch_size)
+    self._check_emulated_tpu()
+    self._profiler = self._make_profiler(profile_sampling_rate)
+
+  def _place(self, train_batch_size, eval_batch_size, predict_batch_size):
+    """The run's one `placement.Placement` and the batch size of a step of
+    each mode on this task (a training task of a cluster reads its share
+    of the global batch in synchronous training)."""
+    self._placement = placement.Placement(
+        self._embedding_spec, self.config, self._cluster_options,
+        train_batch_size)
+    self._batch_sizes = {
+        ModeKeys.TRAIN: self._placement.task_batch_size,
+        ModeKeys.EVAL: eval_batch_size,
+        ModeKeys.PREDICT: predict_batch_size,
+    }
     self._input_pipeline = tpu_context.input_pipeline(self.config)
-    if use_tpu and embedding_config_spec is not None and (
+
+  def _check_emulated_tpu(self):
+    """Refuses now what a TPU would refuse: an input deployment TPU
+    embedding does not support, a training batch the topology cannot
+    split."""
+    if self.use_tpu and self._embedding_spec is not None and (
         self._input_pipeline not in (tpu_context.PER_HOST_V1,
                                      tpu_context.PER_HOST_V2)):
       raise ValueError(
@@ -316,24 +332,33 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
           f"{tpu_context.pipeline_name(self._input_pipeline)} (TF's "
           "TPUEstimator refuses it too). Use True (PER_HOST_V1) or "
           "InputPipelineConfig.PER_HOST_V2.")
-    if use_tpu and train_batch_size is not None:
+    if self.use_tpu and self._batch_sizes[ModeKeys.TRAIN] is not None:
       # The emulated TPU splits the batch like a TPU would: check it now.
       self._deployment(ModeKeys.TRAIN)
-    self._profiler = None
-    self._ps_assignment = None
-    if embedding_config_spec is not None:
-      # Checks the spec against the topology now, not at the first step.
-      train_config = placement.embedding_config(
-          embedding_config_spec, ModeKeys.TRAIN, self.config,
-          self._batch_sizes)
-      if embedding_config_spec.profile_data_directory is not None:
-        self._profiler = profiling.Profiler(
-            embedding_config_spec.model,
-            embedding_config_spec.profile_data_directory,
-            (statistics.DEFAULT_SAMPLING_RATE if profile_sampling_rate is None
-             else profile_sampling_rate),
-            num_shards=train_config.num_cores,
-            writes=self._cluster is None or self._cluster.trains)
+
+  def _make_profiler(self, sampling_rate):
+    """The `profiling.Profiler` of the spec's profile_data_directory, or
+    None. Builds the training `EmbeddingConfig` either way: the spec is
+    checked against the topology now, not at the first step."""
+    spec = self._embedding_spec
+    if spec is None:
+      return None
+    train_config = self._placement.embedding_config(ModeKeys.TRAIN,
+                                                    self._batch_sizes)
+    if spec.profile_data_directory is None:
+      return None
+    cluster = self._placement.cluster
+    return profiling.Profiler(
+        spec.model, spec.profile_data_directory,
+        (statistics.DEFAULT_SAMPLING_RATE if sampling_rate is None
+         else sampling_rate),
+        num_shards=train_config.num_cores,
+        writes=cluster is None or cluster.trains)
+
+  @property
+  def _cluster(self):
+    """The run's `cluster.Cluster` (the placement's), or None."""
+    return self._placement.cluster
 
   def _assert_members_are_not_overridden(self):
     # train/predict/export_saved_model are extended below, as TF's
@@ -373,12 +398,11 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
       listeners.append(hooks_lib.FlushListener())
     if self._profiler is not None:
       saved = self._profiler.load()
-      self._profiler.startup_report(placement.embedding_config(
-          self._embedding_spec, ModeKeys.TRAIN, self.config,
-          self._batch_sizes), saved)
+      self._profiler.startup_report(self._placement.embedding_config(
+          ModeKeys.TRAIN, self._batch_sizes), saved)
       if self._cluster is not None and self._cluster.trains:
-        self._ps_assignment = self._profiler.ps_assignment(
-            self._cluster, self.model_dir,
+        self._profiler.resolve_ps_assignment(
+            self._placement, self.model_dir,
             self._cluster_options.step_timeout_secs, saved)
     if self._cluster is not None and self._cluster.trains:
       cluster_lib.log_cluster(self._cluster, self._cluster_options,
@@ -472,7 +496,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
       params = dict(self.params)
       params["batch_size"] = deploy.batch_size
       params["context"] = tpu_context.TPUContext(
-          self._tpu_topology, deploy, mode, invocation_index=index)
+          self._placement.tpu_topology, deploy, mode, invocation_index=index)
       results.append(call(params))
     # A TPU step takes one batch per core: training and evaluation stop at
     # the last whole step; prediction pads the last step to the full batch
@@ -497,8 +521,8 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
           f"constructor cannot be `None` if {mode} is running on TPU "
           "(use_tpu=True, emulated on the host here): the TPU topology "
           "splits the global batch. Set it, or use use_tpu=False.")
-    return tpu_context.deployment(self._tpu_topology, self._input_pipeline,
-                                  mode, batch)
+    return tpu_context.deployment(self._placement.tpu_topology,
+                                  self._input_pipeline, mode, batch)
 
   def _params_for(self, mode, params):
     """`params` for model_fn, as TPUEstimator gives them: the mode's batch
@@ -547,7 +571,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
                                      labels, mode, params, config)
     sync = None
     if self._synchronous(mode):
-      sync = sync_lib.SyncStep(self._cluster, self._cluster_options,
+      sync = sync_lib.SyncStep(self._placement, self._cluster_options,
                                self._sync_reports)
     if self._embedding_spec is None:
       step_value = None
@@ -560,9 +584,8 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
       return spec if sync is None else sync.finish(spec, step_value)
     step = host_step.HostStep(
         self._embedding_spec, mode, config, self._batch_sizes,
-        cluster=self._cluster, sync=sync,
-        profiler=self._profiler if mode == ModeKeys.TRAIN else None,
-        ps_assignment=self._ps_assignment if mode == ModeKeys.TRAIN else None)
+        self._placement, sync=sync,
+        profiler=self._profiler if mode == ModeKeys.TRAIN else None)
     features, labels = step.begin(features, labels)
     if "labels" in kwargs:
       kwargs["labels"] = labels

@@ -1,0 +1,149 @@
+"""The estimator's reaches into TensorFlow (`estimator_spec.tf_patches`):
+control inputs added to built ops, model_fn's optimizer updates recorded
+instead of run, the gradient taps, and the shorter session-recovery wait.
+
+For each: TF 2.15 still behaves as the module relies on (a test here fails
+if TF changes that), the module does what it says, and a replaced method
+comes back when the block ends, also when it ends with an error.
+"""
+import inspect
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tensorflow.python.training import monitored_session
+from tensorflow.python.training import optimizer as optimizer_lib
+from tensorflow.python.training import session_manager
+
+from estimator_spec.tf_patches import apply_gradients
+from estimator_spec.tf_patches import control_inputs
+from estimator_spec.tf_patches import gradient_taps
+from estimator_spec.tf_patches import session_recovery
+
+v1 = tf.compat.v1
+
+
+# --- control_inputs -----------------------------------------------------------
+
+
+def test_tf_operation_has_the_private_add_control_input():
+  assert callable(getattr(tf.Operation, "_add_control_input", None))
+
+
+def test_an_added_control_input_makes_a_built_op_wait():
+  graph = tf.Graph()
+  with graph.as_default():
+    var = v1.get_variable("v", initializer=0.0, use_resource=True)
+    read = var.read_value()  # built first: nothing orders it yet
+    write = var.assign(5.0, read_value=False)
+    assert write not in read.op.control_inputs
+    control_inputs.add_control_input(read.op, write)
+    assert write in read.op.control_inputs
+    with v1.Session() as session:
+      session.run(var.initializer)
+      assert session.run(read) == 5.0
+
+
+# --- apply_gradients ----------------------------------------------------------
+
+
+def test_tf_optimizers_apply_through_the_base_class_method():
+  assert v1.train.Optimizer is optimizer_lib.Optimizer
+  # The optimizers a model uses inherit the method the patch replaces, and
+  # `minimize` calls it through `self`.
+  for cls in (v1.train.GradientDescentOptimizer, v1.train.AdamOptimizer,
+              v1.train.AdagradOptimizer, v1.train.MomentumOptimizer):
+    assert cls.apply_gradients is optimizer_lib.Optimizer.apply_gradients
+  assert "apply_gradients" in optimizer_lib.Optimizer.minimize.__code__.co_names
+
+
+def test_apply_gradients_is_replaced_inside_and_restored():
+  original = optimizer_lib.Optimizer.apply_gradients
+  calls = []
+
+  def record(optimizer, grads_and_vars, global_step=None, name=None):
+    calls.append((optimizer, list(grads_and_vars), global_step, name))
+    return tf.no_op()
+
+  graph = tf.Graph()
+  with graph.as_default():
+    var = v1.get_variable("w", initializer=[1.0, 2.0], use_resource=True)
+    loss = tf.reduce_sum(var * var)
+    optimizer = v1.train.GradientDescentOptimizer(0.1)
+    with apply_gradients.replaced(record) as given:
+      assert given is original
+      assert v1.train.Optimizer.apply_gradients is record
+      optimizer.minimize(loss)
+    assert optimizer_lib.Optimizer.apply_gradients is original
+  assert len(calls) == 1 and calls[0][0] is optimizer
+  assert [v for _, v in calls[0][1]] == [var]
+  # The update was recorded, not built: no optimizer op in the graph.
+  assert "ResourceApplyGradientDescent" not in {
+      op.type for op in graph.get_operations()}
+
+
+def test_apply_gradients_is_restored_after_an_error():
+  original = optimizer_lib.Optimizer.apply_gradients
+  with pytest.raises(RuntimeError, match="model_fn failed"):
+    with apply_gradients.replaced(lambda *args, **kwargs: None):
+      raise RuntimeError("model_fn failed")
+  assert optimizer_lib.Optimizer.apply_gradients is original
+
+
+# --- gradient_taps ------------------------------------------------------------
+
+
+def test_tf_registers_a_gradient_name_once_per_process():
+  name = "EstimatorSpecTestRegisteredOnce"
+  tf.RegisterGradient(name)(lambda op, *grads: list(grads))
+  with pytest.raises(KeyError):
+    tf.RegisterGradient(name)(lambda op, *grads: list(grads))
+
+
+def test_a_tap_records_the_gradient_of_the_backward_pass_through_it():
+  graph = tf.Graph()
+  with graph.as_default():
+    activation = tf.constant([[1.0, 2.0], [3.0, 4.0]])
+    anchor = tf.constant(0.0)
+    recorded = []
+    tapped = gradient_taps.tapped(activation, anchor, recorded)
+    loss = tf.reduce_sum(tapped * tf.constant([[1.0, 2.0], [3.0, 4.0]]))
+    to_activation, to_anchor = tf.gradients(loss, [activation, anchor])
+    assert tapped.op.type == "IdentityN"
+    assert len(recorded) == 1
+    # The gradient stops at the tap (the engine takes it from there); the
+    # anchor gets zero.
+    assert to_activation is None
+    with v1.Session() as session:
+      got, zero = session.run([recorded[0], to_anchor])
+  np.testing.assert_array_equal(got, [[1.0, 2.0], [3.0, 4.0]])
+  assert zero == 0.0
+
+
+# --- session_recovery ---------------------------------------------------------
+
+
+def test_tf_session_managers_wait_30_seconds_and_estimator_cannot_say_less():
+  parameters = inspect.signature(
+      session_manager.SessionManager.__init__).parameters
+  assert parameters["recovery_wait_secs"].default == 30
+  for creator in (monitored_session.ChiefSessionCreator,
+                  monitored_session.WorkerSessionCreator):
+    source = inspect.getsource(creator._get_session_manager)
+    assert "SessionManager(" in source
+    assert "recovery_wait_secs" not in source
+
+
+def test_recovery_wait_sets_the_default_inside_and_restores_it():
+  original = session_manager.SessionManager.__init__
+  with session_recovery.recovery_wait(1):
+    assert session_manager.SessionManager()._recovery_wait_secs == 1
+    given = session_manager.SessionManager(recovery_wait_secs=7)
+    assert given._recovery_wait_secs == 7
+  assert session_manager.SessionManager.__init__ is original
+  assert session_manager.SessionManager()._recovery_wait_secs == 30
+  with pytest.raises(RuntimeError, match="stopped"):
+    with session_recovery.recovery_wait(1):
+      raise RuntimeError("stopped")
+  assert session_manager.SessionManager.__init__ is original
