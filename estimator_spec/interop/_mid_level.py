@@ -111,67 +111,20 @@ def _build(spec, *, global_step, for_serving, owner, skeleton=False):
   uses_fn = [name for name in model.tables
              if model.learning_rate(name).fn is not None]
   if global_step is not None:
-    if not isinstance(global_step, tf.Variable):
-      checks.fail(owner, "global_step", "must be a tf.Variable", global_step,
-                   TypeError)
-    if for_serving:
-      raise ValueError(
-          f"{owner}: `global_step` only feeds learning_rate_fn in training; "
-          "drop it with for_serving=True.")
-    if not uses_fn:
-      raise ValueError(
-          f"{owner}: `global_step` is only used for learning_rate_fn, and no "
-          "table of this spec has one; drop it.")
+    _check_global_step(owner, global_step, for_serving, uses_fn)
   if not for_serving:
     _refuse_training_only(owner, model, uses_fn, global_step)
-
-  converted = {}  # (id(parameters), learning rate key) -> TF2 optimizer
-  keep = []  # keeps the parameter objects behind the ids alive
-
-  def tf2_optimizer(parameters, rate, where):
-    fn = rate if callable(rate) else None
-    key = (id(parameters), ("fn", id(fn)) if fn else ("const", rate))
-    if key not in converted:
-      keep.append((parameters, fn))
-      learning_rate = rate
-      if fn is not None:
-        learning_rate = _step_rate(fn, global_step)
-      converted[key] = _convert_optimizer(model, parameters, learning_rate,
-                                          where, owner)
-    return converted[key]
-
+  tf2_optimizer = _Tf2OptimizerOf(model, global_step, owner)
   spec_optimizer = None
   if model.optimizer is not None:
     spec_optimizer = tf2_optimizer(model.optimizer,
                                    model.optimizer.learning_rate,
                                    "optimization_parameters")
-  tables = {}
-  for name, table in model.tables.items():
-    parameters = model.optimizer_for(name)
-    own = None
-    if parameters is not None:
-      _check_convertible(owner, parameters, f"table {name!r}")
-      rate = model.learning_rate(name)
-      # Serving has no global step: a table's schedule gives way to its
-      # optimizer's constant rate.
-      rate = (parameters.learning_rate if for_serving and rate.fn else
-              rate.fn or rate.constant)
-      if table.table_optimizer is not None or (
-          rate != parameters.learning_rate):
-        own = tf2_optimizer(parameters, rate, f"table {name!r}")
-    try:
-      tables[name] = _tpu.TableConfig(
-          vocabulary_size=1 if skeleton else table.vocabulary_size,
-          dim=table.dimension,
-          initializer=(tf.zeros_initializer() if skeleton else
-                       table.initializer),
-          optimizer=own,
-          combiner=table.combiner or "sum",
-          name=name)
-    except (TypeError, ValueError) as error:
-      raise ValueError(
-          f"{owner}: table {name!r}: TF2's TableConfig refuses it: "
-          f"{error}") from error
+  tables = {
+      name: _tf2_table(owner, model, name, table, tf2_optimizer, for_serving,
+                       skeleton)
+      for name, table in model.tables.items()
+  }
   feature_config = {
       name: _tpu.FeatureConfig(table=tables[feature.table],
                                max_sequence_length=feature.max_sequence_length,
@@ -186,6 +139,75 @@ def _build(spec, *, global_step, for_serving, owner, skeleton=False):
           name: f.weight_key for name, f in model.features.items()
           if f.weight_key is not None
       })
+
+
+def _check_global_step(owner, global_step, for_serving, uses_fn):
+  if not isinstance(global_step, tf.Variable):
+    checks.fail(owner, "global_step", "must be a tf.Variable", global_step,
+                 TypeError)
+  if for_serving:
+    raise ValueError(
+        f"{owner}: `global_step` only feeds learning_rate_fn in training; "
+        "drop it with for_serving=True.")
+  if not uses_fn:
+    raise ValueError(
+        f"{owner}: `global_step` is only used for learning_rate_fn, and no "
+        "table of this spec has one; drop it.")
+
+
+class _Tf2OptimizerOf:
+  """The TF2 optimizer of (our parameters, learning rate), converted once
+  per parameters object and rate (a constant, or a function of the global
+  step, called by TF2 with no argument)."""
+
+  def __init__(self, model, global_step, owner):
+    self._model = model
+    self._global_step = global_step
+    self._owner = owner
+    self._converted = {}  # (id(parameters), learning rate key) -> optimizer
+    self._keep = []  # keeps the parameter objects behind the ids alive
+
+  def __call__(self, parameters, rate, where):
+    fn = rate if callable(rate) else None
+    key = (id(parameters), ("fn", id(fn)) if fn else ("const", rate))
+    if key not in self._converted:
+      self._keep.append((parameters, fn))
+      learning_rate = rate
+      if fn is not None:
+        learning_rate = _step_rate(fn, self._global_step)
+      self._converted[key] = _convert_optimizer(
+          self._model, parameters, learning_rate, where, self._owner)
+    return self._converted[key]
+
+
+def _tf2_table(owner, model, name, table, tf2_optimizer, for_serving,
+               skeleton):
+  """TF2's TableConfig of the table `name` (zero-size when `skeleton`)."""
+  parameters = model.optimizer_for(name)
+  own = None
+  if parameters is not None:
+    _check_convertible(owner, parameters, f"table {name!r}")
+    rate = model.learning_rate(name)
+    # Serving has no global step: a table's schedule gives way to its
+    # optimizer's constant rate.
+    rate = (parameters.learning_rate if for_serving and rate.fn else
+            rate.fn or rate.constant)
+    if table.table_optimizer is not None or (
+        rate != parameters.learning_rate):
+      own = tf2_optimizer(parameters, rate, f"table {name!r}")
+  try:
+    return _tpu.TableConfig(
+        vocabulary_size=1 if skeleton else table.vocabulary_size,
+        dim=table.dimension,
+        initializer=(tf.zeros_initializer() if skeleton else
+                     table.initializer),
+        optimizer=own,
+        combiner=table.combiner or "sum",
+        name=name)
+  except (TypeError, ValueError) as error:
+    raise ValueError(
+        f"{owner}: table {name!r}: TF2's TableConfig refuses it: "
+        f"{error}") from error
 
 
 def _refuse_training_only(owner, model, uses_fn, global_step):
@@ -390,6 +412,38 @@ def convert_mid_level(feature_config, optimizer=None,
   pipeline_execution_with_tensor_core = checks.check_bool(
       owner, "pipeline_execution_with_tensor_core",
       pipeline_execution_with_tensor_core)
+  paths, configs, names = _flat_features(owner, feature_config)
+  if optimizer is not None:
+    _check_tf2_optimizer(owner, "optimizer", optimizer,
+                         slot_variable_creation_fn)
+  tables, table_names = _tables_in_use(owner, configs)
+  ours = _OursOf(owner)
+  spec_optimizer, spec_rate = (ours(optimizer, "optimizer")
+                               if optimizer is not None else (None, None))
+  table_dict = {}
+  creation_fns = {}
+  for table in tables:
+    name = table_names[id(table)]
+    table_dict[name], creation_fn = _table_from_tf2(
+        owner, table, f"table {name!r}", optimizer, spec_rate, ours,
+        slot_variable_creation_fn)
+    if creation_fn is not None:
+      creation_fns[name] = creation_fn
+  feature_dict = _features_from_tf2(owner, names, configs, table_names,
+                                    weight_keys)
+  spec = spec_lib.EmbeddingConfigSpec(
+      feature_to_config_dict=feature_dict, table_to_config_dict=table_dict,
+      optimization_parameters=spec_optimizer,
+      pipeline_execution_with_tensor_core=pipeline_execution_with_tensor_core)
+  return MidLevelConversion(
+      spec, paths, names, configs,
+      collections.OrderedDict((table_names[id(t)], t) for t in tables),
+      creation_fns)
+
+
+def _flat_features(owner, feature_config):
+  """(paths, FeatureConfigs, feature names) of `feature_config`, in the
+  order of `tf.nest.flatten`."""
   flat = _nest.flatten_with_joined_string_paths(feature_config)
   if not flat:
     raise ValueError(f"{owner}: `feature_config` holds no FeatureConfig.")
@@ -405,10 +459,12 @@ def convert_mid_level(feature_config, optimizer=None,
     paths.append(path)
     configs.append(feature)
     names.append(name)
-  if optimizer is not None:
-    _check_tf2_optimizer(owner, "optimizer", optimizer,
-                         slot_variable_creation_fn)
-  # Tables in order of first use, named as TF2 names them.
+  return paths, configs, names
+
+
+def _tables_in_use(owner, configs):
+  """The TF2 TableConfigs of the features in order of first use, and
+  {id(table): name}, named as TF2 names them."""
   tables = []
   for feature in configs:
     if not any(feature.table is t for t in tables):
@@ -421,42 +477,53 @@ def convert_mid_level(feature_config, optimizer=None,
           f"{owner}: two tables are named {name!r}; TF2 needs unique table "
           "names.")
     table_names[id(table)] = name
-  converted = {}  # id(TF2 optimizer) -> (our parameters, StepFreeRate|None)
-  keep = []
+  return tables, table_names
 
-  def ours(tf2, where):
-    if id(tf2) not in converted:
-      keep.append(tf2)
-      converted[id(tf2)] = _from_tf2_optimizer(owner, tf2, where)
-    return converted[id(tf2)]
 
-  spec_optimizer, spec_rate = (ours(optimizer, "optimizer")
-                               if optimizer is not None else (None, None))
-  table_dict = {}
-  creation_fns = {}
-  for table in tables:
-    name = table_names[id(table)]
-    where = f"table {name!r}"
-    _check_tf2_table(owner, table, where)
-    own, rate = None, None
-    # TF2's TPUEmbedding stores the default optimizer into tables without
-    # one: that is not a table optimizer of its own.
-    if table.optimizer is not None and table.optimizer is not optimizer:
-      _check_tf2_optimizer(owner, f"{where}: optimizer", table.optimizer,
-                           slot_variable_creation_fn)
-      own, rate = ours(table.optimizer, f"{where}: optimizer")
-    elif optimizer is not None:
-      rate = spec_rate
-    tf2 = table.optimizer if table.optimizer is not None else optimizer
-    if getattr(tf2, "slot_variable_creation_fn", None) is not None:
-      creation_fns[name] = tf2.slot_variable_creation_fn
-    try:
-      table_dict[name] = spec_lib.TableConfig(
-          vocabulary_size=table.vocabulary_size, dimension=table.dim,
-          initializer=table.initializer, combiner=table.combiner,
-          learning_rate_fn=rate, optimization_parameters=own)
-    except (TypeError, ValueError) as error:
-      raise ValueError(f"{owner}: {where}: {error}") from error
+class _OursOf:
+  """(our parameters, StepFreeRate or None) of a TF2 optimizer, converted
+  once per optimizer object (the objects are kept alive, so their ids stay
+  theirs)."""
+
+  def __init__(self, owner):
+    self._owner = owner
+    self._converted = {}  # id(TF2 optimizer) -> (parameters, rate)
+    self._keep = []
+
+  def __call__(self, tf2, where):
+    if id(tf2) not in self._converted:
+      self._keep.append(tf2)
+      self._converted[id(tf2)] = _from_tf2_optimizer(self._owner, tf2, where)
+    return self._converted[id(tf2)]
+
+
+def _table_from_tf2(owner, table, where, optimizer, spec_rate, ours,
+                    slot_variable_creation_fn):
+  """The spec's TableConfig of the TF2 `table`, and the
+  `slot_variable_creation_fn` of its TF2 optimizer (None if it has none)."""
+  _check_tf2_table(owner, table, where)
+  own, rate = None, None
+  # TF2's TPUEmbedding stores the default optimizer into tables without
+  # one: that is not a table optimizer of its own.
+  if table.optimizer is not None and table.optimizer is not optimizer:
+    _check_tf2_optimizer(owner, f"{where}: optimizer", table.optimizer,
+                         slot_variable_creation_fn)
+    own, rate = ours(table.optimizer, f"{where}: optimizer")
+  elif optimizer is not None:
+    rate = spec_rate
+  tf2 = table.optimizer if table.optimizer is not None else optimizer
+  creation_fn = getattr(tf2, "slot_variable_creation_fn", None)
+  try:
+    return spec_lib.TableConfig(
+        vocabulary_size=table.vocabulary_size, dimension=table.dim,
+        initializer=table.initializer, combiner=table.combiner,
+        learning_rate_fn=rate, optimization_parameters=own), creation_fn
+  except (TypeError, ValueError) as error:
+    raise ValueError(f"{owner}: {where}: {error}") from error
+
+
+def _features_from_tf2(owner, names, configs, table_names, weight_keys):
+  """{feature name: the spec's FeatureConfig} of TF2's FeatureConfigs."""
   weight_keys = dict(weight_keys or {})
   unknown = sorted(set(weight_keys) - set(names))
   if unknown:
@@ -470,14 +537,7 @@ def convert_mid_level(feature_config, optimizer=None,
         table_names[id(feature.table)],
         max_sequence_length=feature.max_sequence_length,
         weight_key=weight_keys.get(name))
-  spec = spec_lib.EmbeddingConfigSpec(
-      feature_to_config_dict=feature_dict, table_to_config_dict=table_dict,
-      optimization_parameters=spec_optimizer,
-      pipeline_execution_with_tensor_core=pipeline_execution_with_tensor_core)
-  return MidLevelConversion(
-      spec, paths, names, configs,
-      collections.OrderedDict((table_names[id(t)], t) for t in tables),
-      creation_fns)
+  return feature_dict
 
 
 def _check_attributes(owner, obj, known, where):

@@ -22,7 +22,9 @@ from estimator_spec import tf215
 tf215.require("estimator_spec.interop.to_tensorflow, from_tensorflow and "
               "columns_by_name (TF 2.15's own TPU embedding classes)")
 
-# pylint: disable=g-import-not-at-top,wrong-import-position
+# The imports below load TF 2.15's TPU estimator; they follow the check
+# above so that without it the import fails with that check's message
+# (what to install), not with the name of a missing module.
 import tensorflow as tf
 from tensorflow.python.tpu import feature_column_v2 as _tf_columns
 from tensorflow.python.tpu import tpu_embedding as _tf_embedding
@@ -99,36 +101,15 @@ def to_tensorflow(spec):
       TF's constructors refuse.
   """
   owner = "estimator_spec.interop.to_tensorflow"
-  if not isinstance(spec, _spec.EmbeddingConfigSpec):
-    hint = (" (it already is TensorFlow's; from_tensorflow converts the "
-            "other way)" if isinstance(spec, TensorFlowEmbeddingConfigSpec)
-            else "")
-    checks.fail(owner, "spec",
-                 "must be an estimator_spec.EmbeddingConfigSpec" + hint, spec,
-                 TypeError)
-  model = spec.model
-  optimizer = _optimizer_to_tensorflow(spec.optimization_parameters, model)
-  settings = _settings(spec)
+  _check_ours(owner, spec)
+  optimizer = _optimizer_to_tensorflow(spec.optimization_parameters,
+                                       spec.model)
   if spec.feature_columns is not None:
-    if not isinstance(optimizer, _TF_COLUMN_FORM_OPTIMIZERS):
-      raise ValueError(
-          f"{owner}: TensorFlow's EmbeddingConfigSpec does not take "
-          f"{type(spec.optimization_parameters).__name__} as the "
-          "optimization_parameters of feature columns (its TPUEstimator "
-          "cannot name that optimizer's slot variables). Use one of "
-          + ", ".join(c.__name__ for c in _TF_COLUMN_FORM_OPTIMIZERS) +
-          ", or the dict form (table_to_config_dict with a per-table "
-          "optimizer).")
-    columns = list(spec.feature_columns) + list(
-        spec.tensor_core_feature_columns or ())
-    return TensorFlowEmbeddingConfigSpec(
-        feature_columns=_columns_to_tensorflow(owner, columns),
-        optimization_parameters=optimizer,
-        **settings)
+    return _columns_form_to_tensorflow(owner, spec, optimizer)
   tables = {
       name: _table_as(
           _tf_embedding.TableConfig, table,
-          _optimizer_to_tensorflow(table.optimization_parameters, model))
+          _optimizer_to_tensorflow(table.optimization_parameters, spec.model))
       for name, table in spec.table_to_config_dict.items()
   }
   features = {
@@ -139,7 +120,36 @@ def to_tensorflow(spec):
       feature_to_config_dict=features,
       table_to_config_dict=tables,
       optimization_parameters=optimizer,
-      **settings)
+      **_settings(spec))
+
+
+def _check_ours(owner, spec):
+  if not isinstance(spec, _spec.EmbeddingConfigSpec):
+    hint = (" (it already is TensorFlow's; from_tensorflow converts the "
+            "other way)" if isinstance(spec, TensorFlowEmbeddingConfigSpec)
+            else "")
+    checks.fail(owner, "spec",
+                 "must be an estimator_spec.EmbeddingConfigSpec" + hint, spec,
+                 TypeError)
+
+
+def _columns_form_to_tensorflow(owner, spec, optimizer):
+  """TF's spec of the columns form of `spec`, with TF's `optimizer`."""
+  if not isinstance(optimizer, _TF_COLUMN_FORM_OPTIMIZERS):
+    raise ValueError(
+        f"{owner}: TensorFlow's EmbeddingConfigSpec does not take "
+        f"{type(spec.optimization_parameters).__name__} as the "
+        "optimization_parameters of feature columns (its TPUEstimator "
+        "cannot name that optimizer's slot variables). Use one of "
+        + ", ".join(c.__name__ for c in _TF_COLUMN_FORM_OPTIMIZERS) +
+        ", or the dict form (table_to_config_dict with a per-table "
+        "optimizer).")
+  columns = list(spec.feature_columns) + list(
+      spec.tensor_core_feature_columns or ())
+  return TensorFlowEmbeddingConfigSpec(
+      feature_columns=_columns_to_tensorflow(owner, columns),
+      optimization_parameters=optimizer,
+      **_settings(spec))
 
 
 # What both spec classes take under the same names: the spec-wide settings,
@@ -282,6 +292,14 @@ def from_tensorflow(tf_spec):
         tf_spec.tensor_core_feature_columns or ())
     return _spec.EmbeddingConfigSpec(
         feature_columns=_columns_from_tensorflow(owner, columns), **settings)
+  tables = _tables_from_tensorflow(owner, tf_spec)
+  features = _features_from_tensorflow(owner, tf_spec)
+  return _spec.EmbeddingConfigSpec(
+      feature_to_config_dict=features, table_to_config_dict=tables, **settings)
+
+
+def _tables_from_tensorflow(owner, tf_spec):
+  """Our TableConfigs of TF's `table_to_config_dict`."""
   tables = {}
   for name, table in tf_spec.table_to_config_dict.items():
     if not isinstance(table, _tf_embedding.TableConfig):
@@ -293,6 +311,11 @@ def from_tensorflow(tf_spec):
         _optimizer_from_tensorflow(
             owner, f"table_to_config_dict[{name!r}].optimization_parameters",
             table.optimization_parameters))
+  return tables
+
+
+def _features_from_tensorflow(owner, tf_spec):
+  """Our FeatureConfigs of TF's `feature_to_config_dict`."""
   features = {}
   for name, feature in tf_spec.feature_to_config_dict.items():
     if not isinstance(feature, _tf_embedding.FeatureConfig):
@@ -300,8 +323,7 @@ def from_tensorflow(tf_spec):
           f"{owner}: `feature_to_config_dict[{name!r}]` must be TF's "
           f"FeatureConfig; got {type(feature).__name__}.")
     features[name] = _feature_as(_spec.FeatureConfig, feature)
-  return _spec.EmbeddingConfigSpec(
-      feature_to_config_dict=features, table_to_config_dict=tables, **settings)
+  return features
 
 
 def _optimizer_from_tensorflow(owner, where, optimizer):
