@@ -11,13 +11,12 @@ Graph mode throughout (like an Estimator model_fn): every test builds in a
 Expensive graphs are built once per module and reused (placeholders + feeds).
 """
 
+import contextlib
+import math
 import os
+import re
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import contextlib  # pylint: disable=g-import-not-at-top
-import math
-import re
 
 import hypothesis
 from hypothesis import strategies as st

@@ -25,6 +25,7 @@ import pytest
 from estimator_spec import __main__ as cli
 from estimator_spec.engine import statistics as st
 from estimator_spec.reports import statistics as sr
+from examples import dlrm
 
 KINDS = ("rank-frequency", "coverage", "shard-load", "ids-per-example")
 
@@ -448,7 +449,6 @@ def test_profile_needs_a_directory_argument(capsys):
 
 
 def test_describe_shows_the_statistics_of_a_profile_dir(tmp_path, capsys):
-  from examples import dlrm  # pylint: disable=import-outside-toplevel
   model = dlrm.build_spec().model
   shards = 4  # --num-hosts 2 --cores-per-host 2
   table = sorted(model.tables)[0]

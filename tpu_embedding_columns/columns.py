@@ -683,7 +683,8 @@ def _state_manager_variable_name(state_manager, name):
   variables under the variable scope; the one of Keras' v2 DenseFeatures (a
   subclass) creates layer weights, named by the name scope.
   """
-  if type(state_manager) is _fc_v2._StateManagerImpl:  # pylint: disable=unidiomatic-typecheck
+  # TF's class itself, not a subclass: Keras' subclass names by name scope.
+  if type(state_manager) is _fc_v2._StateManagerImpl:
     return _scoped(name)
   scope = tf.compat.v1.get_default_graph().get_name_scope()
   return f"{scope}/{name}" if scope else name

@@ -36,7 +36,9 @@ from estimator_spec import tf215
 tf215.require("estimator_spec.interop.delegate_to_tensorflow and "
               "DelegatedTPUEstimator (TF's own TPUEstimator on a TPU)")
 
-# pylint: disable=g-import-not-at-top,wrong-import-position
+# The imports below load TF 2.15's TPU estimator; they follow the check
+# above so that without it the import fails with that check's message
+# (what to install), not with the name of a missing module.
 import tensorflow as tf
 from tensorflow.python.tpu import feature_column as _tf_tpu_columns
 from tensorflow.python.tpu import tpu as _tf_tpu
