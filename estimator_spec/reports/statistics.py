@@ -1,6 +1,7 @@
 """The lookup statistics report: a terminal summary and one HTML page.
 
-Input: `statistics.TableStatistics` objects (`statistics.load_all`).
+Input: `estimator_spec.engine.statistics.TableStatistics` objects (the
+engine's plain data, read by its `load_all`).
 
 * `table_facts(stats)`: the numbers the report shows for one table, as a
   dict (the summary and the page both print these).
