@@ -6,6 +6,9 @@
 # 3.11: python3.11 when it is on the PATH, else python3; another one is
 # named with `make PYTHON=/path/to/python3.11 demo`.
 #
+# `make test` first runs the type check (mypy, configured in pyproject.toml's
+# [tool.mypy]) in .venv, then the tests.
+#
 # `make test` also makes .venv-tf2/ ready the same way (`make venv-tf2`):
 # current TensorFlow (requirements-tf2.txt) with this checkout installed
 # without pyproject.toml's TF 2.15 pins, and runs there the test files that
@@ -58,6 +61,7 @@ demo: venv
 	$(PY) -m examples.train_ctr
 
 test: venv venv-tf2 browser
+	$(PY) -m mypy
 	$(PY) -m pytest -q
 	$(PY_TF2) -m pytest -q
 
@@ -106,5 +110,5 @@ dist: venv
 # runs' model directories). The compiled-kernel cache is shared by every
 # checkout and environment of this user, so it stays; its folder is named.
 clean:
-	rm -rf $(VENV) $(VENV_TF2) $(VENV_TF_KERAS) $(VENV_PEERS) build dist *.egg-info .pytest_cache .hypothesis runs
+	rm -rf $(VENV) $(VENV_TF2) $(VENV_TF_KERAS) $(VENV_PEERS) build dist *.egg-info .pytest_cache .hypothesis .mypy_cache runs
 	@echo "clean: the compiled-kernel cache is kept: $${HOST_EMBEDDING_KERNEL_CACHE:-$${XDG_CACHE_HOME:-$$HOME/.cache}/tpu-embedding-estimator/kernels} (remove it by hand if you like)"

@@ -5,12 +5,14 @@ interpreters (small shell scripts) and fake, broken virtual environments.
 No test creates a real virtual environment or installs anything: builds are
 run with VENV_DRY_RUN=1, which prints the commands instead.
 """
+import importlib.util
 import os
 import pathlib
 import shutil
 import stat
 import subprocess
 import sys
+import tomllib
 
 import pytest
 
@@ -315,8 +317,9 @@ def test_demo_and_test_check_the_venv_first():
   test = _make("-n", "test").stdout
   assert test.index("tools/ensure_venv.sh") < test.index("chromium")
   lines = test.rstrip().splitlines()
-  # The TF 2.15 suite as before, then the TF2 list in .venv-tf2.
-  assert lines[-2:] == [".venv/bin/python -m pytest -q",
+  # The type check, the TF 2.15 suite, then the TF2 list in .venv-tf2.
+  assert lines[-3:] == [".venv/bin/python -m mypy",
+                        ".venv/bin/python -m pytest -q",
                         ".venv-tf2/bin/python -m pytest -q"]
   checks = [line for line in lines if "tools/ensure_venv.sh" in line]
   assert len(checks) == 2
@@ -367,6 +370,32 @@ def test_make_with_an_unsupported_python_stops_with_the_message(tmp_path):
   assert "make PYTHON=python3.11 demo" in result.stderr
   assert "examples.train_ctr" not in result.stdout
   assert not venv.exists()
+
+
+def test_the_type_check_is_strict_on_the_config_model_and_in_the_test_extra():
+  pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+  assert any(requirement.startswith("mypy") for requirement in
+             pyproject["project"]["optional-dependencies"]["test"])
+  mypy = pyproject["tool"]["mypy"]
+  assert mypy["strict"] is True
+  assert "estimator_spec/config" in mypy["files"]
+  for path in mypy["files"]:
+    assert (REPO / path).exists(), f"[tool.mypy] files names {path}"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mypy") is None,
+                    reason="no mypy here")
+def test_the_type_check_fails_on_an_unannotated_function(tmp_path):
+  module = tmp_path / "unannotated.py"
+  module.write_text("def rate(step):\n  return 0.1 * step\n")
+  result = subprocess.run(
+      [sys.executable, "-m", "mypy", "--config-file",
+       str(REPO / "pyproject.toml"), "--cache-dir", str(tmp_path / "cache"),
+       str(module)], cwd=REPO, capture_output=True, text=True, timeout=300,
+      check=False)
+  assert result.returncode == 1, result.stdout + result.stderr
+  assert "unannotated.py:1: error: Function is missing a type annotation" in (
+      result.stdout)
 
 
 def test_ci_runs_make_test():

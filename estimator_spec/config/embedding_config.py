@@ -10,9 +10,13 @@ is this class with the TPU layer's proto (`config_proto`) and infeed
 (`split_inputs`, `generate_enqueue_ops`) as methods.
 """
 import collections
+from typing import Optional
 
 from tpu_embedding_columns import checks
 
+from estimator_spec.config import model as model_lib
+from estimator_spec.config import optimizers
+from estimator_spec.config import sharding
 from estimator_spec.config import spec as spec_lib
 from estimator_spec.config.modes import BATCH_NAMES, MODES, TRAIN
 
@@ -29,16 +33,17 @@ class EmbeddingConfig:
       `PREDICT` ('infer').
   """
 
-  def __init__(self, spec, *, batch_size, num_hosts=1, num_cores=1,
-               mode=TRAIN):
+  def __init__(self, spec: spec_lib.EmbeddingConfigSpec, *, batch_size: int,
+               num_hosts: int = 1, num_cores: int = 1,
+               mode: str = TRAIN) -> None:
     owner = "EmbeddingConfig"
     self.model = spec_lib.model_of(owner, spec)
     self.spec = spec
-    self.batch_size = checks.check_int(owner, "batch_size", batch_size,
+    self.batch_size: int = checks.check_int(owner, "batch_size", batch_size,
                                         minimum=1)
-    self.num_hosts = checks.check_int(owner, "num_hosts", num_hosts,
+    self.num_hosts: int = checks.check_int(owner, "num_hosts", num_hosts,
                                        minimum=1)
-    self.num_cores = checks.check_int(owner, "num_cores", num_cores,
+    self.num_cores: int = checks.check_int(owner, "num_cores", num_cores,
                                        minimum=1)
     if self.num_cores % self.num_hosts:
       raise ValueError(
@@ -70,33 +75,35 @@ class EmbeddingConfig:
   # --- topology -------------------------------------------------------------
 
   @property
-  def is_training(self):
+  def is_training(self) -> bool:
     return self.mode == TRAIN
 
   @property
-  def num_cores_per_host(self):
+  def num_cores_per_host(self) -> int:
     return self.num_cores // self.num_hosts
 
   @property
-  def batch_size_per_core(self):
+  def batch_size_per_core(self) -> int:
     return self.batch_size // self.num_cores
 
   # --- the model, as TF's dicts ----------------------------------------------
 
   @property
-  def tables(self):
+  def tables(self) -> dict[str, model_lib.Table]:
     return self.model.tables
 
   @property
-  def features(self):
+  def features(self) -> dict[str, model_lib.Feature]:
     return self.model.features
 
-  def optimizer_for(self, table_name):
+  def optimizer_for(
+      self, table_name: str) -> Optional[optimizers.OptimizationParameters]:
     """The optimizer of a table in this mode: None when not training."""
     return self.model.optimizer_for(table_name) if self.is_training else None
 
   @property
-  def table_to_config_dict(self):
+  def table_to_config_dict(
+      self) -> collections.OrderedDict[str, spec_lib.TableConfig]:
     """{table name: TableConfig}, tables sorted by name."""
     return collections.OrderedDict(
         (t.name,
@@ -112,7 +119,8 @@ class EmbeddingConfig:
         for t in self.model.tables.values())
 
   @property
-  def feature_to_config_dict(self):
+  def feature_to_config_dict(
+      self) -> collections.OrderedDict[str, spec_lib.FeatureConfig]:
     """{feature name: FeatureConfig}, in proto order."""
     return collections.OrderedDict(
         (f.name,
@@ -121,14 +129,16 @@ class EmbeddingConfig:
              max_sequence_length=f.max_sequence_length,
              weight_key=f.weight_key)) for f in self.model.features.values())
 
-  def shard_layouts(self, num_shards=None):
+  def shard_layouts(
+      self, num_shards: Optional[int] = None
+  ) -> collections.OrderedDict[str, sharding.ShardLayout]:
     """{table name: ShardLayout}; `num_shards` defaults to `num_hosts`."""
     num_shards = self.num_hosts if num_shards is None else num_shards
     return collections.OrderedDict(
         (name, self.model.shard_layout(name, num_shards))
         for name in self.model.tables)
 
-  def __repr__(self):
+  def __repr__(self) -> str:
     return (f"EmbeddingConfig(tables={len(self.model.tables)}, features="
             f"{len(self.model.features)}, batch_size={self.batch_size}, "
             f"num_hosts={self.num_hosts}, num_cores={self.num_cores}, "

@@ -15,7 +15,7 @@ Naming and order (docs/numerics.md, 'Tables and features'):
 import collections
 import dataclasses
 import re
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Iterable, Mapping, Optional, Tuple
 
 from tpu_embedding_columns import columns as _columns
 
@@ -23,7 +23,7 @@ from estimator_spec.config import optimizers as _optimizers
 from estimator_spec.config import sharding
 
 
-def _initializer_identity(initializer):
+def _initializer_identity(initializer: Any) -> Any:
   """What makes two initializers the same: class and configuration (TF's
   initializer objects compare by identity, which a copy of the model sent
   to another process would not keep)."""
@@ -38,17 +38,17 @@ class _Initializer:
   """A table's initializer as a value: it compares and prints by class and
   configuration; `value` is the initializer itself."""
 
-  def __init__(self, value):
+  def __init__(self, value: Any) -> None:
     self.value = value
 
-  def __eq__(self, other):
+  def __eq__(self, other: object) -> bool:
     return isinstance(other, _Initializer) and (
         _initializer_identity(self.value) == _initializer_identity(other.value))
 
-  def __hash__(self):
+  def __hash__(self) -> int:
     return hash(_initializer_identity(self.value))
 
-  def __repr__(self):
+  def __repr__(self) -> str:
     get_config = getattr(self.value, "get_config", None)
     if get_config is None:
       return repr(self.value)
@@ -66,7 +66,7 @@ class Table:
   initializer: Any
   combiner: Optional[str]
   learning_rate: Optional[float]
-  learning_rate_fn: Optional[Callable]
+  learning_rate_fn: Optional[Callable[[Any], Any]]
   # The table's own optimizer (dict form), or None for the spec's.
   table_optimizer: Optional[_optimizers.OptimizationParameters]
   hot_id_replication: bool
@@ -76,19 +76,19 @@ class Table:
   # the table name in the dict form.
   embedding_var_name: str
 
-  def _values(self):
+  def _values(self) -> Tuple[Tuple[str, Any], ...]:
     return tuple(
         (field.name, _Initializer(getattr(self, field.name))
          if field.name == "initializer" else getattr(self, field.name))
         for field in dataclasses.fields(self))
 
-  def __eq__(self, other):
+  def __eq__(self, other: object) -> bool:
     return isinstance(other, Table) and self._values() == other._values()
 
-  def __hash__(self):
+  def __hash__(self) -> int:
     return hash(self._values())
 
-  def __repr__(self):
+  def __repr__(self) -> str:
     return "Table(" + ", ".join(f"{k}={v!r}" for k, v in self._values()) + ")"
 
 
@@ -105,14 +105,15 @@ class Feature:
   column_name: Optional[str] = None
 
   @property
-  def is_sequence(self):
+  def is_sequence(self) -> bool:
     return self.max_sequence_length > 0
 
   @property
-  def length_key(self):
+  def length_key(self) -> str:
     """The key of the feature's sequence lengths beside its activation
     (`<feature>_seq_length_`, as TF's sequence columns name it)."""
-    return _columns.sequence_length_key(self.name)
+    key: str = _columns.sequence_length_key(self.name)
+    return key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,10 +128,10 @@ class LearningRate:
   order (the TPU's dynamic learning-rate tag), None for constants.
   """
   constant: Optional[float]
-  fn: Optional[Callable] = None
+  fn: Optional[Callable[[Any], Any]] = None
   tag: Optional[int] = None
 
-  def label(self):
+  def label(self) -> str:
     """A short printable form: the constant, `fn#<tag>`, or '-'."""
     if self.fn is not None:
       return f"fn#{self.tag}"
@@ -154,10 +155,15 @@ class EmbeddingModel:
   can be sent to another process; the column objects stay with the spec.
   """
 
-  def __init__(self, tables, features, optimizer, *, clipping_limit=None,
-               pipeline_execution_with_tensor_core=False,
-               gradient_multiplier_fn=None, partition_strategy="div",
-               profile_data_directory=None, tensor_core_features=()):
+  def __init__(
+      self, tables: Mapping[str, Table], features: Mapping[str, Feature],
+      optimizer: Optional[_optimizers.OptimizationParameters], *,
+      clipping_limit: Optional[float] = None,
+      pipeline_execution_with_tensor_core: bool = False,
+      gradient_multiplier_fn: Optional[Callable[[Any], Any]] = None,
+      partition_strategy: str = "div",
+      profile_data_directory: Optional[str] = None,
+      tensor_core_features: Iterable[TensorCoreFeature] = ()) -> None:
     self.tables = collections.OrderedDict(
         (name, tables[name]) for name in sorted(tables))
     self.features = collections.OrderedDict(
@@ -173,8 +179,8 @@ class EmbeddingModel:
     self.profile_data_directory = profile_data_directory
     self.tensor_core_features = tuple(tensor_core_features)
     # A table's own rate (constant or function), None for its optimizer's.
-    self._own_rates = {}
-    fns = []
+    self._own_rates: dict[str, Optional[LearningRate]] = {}
+    fns: list[Callable[[Any], Any]] = []
     for name, table in self.tables.items():
       rate = None
       if table.learning_rate is not None:
@@ -187,29 +193,35 @@ class EmbeddingModel:
       self._own_rates[name] = rate
     self.learning_rate_fns = tuple(fns)
     if clipping_limit is not None:
-      for table in self.tables.values():
-        opt = self.optimizer_for(table.name)
-        if opt is None:
-          continue
-        if not opt.use_gradient_accumulation:
-          raise ValueError(
-              f"EmbeddingConfigSpec: `clipping_limit` clips accumulated "
-              f"gradients, but table {table.name!r} uses {opt!r} with "
-              "use_gradient_accumulation=False; enable accumulation or drop "
-              "clipping_limit.")
-        lower, upper = self.gradient_clip_bounds(opt)
-        if lower > upper:
-          raise ValueError(
-              f"EmbeddingConfigSpec: `clipping_limit` ({clipping_limit}) and "
-              f"the gradient clipping of table {table.name!r} "
-              f"(clip_gradient_min={opt.clip_gradient_min}, "
-              f"clip_gradient_max={opt.clip_gradient_max}) leave no allowed "
-              "gradient value; widen one of them.")
+      self._check_clipping_limit(clipping_limit)
+
+  def _check_clipping_limit(self, clipping_limit: float) -> None:
+    """`clipping_limit` needs gradient accumulation and leaves every table
+    some allowed gradient value."""
+    for table in self.tables.values():
+      opt = self.optimizer_for(table.name)
+      if opt is None:
+        continue
+      if not opt.use_gradient_accumulation:
+        raise ValueError(
+            f"EmbeddingConfigSpec: `clipping_limit` clips accumulated "
+            f"gradients, but table {table.name!r} uses {opt!r} with "
+            "use_gradient_accumulation=False; enable accumulation or drop "
+            "clipping_limit.")
+      lower, upper = self.gradient_clip_bounds(opt)
+      # Both are numbers: the clipping limit bounds them.
+      if lower is not None and upper is not None and lower > upper:
+        raise ValueError(
+            f"EmbeddingConfigSpec: `clipping_limit` ({clipping_limit}) and "
+            f"the gradient clipping of table {table.name!r} "
+            f"(clip_gradient_min={opt.clip_gradient_min}, "
+            f"clip_gradient_max={opt.clip_gradient_max}) leave no allowed "
+            "gradient value; widen one of them.")
 
   # --- construction --------------------------------------------------------
 
   @classmethod
-  def from_spec(cls, spec):
+  def from_spec(cls, spec: Any) -> "EmbeddingModel":
     settings = dict(
         clipping_limit=spec.clipping_limit,
         pipeline_execution_with_tensor_core=(
@@ -232,16 +244,20 @@ class EmbeddingModel:
   # --- queries ---------------------------------------------------------------
 
   @property
-  def uses_columns(self):
+  def uses_columns(self) -> bool:
     """Whether the spec was given as feature columns (else as dicts)."""
     return any(f.column_name is not None for f in self.features.values())
 
-  def optimizer_for(self, table_name):
+  def optimizer_for(
+      self, table_name: str) -> Optional[_optimizers.OptimizationParameters]:
     """The optimizer that trains `table_name` (its own, else the spec's)."""
     table = self.tables[table_name]
     return table.table_optimizer or self.optimizer
 
-  def learning_rate(self, table_name, optimizer=None):
+  def learning_rate(
+      self, table_name: str,
+      optimizer: Optional[_optimizers.OptimizationParameters] = None
+  ) -> LearningRate:
     """The `LearningRate` of a table: its own, else that of `optimizer` (by
     default the optimizer that trains it). The precedence is decided here
     only."""
@@ -252,7 +268,7 @@ class EmbeddingModel:
       optimizer = self.optimizer_for(table_name)
     return LearningRate(None if optimizer is None else optimizer.learning_rate)
 
-  def feature_of_column(self, column):
+  def feature_of_column(self, column: Any) -> Feature:
     """The configured `Feature` an embedding column used in a model_fn
     reads; ValueError when the spec does not configure that column (same
     feature key, table, dimension and sequence length)."""
@@ -273,16 +289,19 @@ class EmbeddingModel:
     return feature
 
   @property
-  def shared_weight_keys(self):
+  def shared_weight_keys(self) -> dict[str, Tuple[str, ...]]:
     """{weight key: feature names} of the weight keys several features read
     (see `shared_weight_keys`); empty for most models."""
     return shared_weight_keys(self.features)
 
-  def shard_layout(self, table_name, num_shards):
+  def shard_layout(self, table_name: str,
+                   num_shards: int) -> sharding.ShardLayout:
     return sharding.ShardLayout(self.tables[table_name].vocabulary_size,
                                 num_shards, self.partition_strategy)
 
-  def gradient_clip_bounds(self, optimizer):
+  def gradient_clip_bounds(
+      self, optimizer: _optimizers.OptimizationParameters
+  ) -> Tuple[Optional[float], Optional[float]]:
     """[lower, upper] for accumulated gradients (None = unbounded): the
     optimizer's clip_gradient_* intersected with [-clipping_limit,
     clipping_limit]."""
@@ -294,28 +313,34 @@ class EmbeddingModel:
       upper = limit if upper is None else min(upper, limit)
     return lower, upper
 
-  def _values(self):
+  def _values(self) -> Tuple[Any, ...]:
     return (self.tables, self.features, self.optimizer, self.clipping_limit,
             self.pipeline_execution_with_tensor_core,
             self.gradient_multiplier_fn, self.partition_strategy,
             self.profile_data_directory, self.tensor_core_features)
 
-  def __eq__(self, other):
+  def __eq__(self, other: object) -> bool:
     return isinstance(other, EmbeddingModel) and (
         self._values() == other._values())
 
-  __hash__ = None  # mutable container of tables
+  # A mutable container of tables is unhashable, as Python's own are; mypy
+  # takes object's __hash__ for the only type this attribute may have.
+  __hash__ = None  # type: ignore[assignment]
 
-  def __repr__(self):
+  def __repr__(self) -> str:
     return (f"EmbeddingModel(tables={list(self.tables)}, "
             f"features={list(self.features)}, optimizer={self.optimizer!r})")
 
 
-def _from_columns(columns):
+_Tables = dict[str, dict[str, Any]]  # a table's fields, before its features
+_Model = Tuple[dict[str, Table], dict[str, Feature]]
+
+
+def _from_columns(columns: Iterable[Any]) -> _Model:
   """Tables and features from TPU embedding columns."""
-  tables = {}
-  features = {}
-  owners = {}  # table name -> column that defined it
+  tables: _Tables = {}
+  features: dict[str, Feature] = {}
+  owners: dict[str, Any] = {}  # table name -> column that defined it
   for column in columns:
     feature = column.feature_key
     if feature in features:
@@ -358,9 +383,10 @@ def _from_columns(columns):
   return _finish(tables, features)
 
 
-def _from_dicts(table_to_config_dict, feature_to_config_dict):
+def _from_dicts(table_to_config_dict: Mapping[str, Any],
+                feature_to_config_dict: Mapping[str, Any]) -> _Model:
   """Tables and features from the dict form of the spec."""
-  features = {}
+  features: dict[str, Feature] = {}
   for name, config in feature_to_config_dict.items():
     if config.table_id not in table_to_config_dict:
       raise ValueError(
@@ -377,7 +403,7 @@ def _from_dicts(table_to_config_dict, feature_to_config_dict):
         "EmbeddingConfigSpec: `table_to_config_dict` has tables that no "
         f"feature uses: {unused}; "
         "remove them or add features for them.")
-  tables = {}
+  tables: _Tables = {}
   for name, config in table_to_config_dict.items():
     check_table_name(name, "`table_to_config_dict`")
     tables[name] = dict(
@@ -394,12 +420,14 @@ def _from_dicts(table_to_config_dict, feature_to_config_dict):
   return _finish(tables, features)
 
 
-def shared_weight_keys(features):
+def shared_weight_keys(
+    features: Mapping[str, Feature]) -> dict[str, Tuple[str, ...]]:
   """{weight key: sorted names of the features reading it} for each weight
   key that several features read. A spec may configure that (TF's spec
   does); a TPU infeed hands a weight feature to the first feature that reads
   it, so reading such input fails (`engine.inputs.check_weight_keys`)."""
-  readers = collections.defaultdict(list)
+  readers: collections.defaultdict[str, list[str]] = (
+      collections.defaultdict(list))
   for feature in features.values():
     if feature.weight_key is not None:
       readers[feature.weight_key].append(feature.name)
@@ -416,7 +444,7 @@ TABLE_NAME_RULE = "[A-Za-z0-9][A-Za-z0-9_.>/-]*, no '//', not ending in '/'"
 _TABLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.>/-]*")
 
 
-def check_table_name(name, where):
+def check_table_name(name: object, where: str) -> None:
   """Raises ValueError (naming `where` and the rule) unless `name` is a
   table name TF can scope and a statistics file can carry."""
   if not isinstance(name, str):
@@ -432,8 +460,9 @@ def check_table_name(name, where):
         "shared_embedding_collection_name it comes from).")
 
 
-def _finish(table_fields, features):
-  by_table = collections.defaultdict(list)
+def _finish(table_fields: _Tables, features: dict[str, Feature]) -> _Model:
+  by_table: collections.defaultdict[str, list[str]] = (
+      collections.defaultdict(list))
   for feature in features.values():
     by_table[feature.table].append(feature.name)
   tables = {

@@ -4,38 +4,47 @@ Everything printed is read from the config model and its shard layouts, the
 same data the proto and the engine use.
 """
 import io
+from typing import Any, Mapping, Optional
 
 import numpy as np
 
+from estimator_spec.config import embedding_config
+from estimator_spec.config import model as model_lib
+from estimator_spec.config import optimizers
 from estimator_spec.config import sharding
+
+_Config = embedding_config.EmbeddingConfig
 
 _FLOAT_BYTES = 4
 
 
-def _mib(num_bytes):
+def _mib(num_bytes: float) -> str:
   return f"{num_bytes / 2**20:,.1f} MiB"
 
 
-def _optimizer_label(optimizer):
+def _optimizer_label(
+    optimizer: Optional[optimizers.OptimizationParameters]) -> str:
   if optimizer is None:
     return "- (inference)"
   return f"{type(optimizer).__name__.replace('Parameters', '')}"
 
 
-def _learning_rate_label(config, table):
+def _learning_rate_label(config: _Config, table: model_lib.Table) -> str:
   optimizer = config.optimizer_for(table.name)
   if optimizer is None:  # inference: no optimizer, no learning rate
     return "-"
   return config.model.learning_rate(table.name, optimizer).label()
 
 
-def shard_bytes(config, num_shards=None):
+def shard_bytes(config: _Config,
+                num_shards: Optional[int] = None) -> dict[str, list[int]]:
   """{table: [bytes of partition i (table + optimizer slots)]}."""
   return {name: _partition_bytes(config, name, layout)
           for name, layout in config.shard_layouts(num_shards).items()}
 
 
-def _partition_bytes(config, table_name, layout):
+def _partition_bytes(config: _Config, table_name: str,
+                     layout: sharding.ShardLayout) -> list[int]:
   """[bytes of partition i of `layout`]: its rows of the table and of its
   optimizer's slots, float32."""
   optimizer = config.optimizer_for(table_name)
@@ -44,7 +53,8 @@ def _partition_bytes(config, table_name, layout):
   return [rows * dimension * _FLOAT_BYTES * copies for rows in layout.sizes]
 
 
-def statistics_section(config, stats_by_table, num_shards):
+def statistics_section(config: _Config, stats_by_table: Mapping[str, Any],
+                       num_shards: int) -> str:
   """What saved lookup statistics say about `config`'s tables on
   `num_shards` shards: per table the sampled lookups and the largest over
   the mean shard load (imbalance) under `div` and under `mod`; then, per
@@ -103,10 +113,14 @@ def statistics_section(config, stats_by_table, num_shards):
   return out.getvalue()
 
 
-def describe(config, num_shards=None, include_proto=False, statistics=None):
+def describe(config: _Config, num_shards: Optional[int] = None,
+             include_proto: bool = False,
+             statistics: Optional[Mapping[str, Any]] = None) -> str:
   """Returns a multi-line report of `config` (an `EmbeddingConfig`);
   with `statistics` ({table: saved lookup statistics or None}, kept for
-  `config.num_cores` shards), also what they show (`statistics_section`)."""
+  `config.num_cores` shards), also what they show (`statistics_section`);
+  with `include_proto`, also the TPU configuration proto, which the TPU
+  layer's `estimator_spec.EmbeddingConfig` builds (`config_proto`)."""
   model = config.model
   out = io.StringIO()
   num_shards = config.num_hosts if num_shards is None else num_shards
@@ -151,11 +165,24 @@ def describe(config, num_shards=None, include_proto=False, statistics=None):
               f"{str(feature.weight_key or '-'):<14} {shape}\n")
   if model.tensor_core_features:
     out.write("\nTensor-core columns (looked up by the dense model):\n")
-    for feature in model.tensor_core_features:
-      out.write(f"  {feature.column_name}: tensor_core_shape="
-                f"{list(feature.shape)}, mask feature "
-                f"{feature.mask_key!r}\n")
+    for core_feature in model.tensor_core_features:
+      out.write(f"  {core_feature.column_name}: tensor_core_shape="
+                f"{list(core_feature.shape)}, mask feature "
+                f"{core_feature.mask_key!r}\n")
+  out.write(_memory_section(sizes, num_shards))
+  section = statistics_section(config, statistics or {}, config.num_cores)
+  if section:
+    out.write("\nLookup statistics (sampled while training):\n")
+    out.write(section)
+  if include_proto:
+    out.write("\nTPUEmbeddingConfiguration:\n")
+    out.write(str(_proto_of(config)))
+  return out.getvalue()
 
+
+def _memory_section(sizes: Mapping[str, list[int]], num_shards: int) -> str:
+  """Memory per shard of all tables together, from `shard_bytes`."""
+  out = io.StringIO()
   per_shard = np.zeros(num_shards, dtype=np.int64)
   for table_sizes in sizes.values():
     per_shard[:len(table_sizes)] += np.asarray(table_sizes, dtype=np.int64)
@@ -163,11 +190,15 @@ def describe(config, num_shards=None, include_proto=False, statistics=None):
   for shard, num_bytes in enumerate(per_shard):
     out.write(f"  shard {shard}: {_mib(int(num_bytes))}\n")
   out.write(f"  total:   {_mib(int(per_shard.sum()))}\n")
-  section = statistics_section(config, statistics or {}, config.num_cores)
-  if section:
-    out.write("\nLookup statistics (sampled while training):\n")
-    out.write(section)
-  if include_proto:
-    out.write("\nTPUEmbeddingConfiguration:\n")
-    out.write(str(config.config_proto))
   return out.getvalue()
+
+
+def _proto_of(config: _Config) -> Any:
+  """The TPU configuration proto of `config`; the config model does not
+  build it (docs/architecture.md, 'The rules the layers keep')."""
+  if not hasattr(config, "config_proto"):
+    raise TypeError(
+        "describe: `include_proto=True` needs an estimator_spec."
+        f"EmbeddingConfig, which builds the TPU configuration proto; got "
+        f"{type(config)}.")
+  return getattr(config, "config_proto")

@@ -8,7 +8,10 @@ has one partition per row.
   hold ceil(V/n) rows, the others floor(V/n) (TF's partitioned variables).
 * `mod`: row r lives in partition r % n at local index r // n.
 """
+from typing import Any, Callable, Sequence
+
 import numpy as np
+import numpy.typing as npt
 
 from tpu_embedding_columns import checks
 
@@ -18,7 +21,8 @@ STRATEGIES = ("div", "mod")
 class ShardLayout:
   """Where each row of a [vocabulary_size, ...] table lives."""
 
-  def __init__(self, vocabulary_size, num_shards, strategy):
+  def __init__(self, vocabulary_size: int, num_shards: int,
+               strategy: str) -> None:
     owner = "ShardLayout"
     self.vocabulary_size = checks.check_int(owner, "vocabulary_size",
                                              vocabulary_size, minimum=1)
@@ -29,15 +33,17 @@ class ShardLayout:
     self.num_shards = num_shards
     self.num_partitions = min(self.vocabulary_size, num_shards)
     base, extra = divmod(self.vocabulary_size, self.num_partitions)
-    self.sizes = tuple(base + (1 if i < extra else 0)
+    self.sizes: tuple[int, ...] = tuple(base + (1 if i < extra else 0)
                        for i in range(self.num_partitions))
-    self.offsets = tuple(int(x) for x in np.cumsum((0,) + self.sizes[:-1]))
+    self.offsets: tuple[int, ...] = tuple(int(x) for x in np.cumsum((0,) + self.sizes[:-1]))
 
-  def locate(self, ids):
+  def locate(self, ids: npt.ArrayLike) -> tuple[Any, Any]:
     """Returns (partition, local_index) arrays for an array of row ids."""
     return self.route(np.asarray(ids, dtype=np.int64))
 
-  def route(self, ids, where=np.where, constant=np.asarray, gather=np.take):
+  def route(self, ids: Any, where: Callable[..., Any] = np.where,
+            constant: Callable[..., Any] = np.asarray,
+            gather: Callable[..., Any] = np.take) -> tuple[Any, Any]:
     """(partition, local index) of each row id in `ids`, the one routing
     rule of both strategies. The operations default to NumPy's; the engine
     passes TensorFlow's (`tf.where`, an int64 `tf.constant`, `tf.gather`)
@@ -51,7 +57,7 @@ class ShardLayout:
                       extra + (ids - threshold) // base)
     return partition, ids - gather(constant(self.offsets), partition)
 
-  def row_ids(self, partition):
+  def row_ids(self, partition: int) -> npt.NDArray[np.int64]:
     """The global row ids stored in `partition`, in local order."""
     if self.strategy == "mod":
       return np.arange(partition, self.vocabulary_size, self.num_partitions,
@@ -59,12 +65,12 @@ class ShardLayout:
     start = self.offsets[partition]
     return np.arange(start, start + self.sizes[partition], dtype=np.int64)
 
-  def split(self, full):
+  def split(self, full: npt.ArrayLike) -> list[npt.NDArray[Any]]:
     """Splits a full [V, ...] array into its partitions."""
-    full = np.asarray(full)
-    return [full[self.row_ids(i)] for i in range(self.num_partitions)]
+    array = np.asarray(full)
+    return [array[self.row_ids(i)] for i in range(self.num_partitions)]
 
-  def join(self, parts):
+  def join(self, parts: Sequence[npt.ArrayLike]) -> npt.NDArray[Any]:
     """Inverse of `split`."""
     if len(parts) != self.num_partitions:
       raise ValueError(
@@ -76,15 +82,15 @@ class ShardLayout:
       full[self.row_ids(i)] = part
     return full
 
-  def __eq__(self, other):
+  def __eq__(self, other: object) -> bool:
     return isinstance(other, ShardLayout) and (
         self.vocabulary_size, self.num_partitions, self.strategy) == (
             other.vocabulary_size, other.num_partitions, other.strategy)
 
-  def __hash__(self):
+  def __hash__(self) -> int:
     return hash((self.vocabulary_size, self.num_partitions, self.strategy))
 
-  def __repr__(self):
+  def __repr__(self) -> str:
     return (f"ShardLayout(vocabulary_size={self.vocabulary_size}, "
             f"num_shards={self.num_shards}, strategy={self.strategy!r}, "
             f"sizes={list(self.sizes)})")

@@ -7,6 +7,7 @@ tables and features is reported when the spec is built, not at the first
 training step.
 """
 import collections
+from typing import Any, Callable, Iterable, Mapping, Optional, Self, Sequence
 
 from tpu_embedding_columns import TPU_EMBEDDING_COLUMN_TYPES
 from tpu_embedding_columns import checks
@@ -24,10 +25,14 @@ class _Validated:
   """Namedtuple mixin: `_replace`, `_make`, copy and pickle go through the
   constructor, so a changed field is validated like a new one."""
 
-  def _constructor_args(self):
+  # Given by the namedtuple the mixin goes with (annotated only, so that the
+  # namedtuple's own method stays the one that runs).
+  _asdict: Callable[[], dict[str, Any]]
+
+  def _constructor_args(self) -> dict[str, Any]:
     return self._asdict()
 
-  def _replace(self, **changes):
+  def _replace(self, **changes: Any) -> Self:
     args = self._constructor_args()
     unknown = set(changes) - set(args)
     if unknown:
@@ -37,25 +42,27 @@ class _Validated:
     return type(self)(**args)
 
   @classmethod
-  def _make(cls, iterable):
+  def _make(cls, iterable: Iterable[Any]) -> Any:
     return cls(*iterable)
 
-  def __reduce__(self):
+  def __reduce__(self) -> tuple[Any, ...]:
     return (_rebuild, (type(self), self._constructor_args()))
 
-  def __copy__(self):
+  def __copy__(self) -> Self:
     return self
 
-  def __deepcopy__(self, memo):
+  def __deepcopy__(self, memo: dict[int, Any]) -> Self:
     import copy  # pylint: disable=import-outside-toplevel
     return type(self)(**copy.deepcopy(self._constructor_args(), memo))
 
 
-def _rebuild(cls, args):
+def _rebuild(cls: Callable[..., Any], args: dict[str, Any]) -> Any:
   return cls(**args)
 
 
-class TableConfig(
+# The mixin's validating `_make` (mypy takes a namedtuple's own as the
+# only one its subclasses may have).
+class TableConfig(  # type: ignore[misc]
     _Validated,
     collections.namedtuple("TableConfig", [
         "vocabulary_size", "dimension", "initializer", "combiner",
@@ -79,15 +86,17 @@ class TableConfig(
       the spec's.
   """
 
-  def __new__(cls,
-              vocabulary_size,
-              dimension,
-              initializer=None,
-              combiner="mean",
-              hot_id_replication=False,
-              learning_rate=None,
-              learning_rate_fn=None,
-              optimization_parameters=None):
+  def __new__(
+      cls,
+      vocabulary_size: int,
+      dimension: int,
+      initializer: Optional[Callable[..., Any]] = None,
+      combiner: Optional[str] = "mean",
+      hot_id_replication: bool = False,
+      learning_rate: Optional[float] = None,
+      learning_rate_fn: Optional[Callable[[Any], Any]] = None,
+      optimization_parameters: Optional[
+          optimizers.OptimizationParameters] = None) -> Self:
     owner = "TableConfig"
     vocabulary_size = checks.check_int(owner, "vocabulary_size",
                                         vocabulary_size, minimum=1)
@@ -127,7 +136,9 @@ class TableConfig(
                            learning_rate_fn, optimization_parameters)
 
 
-class FeatureConfig(
+# The mixin's validating `_make` (mypy takes a namedtuple's own as the
+# only one its subclasses may have).
+class FeatureConfig(  # type: ignore[misc]
     _Validated,
     collections.namedtuple("FeatureConfig",
                            ["table_id", "max_sequence_length", "weight_key"])):
@@ -140,7 +151,8 @@ class FeatureConfig(
     weight_key: key of the feature holding per-id weights, or None.
   """
 
-  def __new__(cls, table_id, max_sequence_length=0, weight_key=None):
+  def __new__(cls, table_id: str, max_sequence_length: int = 0,
+              weight_key: Optional[str] = None) -> Self:
     owner = "FeatureConfig"
     checks.check_str(owner, "table_id", table_id)
     max_sequence_length = checks.check_int(owner, "max_sequence_length",
@@ -149,7 +161,9 @@ class FeatureConfig(
     return super().__new__(cls, table_id, max_sequence_length, weight_key)
 
 
-class EmbeddingConfigSpec(
+# The mixin's validating `_make` (mypy takes a namedtuple's own as the
+# only one its subclasses may have).
+class EmbeddingConfigSpec(  # type: ignore[misc]
     _Validated,
     collections.namedtuple("EmbeddingConfigSpec", [
         "feature_columns", "tensor_core_feature_columns",
@@ -182,16 +196,19 @@ class EmbeddingConfigSpec(
     profile_data_directory: optional directory for TPU lookup statistics.
   """
 
-  def __new__(cls,
-              feature_columns=None,
-              optimization_parameters=None,
-              clipping_limit=None,
-              pipeline_execution_with_tensor_core=False,
-              experimental_gradient_multiplier_fn=None,
-              feature_to_config_dict=None,
-              table_to_config_dict=None,
-              partition_strategy="div",
-              profile_data_directory=None):
+  def __new__(
+      cls,
+      feature_columns: Optional[Sequence[Any]] = None,
+      optimization_parameters: Optional[
+          optimizers.OptimizationParameters] = None,
+      clipping_limit: Optional[float] = None,
+      pipeline_execution_with_tensor_core: bool = False,
+      experimental_gradient_multiplier_fn: Optional[Callable[[Any],
+                                                             Any]] = None,
+      feature_to_config_dict: Optional[Mapping[str, FeatureConfig]] = None,
+      table_to_config_dict: Optional[Mapping[str, TableConfig]] = None,
+      partition_strategy: str = "div",
+      profile_data_directory: Optional[str] = None) -> Self:
     owner = "EmbeddingConfigSpec"
     has_columns = bool(feature_columns)
     _check_form(owner, has_columns, bool(feature_to_config_dict),
@@ -215,12 +232,11 @@ class EmbeddingConfigSpec(
       embedding_core_columns, tensor_core_columns = _split_columns(
           owner, feature_columns, optimization_parameters)
     else:
-      _check_dict(owner, "feature_to_config_dict", feature_to_config_dict,
-                  FeatureConfig)
-      _check_dict(owner, "table_to_config_dict", table_to_config_dict,
-                  TableConfig)
-      feature_to_config_dict = dict(feature_to_config_dict)
-      table_to_config_dict = dict(table_to_config_dict)
+      feature_to_config_dict = _check_dict(
+          owner, "feature_to_config_dict", feature_to_config_dict,
+          FeatureConfig)
+      table_to_config_dict = _check_dict(owner, "table_to_config_dict",
+                                         table_to_config_dict, TableConfig)
 
     spec = super().__new__(
         cls,
@@ -241,7 +257,7 @@ class EmbeddingConfigSpec(
     }
     return spec
 
-  def _constructor_args(self):
+  def _constructor_args(self) -> dict[str, Any]:
     args = self._asdict()
     tensor_core = args.pop("tensor_core_feature_columns")
     if args["feature_columns"] is not None:
@@ -250,18 +266,20 @@ class EmbeddingConfigSpec(
     return args
 
   @property
-  def model(self):
+  def model(self) -> _model.EmbeddingModel:
     """The config model (tables, features, optimizers) of this spec."""
-    return self.__dict__["_model"]
+    model: _model.EmbeddingModel = self.__dict__["_model"]
+    return model
 
-  def column_for(self, feature_name):
+  def column_for(self, feature_name: str) -> Any:
     """The embedding column that configures feature `feature_name` (the
     live object the config model refers to by name), or None in the dict
     form."""
     return self.__dict__["_columns"].get(feature_name)
 
 
-def _check_form(owner, has_columns, has_features, has_tables):
+def _check_form(owner: str, has_columns: bool, has_features: bool,
+                has_tables: bool) -> None:
   """Exactly one of the columns and the pair of dicts."""
   if has_features != has_tables:
     given, missing = (("feature_to_config_dict", "table_to_config_dict")
@@ -277,7 +295,7 @@ def _check_form(owner, has_columns, has_features, has_tables):
         f"specified; got {'both' if has_columns else 'neither'}.")
 
 
-def _check_partition_strategy(owner, partition_strategy):
+def _check_partition_strategy(owner: str, partition_strategy: str) -> None:
   if partition_strategy not in PARTITION_STRATEGIES:
     # TF's text, value unquoted (callers match it), then what to do.
     raise ValueError(
@@ -287,7 +305,7 @@ def _check_partition_strategy(owner, partition_strategy):
         "contiguous blocks, 'mod' round-robin.)")
 
 
-def _check_spec_optimizer(owner, optimization_parameters):
+def _check_spec_optimizer(owner: str, optimization_parameters: object) -> None:
   if optimization_parameters is not None and not isinstance(
       optimization_parameters, optimizers.OptimizationParameters):
     raise errors.ArgumentTypeError(
@@ -299,7 +317,9 @@ def _check_spec_optimizer(owner, optimization_parameters):
         "estimator_spec.interop.from_tensorflow.")
 
 
-def _split_columns(owner, feature_columns, optimization_parameters):
+def _split_columns(
+    owner: str, feature_columns: Any, optimization_parameters: object
+) -> tuple[list[Any], list[Any]]:
   """The spec's columns checked, as (embedding-core columns, tensor-core
   columns)."""
   if isinstance(feature_columns, dict) or not isinstance(
@@ -321,7 +341,7 @@ def _split_columns(owner, feature_columns, optimization_parameters):
   return embedding_core_columns, tensor_core_columns
 
 
-def _unsupported_column(owner, column):
+def _unsupported_column(owner: str, column: object) -> None:
   hint = ("convert TensorFlow's own TPU columns with "
           "estimator_spec.interop.from_tensorflow, or build them with "
           "tpu_embedding_columns.embedding_column / "
@@ -338,7 +358,9 @@ def _unsupported_column(owner, column):
       f", which is not a TPU embedding column; {hint}.")
 
 
-def _check_dict(owner, arg, value, value_type):
+def _check_dict(owner: str, arg: str, value: Any,
+                value_type: type[Any]) -> dict[str, Any]:
+  """`value` checked as a dict of `value_type`, copied."""
   if not isinstance(value, collections.abc.Mapping):
     checks.fail(owner, arg, "must be a dict", value, TypeError)
   for key, config in value.items():
@@ -351,12 +373,14 @@ def _check_dict(owner, arg, value, value_type):
           f"{owner}: `{arg}[{key!r}]`: Config for {what} {key} must be of "
           f"type `{value_type.__name__}` (estimator_spec's). Got "
           f"{type(config)}.")
+  return dict(value)
 
 
-def model_of(owner, spec):
+def model_of(owner: str, spec: Any) -> _model.EmbeddingModel:
   """The config model of `spec`; a clear TypeError naming `owner` when
   `spec` is not an `EmbeddingConfigSpec` of this library."""
   if not isinstance(spec, EmbeddingConfigSpec):
     checks.fail(owner, "spec", "must be an estimator_spec.EmbeddingConfigSpec",
                  spec, TypeError)
-  return spec.model
+  model: _model.EmbeddingModel = spec.model
+  return model
