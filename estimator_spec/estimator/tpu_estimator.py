@@ -91,30 +91,8 @@ def _check_arguments(model_fn, model_dir, config, params, use_tpu,
   del model_dir, config, warm_start_from
   cluster_lib.check_options(cluster_training)
   owner = "TPUEstimator"
-  if profile_sampling_rate is not None:
-    statistics.sampling_period(profile_sampling_rate,
-                               f"{owner}: `profile_sampling_rate`")
-    if embedding_config_spec is None or (
-        embedding_config_spec.profile_data_directory is None):
-      raise ValueError(
-          f"{owner}: `profile_sampling_rate` is the share of training steps "
-          "whose lookups are sampled into the spec's profile_data_directory, "
-          "but the embedding_config_spec has no profile_data_directory. Set "
-          "one, or drop the argument.")
-  if model_fn is None or not callable(model_fn):
-    raise TypeError(f"{owner}: `model_fn` must be a callable; got "
-                    f"{type(model_fn).__name__}.")
-  if params is not None and not isinstance(params, dict):
-    raise TypeError(f"{owner}: `params` must be a dict; got "
-                    f"{type(params).__name__}.")
-  reserved = [key for key in _RESERVED_PARAMS if params and key in params]
-  if reserved:
-    # TF's TPUEstimator reserves these two ('use_tpu' it overwrites).
-    raise ValueError(
-        f"{owner}: {list(_RESERVED_PARAMS)} are reserved keys but existed in "
-        f"params {params}: TPUEstimator sets {reserved} for model_fn and "
-        "input_fn. Pass batch sizes as train_batch_size/eval_batch_size/"
-        "predict_batch_size and remove these keys.")
+  _check_sampling_rate(profile_sampling_rate, embedding_config_spec)
+  _check_model_fn_and_params(model_fn, params)
   for name, value in (("use_tpu", use_tpu), ("eval_on_tpu", eval_on_tpu),
                       ("export_to_tpu", export_to_tpu),
                       ("export_to_cpu", export_to_cpu)):
@@ -149,17 +127,54 @@ def _check_arguments(model_fn, model_dir, config, params, use_tpu,
         "(a TPU step has a fixed global batch); set it, or use "
         "use_tpu=False.")
   if embedding_config_spec is not None:
-    if not isinstance(embedding_config_spec, spec_lib.EmbeddingConfigSpec):
-      raise TypeError(
-          f"{owner}: `embedding_config_spec` must be an estimator_spec."
-          f"EmbeddingConfigSpec; got {type(embedding_config_spec)!r}. A "
-          "spec built with TF's classes converts with estimator_spec."
-          "interop.from_tensorflow.")
-    if train_batch_size is None:
-      raise ValueError(
-          f"{owner}: `train_batch_size` is required with an "
-          "embedding_config_spec (the TPU embedding configuration is "
-          "built for a fixed batch size).")
+    _check_spec(embedding_config_spec, train_batch_size)
+
+
+def _check_sampling_rate(rate, spec):
+  """`profile_sampling_rate` (None or a share of steps) needs the spec's
+  profile_data_directory."""
+  if rate is None:
+    return
+  statistics.sampling_period(rate, "TPUEstimator: `profile_sampling_rate`")
+  if spec is None or spec.profile_data_directory is None:
+    raise ValueError(
+        "TPUEstimator: `profile_sampling_rate` is the share of training steps "
+        "whose lookups are sampled into the spec's profile_data_directory, "
+        "but the embedding_config_spec has no profile_data_directory. Set "
+        "one, or drop the argument.")
+
+
+def _check_model_fn_and_params(model_fn, params):
+  owner = "TPUEstimator"
+  if model_fn is None or not callable(model_fn):
+    raise TypeError(f"{owner}: `model_fn` must be a callable; got "
+                    f"{type(model_fn).__name__}.")
+  if params is not None and not isinstance(params, dict):
+    raise TypeError(f"{owner}: `params` must be a dict; got "
+                    f"{type(params).__name__}.")
+  reserved = [key for key in _RESERVED_PARAMS if params and key in params]
+  if reserved:
+    # TF's TPUEstimator reserves these two ('use_tpu' it overwrites).
+    raise ValueError(
+        f"{owner}: {list(_RESERVED_PARAMS)} are reserved keys but existed in "
+        f"params {params}: TPUEstimator sets {reserved} for model_fn and "
+        "input_fn. Pass batch sizes as train_batch_size/eval_batch_size/"
+        "predict_batch_size and remove these keys.")
+
+
+def _check_spec(spec, train_batch_size):
+  """A spec (not None) must be ours and come with a training batch."""
+  if not isinstance(spec, spec_lib.EmbeddingConfigSpec):
+    raise TypeError(
+        "TPUEstimator: `embedding_config_spec` must be an estimator_spec."
+        f"EmbeddingConfigSpec; got {type(spec)!r}. A "
+        "spec built with TF's classes converts with estimator_spec."
+        "interop.from_tensorflow.")
+  if train_batch_size is None:
+    raise ValueError(
+        "TPUEstimator: `train_batch_size` is required with an "
+        "embedding_config_spec (the TPU embedding configuration is "
+        "built for a fixed batch size).")
 
 
 def _with_cluster_session(config):
