@@ -577,10 +577,10 @@ class HostEmbeddingEngine:
     the step's `StepGradients` (distinct ids, their float32 gradient sums after
     the multiplier, the learning rate at `global_step`, and the gate of every
     check)."""
-    if not self.config.is_training:
+    if not self.is_training:
       raise RuntimeError(
           "HostEmbeddingEngine.apply_gradients: the EmbeddingConfig is in "
-          f"mode {self.config.mode!r}; only TRAIN updates tables.")
+          f"mode {self.mode!r}; only TRAIN updates tables.")
     missing = [
         f"{f!r} (table {feature.table!r})"
         for f, feature in self.model.features.items()
@@ -681,7 +681,7 @@ class HostEmbeddingEngine:
   def _learning_rate(self, name, step, checks):
     """The table's learning rate at `step`; a `learning_rate_fn` value is
     checked to be finite (the check joins `checks`, which gate writes)."""
-    rate = self.update_pipelines[name].learning_rate
+    rate = self.update_pipeline(name).learning_rate
     if rate.fn is not None:
       return _finite(
           tf.cast(rate.fn(step), tf.float32),
@@ -756,7 +756,7 @@ class HostEmbeddingEngine:
     graphs (evaluation, prediction, export) and other tasks' partitions
     (whose processes need not have loaded the kernels) get plain TensorFlow
     ops."""
-    return self.config.is_training and not self.remote_partitions
+    return self.is_training and not self.remote_partitions
 
   @property
   def remote_partitions(self):
@@ -769,14 +769,17 @@ class HostEmbeddingEngine:
     return (self.shard_device_fn(name, partition)
             if self.shard_device_fn is not None else None)
 
+  def update_pipeline(self, name):
+    """The `UpdatePipeline` of table `name` (docs/numerics.md, 'The backward
+    pass, table by table'), built once from the model."""
+    pipelines = self._update_pipelines
+    if name not in pipelines:
+      pipelines[name] = pipeline_lib.UpdatePipeline.of(self.model, name)
+    return pipelines[name]
+
   @functools.cached_property
-  def update_pipelines(self):
-    """{table name: its `UpdatePipeline`}, built once from the model, for
-    the tables a training engine updates (docs/numerics.md, 'The backward
-    pass, table by table')."""
-    return collections.OrderedDict(
-        (name, pipeline_lib.UpdatePipeline.of(self.model, name))
-        for name in self.model.tables)
+  def _update_pipelines(self):
+    return {}
 
   def _update_table(self, name, ids, grads, lr, rows=None):
     """docs/numerics.md, 'The backward pass, table by table' and 'Each optimizer
@@ -789,7 +792,7 @@ class HostEmbeddingEngine:
           self.update_partition(name, p, local, part_grads, lr)
           for p, (local, part_grads) in enumerate(table.split(ids, grads))
       ])
-    pipeline = self.update_pipelines[name]
+    pipeline = self.update_pipeline(name)
     target = executors.Target(
         table, self.slots[name],
         ops=executors.compiled_ops(pipeline.compiled, table.partitions))
@@ -809,7 +812,7 @@ class HostEmbeddingEngine:
          for k, v in self.slots[name].items()},
         lock_name=f"{table.op.name}/update_lock")
     with device_scope(self._partition_device(name, partition)):
-      return executors.update(self.update_pipelines[name], target, local_ids,
+      return executors.update(self.update_pipeline(name), target, local_ids,
                               grads, lr)
 
 

@@ -62,6 +62,7 @@ class Target:
 def _compiled(pipeline: Pipeline, target: Target, ids: Any, grads: Any,
               lr: Any, rows: Any) -> Any:
   del rows  # Read in place by the kernel.
+  assert pipeline.compiled is not None
   table = target.table
   slots = [target.slots[spec.name] for spec in pipeline.optimizer.slot_specs()]
   factor = pipeline.decay_factor(lr)

@@ -53,6 +53,8 @@ class UpdatePipeline:
   def of(cls, model: model_lib.EmbeddingModel, name: str) -> "UpdatePipeline":
     """The pipeline of table `name` of `model` (a table with an optimizer)."""
     optimizer = model.optimizer_for(name)
+    if optimizer is None:
+      raise ValueError(f"Table {name!r} has no optimizer; it is not trained.")
     lower, upper = model.gradient_clip_bounds(optimizer)
     low, high = optimizer.clip_weight_min, optimizer.clip_weight_max
     decay = optimizer.weight_decay_factor or 0.0

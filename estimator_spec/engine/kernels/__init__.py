@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import warnings
+from typing import Any, Sequence
 
 import tensorflow as tf
 
@@ -99,7 +100,7 @@ def row_updates():
     return _state["module"]
 
 
-def ops_for(variables):
+def ops_for(variables: Sequence[Any]) -> Any:
   """The op module for ops on `variables` (their kernels are CPU-only), or
   None when one of them is on a GPU or the kernels are unavailable."""
   if any("GPU" in variable.device.upper() for variable in variables):
@@ -124,7 +125,8 @@ _ROW_UPDATES = {"adagrad": "host_embedding_adagrad_rows",
                 "sgd": "host_embedding_sgd_rows"}
 
 
-def row_update(rule, table, slots, **inputs):
+def row_update(rule: str, table: Any, slots: Sequence[Any],
+               **inputs: Any) -> Any:
   """The compiled row update `rule` (a key of `_ROW_UPDATES`) on the
   partition `table` and its `slots` (resource handles, in slot order); the
   other inputs and attributes by name (row_updates.cc)."""
