@@ -118,6 +118,7 @@ def _imports(path):
   tree = ast.parse((REPO / path).read_text(), str(path))
   found = []
   bound = {}  # local name -> module it is bound to
+  computed = False
   for node in ast.walk(tree):
     if isinstance(node, ast.Import):
       for alias in node.names:
@@ -136,10 +137,19 @@ def _imports(path):
         if _is_module(candidate):
           bound[alias.asname or alias.name] = candidate
     elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-          and node.func.attr == "import_module" and node.args and
-          isinstance(node.args[0], ast.Constant) and
+          and node.func.attr == "import_module" and node.args):
+      if (isinstance(node.args[0], ast.Constant) and
           isinstance(node.args[0].value, str)):
-      found.append((node.lineno, node.args[0].value, None))
+        found.append((node.lineno, node.args[0].value, None))
+      else:
+        computed = True
+  if computed:
+    # A module that imports by a computed name (a table of lazily loaded
+    # names): each module name it spells out counts as imported.
+    found.extend(
+        (node.lineno, node.value, None) for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        and _is_module(node.value))
   reaches = set()
   for node in ast.walk(tree):
     chain = _chain(node)
@@ -169,7 +179,7 @@ def _chain(node):
 
 def _is_module(name):
   parts = name.split(".")
-  if parts[0] not in PACKAGES:
+  if parts[0] not in PACKAGES or not all(p.isidentifier() for p in parts):
     return False
   base = REPO.joinpath(*parts)
   return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
@@ -328,6 +338,20 @@ def test_the_checker_finds_private_reaches(scratch):
       "_hidden of package estimator_spec.engine)",
       f"{user}:3 reaches estimator_spec.engine._secret (private name "
       "_secret of package estimator_spec.engine)",
+  ]
+
+
+def test_the_checker_reads_the_tables_of_lazy_imports(scratch):
+  scratch("estimator_spec/engine/lazy.py",
+          "import importlib\n"
+          "_MODULES = {'a': 'estimator_spec.config',\n"
+          "            'b': 'estimator_spec.estimator'}\n"
+          "def load(name):\n"
+          "  return importlib.import_module(_MODULES[name])\n")
+  violations, _ = _violations()
+  assert violations == [
+      "estimator_spec/engine/lazy.py:3 imports estimator_spec.estimator "
+      "(layer engine may not import layer estimator)"
   ]
 
 
