@@ -111,9 +111,10 @@ def _resolve(module, level, name):
 
 
 def _imports(path):
-  """(line, imported module, names taken from it, local binding) of every
-  import in the file at `path`, and the attribute reaches `(line, module,
-  attribute)` through names bound to modules of both packages."""
+  """The imports of the file at `path`, `(line, module, name taken from it
+  or None)`, and its reaches of private attributes of modules of both
+  packages through the names it binds to them, `(line, module, attribute)`
+  (`interop._mid_level._build`; an attribute of a class is not followed)."""
   module = _module_of(path)
   tree = ast.parse((REPO / path).read_text(), str(path))
   found = []
