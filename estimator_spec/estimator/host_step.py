@@ -301,7 +301,7 @@ class _EngineSource(context.ActivationSource):
       lookup = self._lookup.tables[name]
       result[name] = StepTable(
           name, table.vocabulary_size, lookup.unique_ids,
-          self._engine.tables[name].read_all)
+          self._engine.table_rows(name).read_all)
     return result
 
 

@@ -274,8 +274,9 @@ class SyncStep:
     if embedding is not None:
       with tf.control_dependencies([embedding.gate]):
         for name in engine.model.tables:
-          split = engine.tables[name].split(
-              tf.cast(embedding.ids[name], tf.int64), embedding.grads[name])
+          split = engine.split_by_partition(
+              name, tf.cast(embedding.ids[name], tf.int64),
+              embedding.grads[name])
           for p, (local, grads) in enumerate(split):
             ids_key, grads_key = _table_keys(name, p)
             values[ids_key], values[grads_key] = local, grads
