@@ -284,6 +284,18 @@ def test_no_module_reaches_a_private_name_of_another_package():
       "(promote what is shared):\n" + "\n".join(violations))
 
 
+def test_the_config_model_imports_no_tensorflow():
+  # Plain data (docs/architecture.md, 'Who owns what'): TF reaches the
+  # config model only through the columns it describes.
+  found = [
+      f"{path}:{line} imports {module}" for path in _source_files()
+      if _module_of(path).startswith("estimator_spec.config.")
+      for line, module, _ in _imports(path)[0]
+      if module.split(".")[0] in ("tensorflow", "tensorflow_estimator", "keras")
+  ]
+  assert not found, found
+
+
 # --- The checker itself -----------------------------------------------------
 
 @pytest.fixture
