@@ -31,19 +31,45 @@ synchronous cluster step sends it to the chief, which calls
 import collections
 import contextlib
 import functools
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
+from tpu_embedding_columns import checks
 from tpu_embedding_columns import columns
 from tpu_embedding_columns import lookup as column_lookup
 
+from estimator_spec.config import modes
 from estimator_spec.config import sharding
+from estimator_spec.config import spec as spec_lib
 from estimator_spec.engine import executors
 from estimator_spec.engine import inputs as inputs_lib
 from estimator_spec.engine import kernels
 from estimator_spec.engine import pipeline as pipeline_lib
 from estimator_spec.engine import storage
+
+
+def _spec_and_mode(config, spec, mode):
+  """(spec, mode) of the engine: `config`'s, or `spec` and `mode` checked."""
+  owner = "HostEmbeddingEngine"
+  if config is not None:
+    if spec is not None or mode is not None:
+      raise ValueError(
+          f"{owner}: give an EmbeddingConfig, or `spec` and `mode`; not "
+          "both.")
+    return config.spec, config.mode
+  model = spec_lib.model_of(owner, spec)
+  if mode not in modes.MODES:
+    checks.fail(owner, "mode",
+                "must be tf.estimator.ModeKeys.TRAIN, EVAL or PREDICT", mode)
+  if mode == modes.TRAIN:
+    missing = [name for name in model.tables
+               if model.optimizer_for(name) is None]
+    if missing:
+      raise ValueError(
+          f"{owner}: training needs an optimizer for every table; tables "
+          f"{missing} have none.")
+  return spec, mode
 
 
 class TableLookup:
@@ -226,11 +252,18 @@ class LookupStep:
 
 
 class HostEmbeddingEngine:
-  """Tables, lookups and sparse optimizer updates of an `EmbeddingConfig`.
+  """Tables, lookups and sparse optimizer updates of a config model in a
+  mode.
 
   Args:
-    config: an `estimator_spec.EmbeddingConfig`; its mode decides whether
-      slot variables exist and updates are possible.
+    config: an `estimator_spec.EmbeddingConfig`: the engine takes its spec
+      and mode (its batch size and topology are not used); or None, with
+      `spec` and `mode`.
+    spec: an `EmbeddingConfigSpec` (its config model, and the columns that
+      turn raw inputs into ids), with `mode`, instead of `config`.
+    mode: `tf.estimator.ModeKeys.TRAIN` ('train'), `EVAL` ('eval') or
+      `PREDICT` ('infer'), with `spec`: whether slot variables exist and
+      updates are possible (training needs an optimizer for every table).
     variable_names: optional {table name: variable name}; default: each
       table's `embedding_var_name`. Slots are named `<variable>/<suffix>`.
     num_shards: partitions per table (1 on one machine; parameter-server
@@ -247,11 +280,17 @@ class HostEmbeddingEngine:
       activation then has its feature's own batch.
   """
 
-  def __init__(self, config, *, variable_names=None, num_shards=1,
-               shard_device_fn=None, local_device=None,
-               same_batch_size=True):
+  def __init__(self, config: Any = None, *, spec: Any = None,
+               mode: Optional[str] = None,
+               variable_names: Optional[Dict[str, str]] = None,
+               num_shards: int = 1, shard_device_fn: Any = None,
+               local_device: Optional[str] = None,
+               same_batch_size: bool = True) -> None:
+    # The `EmbeddingConfig` given, else None (the engine reads `spec`,
+    # `model` and `mode`, never the topology).
     self.config = config
-    self.model = config.model
+    self.spec, self.mode = _spec_and_mode(config, spec, mode)
+    self.model = self.spec.model
     names = dict(variable_names or {})
     unknown = sorted(set(names) - set(self.model.tables))
     if unknown:
@@ -272,6 +311,16 @@ class HostEmbeddingEngine:
     self.slots = None
     self._pending = None
     self._slot_suppliers = {}
+
+  @property
+  def is_training(self) -> bool:
+    """Whether the engine trains (mode TRAIN): slots exist, updates run."""
+    return self.mode == modes.TRAIN
+
+  def optimizer_for(self, table_name: str) -> Any:
+    """The optimizer that trains table `table_name` in this mode (the
+    config model's); None when not training."""
+    return self.model.optimizer_for(table_name) if self.is_training else None
 
   # --- variables -------------------------------------------------------------
 
@@ -303,7 +352,7 @@ class HostEmbeddingEngine:
       raise ValueError(
           f"HostEmbeddingEngine: unknown table {table_name!r}; tables are "
           f"{list(self.model.tables)}.")
-    if self.config.optimizer_for(table_name) is None:
+    if self.optimizer_for(table_name) is None:
       raise ValueError(
           f"HostEmbeddingEngine: table {table_name!r} has no slots (it is "
           "not trained in this config's mode).")
@@ -325,7 +374,7 @@ class HostEmbeddingEngine:
       self.tables = collections.OrderedDict()
       self.slots = collections.OrderedDict()
       if self.model.pipeline_execution_with_tensor_core and (
-          self.config.is_training):
+          self.is_training):
         self._pending = collections.OrderedDict()
     if name in self.tables:
       return self.tables[name]
@@ -344,7 +393,7 @@ class HostEmbeddingEngine:
     rows = storage.create_table(
         var_name, table.vocabulary_size, table.dimension, table.initializer,
         self.num_shards, strategy, device_fn)
-    optimizer = self.config.optimizer_for(name)
+    optimizer = self.optimizer_for(name)
     supplier = self._slot_suppliers.get(name)
     slots = collections.OrderedDict()
     if optimizer is not None and supplier is not None:
@@ -498,7 +547,7 @@ class HostEmbeddingEngine:
     # where they exist (in the graphs of `_compiles`), else by TF ops.
     compiled = self._compiles and kernels.row_updates() is not None
     parsed = inputs_lib.parse_features(
-        self.model, self.config.spec, features,
+        self.model, self.spec, features,
         compiled_ops=kernels if compiled else None)
     if not self.same_batch_size:
       return LookupStep(self, parsed, [], None)
@@ -520,7 +569,7 @@ class HostEmbeddingEngine:
     }
     if ops is not None and len(variables.partitions) == 1:
       # The update reads the looked-up rows only where it is not compiled.
-      keep_rows = _row_kernel(self.config.optimizer_for(table.name),
+      keep_rows = _row_kernel(self.optimizer_for(table.name),
                               variables) is None
       return TableLookup(table, None, None, items, plans, None, None,
                          compiled=True,
