@@ -34,8 +34,6 @@ LAYERS = (
     ("top", ("estimator_spec.__main__", "estimator_spec.__init__",
              "estimator_spec.experimental", "estimator_spec.migrate")),
 )
-# Layers that may be absent while they are being written.
-OPTIONAL_LAYERS = ("reports",)
 # Modules every layer of estimator_spec may import; they import no layer of
 # estimator_spec (only each other, the columns and third-party code). `tf215` says whether TF 2.15's
 # Estimator stack is there; `tf_names` is plain data.
@@ -240,11 +238,6 @@ def _allowed(path, own, layer, target):
 def test_every_layer_names_a_module_that_exists():
   for name, prefixes in LAYERS:
     for prefix in prefixes:
-      if name in OPTIONAL_LAYERS and not _is_module(prefix):
-        continue
-      if prefix.endswith(".__init__"):
-        assert (REPO / "estimator_spec" / "__init__.py").is_file()
-        continue
       assert _is_module(prefix), (
           f"layer {name} names {prefix}, which does not exist; "
           "tests/test_layers.py must follow the folders")
@@ -366,6 +359,14 @@ def test_the_checker_reads_the_tables_of_lazy_imports(scratch):
       "estimator_spec/engine/lazy.py:3 imports estimator_spec.estimator "
       "(layer engine may not import layer estimator)"
   ]
+
+
+def test_a_layer_naming_a_missing_folder_fails(monkeypatch):
+  monkeypatch.setattr(sys.modules[__name__], "LAYERS",
+                      LAYERS + (("gone", ("estimator_spec.gone",)),))
+  with pytest.raises(AssertionError, match="layer gone names "
+                     "estimator_spec.gone, which does not exist"):
+    test_every_layer_names_a_module_that_exists()
 
 
 def test_utilities_import_no_layer(scratch):
