@@ -71,7 +71,7 @@ _ANY_TF = ("HostTPUEmbedding",)
 
 
 def __getattr__(name):
-  import importlib  # pylint: disable=import-outside-toplevel
+  import importlib
   if name in _LAZY:
     return getattr(importlib.import_module(_LAZY[name]), name)
   if name in _SUBPACKAGES:

@@ -9,25 +9,27 @@
 * `ShardLayout.route` is the one row-routing rule: NumPy and the engine's
   TensorFlow routing give the same partitions and local indices;
 * every optimizer class carries its whole description (proto message,
-  slots with their TF and TF2 names, update rule, TF2 counterpart).
+  slots with their TF and TF2 names, TF2 counterpart); its update rule
+  lives in the engine.
 """
 import os
 import pickle
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# TensorFlow reads the log level when it loads: the imports come after.
 
-import hypothesis  # pylint: disable=g-import-not-at-top
-from hypothesis import strategies as st  # pylint: disable=g-import-not-at-top
-import numpy as np  # pylint: disable=g-import-not-at-top
-import pytest  # pylint: disable=g-import-not-at-top
-import tensorflow as tf  # pylint: disable=g-import-not-at-top
+import hypothesis
+from hypothesis import strategies as st
+import numpy as np
+import pytest
+import tensorflow as tf
 
-import estimator_spec as es  # pylint: disable=g-import-not-at-top
-from estimator_spec.config import model as model_lib  # pylint: disable=g-import-not-at-top
-from estimator_spec.config import optimizers  # pylint: disable=g-import-not-at-top
-from estimator_spec.config import report  # pylint: disable=g-import-not-at-top
-from estimator_spec.engine import storage  # pylint: disable=g-import-not-at-top
-import tpu_embedding_columns as tec  # pylint: disable=g-import-not-at-top
+import estimator_spec as es
+from estimator_spec.config import model as model_lib
+from estimator_spec.config import optimizers
+from estimator_spec.config import report
+from estimator_spec.engine import storage
+import tpu_embedding_columns as tec
 
 fc = tf.feature_column
 

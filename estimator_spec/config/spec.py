@@ -7,6 +7,7 @@ tables and features is reported when the spec is built, not at the first
 training step.
 """
 import collections
+import copy
 from typing import Any, Callable, Iterable, Mapping, Optional, Self, Sequence
 
 from tpu_embedding_columns import TPU_EMBEDDING_COLUMN_TYPES
@@ -52,7 +53,6 @@ class _Validated:
     return self
 
   def __deepcopy__(self, memo: dict[int, Any]) -> Self:
-    import copy  # pylint: disable=import-outside-toplevel
     return type(self)(**copy.deepcopy(self._constructor_args(), memo))
 
 
