@@ -117,7 +117,6 @@ class TableLookup:
           for item, plan, part in zip(self.features, plans, parts)
       }
     checks = [check for plan in plans for check in plan.checks]
-    ops = kernels.row_updates()
     combine = dict(
         segments=[plan.segment for plan in plans],
         weights=kernels.or_empty([plan.weights for plan in plans]),
@@ -125,12 +124,12 @@ class TableLookup:
         combiners=[plan.combiner for plan in plans])
     with tf.control_dependencies(checks):
       if self._read is None:
-        outputs, self.scales = ops.host_embedding_combine(
+        outputs, self.scales = kernels.combine(
             self.rows, self.index, **combine)
       else:
         handle, keep_rows = self._read
         (self.unique_ids, self.index, self.rows, self.num_ids, outputs,
-         self.scales) = ops.host_embedding_lookup(
+         self.scales) = kernels.lookup(
              handle, [item.flat.ids for item in self.features],
              keep_rows=keep_rows, **combine)
         self.rows.set_shape([None, self.table.dimension])

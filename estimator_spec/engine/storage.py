@@ -151,7 +151,7 @@ def _gather(variable, ids, dimension, compiled):
   ops = kernels.ops_for([variable]) if compiled else None
   if ops is None:
     return tf.gather(variable, ids)
-  rows = ops.host_embedding_gather_rows(variable.handle, ids)
+  rows = kernels.gather_rows(variable.handle, ids)
   rows.set_shape([None, dimension])
   return rows
 
