@@ -35,8 +35,9 @@ LAYERS = (
              "estimator_spec.experimental", "estimator_spec.migrate")),
 )
 # Modules every layer of estimator_spec may import; they import no layer of
-# estimator_spec (only each other, the columns and third-party code). `tf215` says whether TF 2.15's
-# Estimator stack is there; `tf_names` is plain data.
+# estimator_spec (only each other, the columns and third-party code).
+# `tf215` says whether TF 2.15's Estimator stack is there; `tf_names` is
+# plain data; `_version` is private by packaging custom only.
 UTILITIES = ("estimator_spec.files", "estimator_spec.quiet",
              "estimator_spec.errors", "estimator_spec._version",
              "estimator_spec.tf_names", "estimator_spec.tf_patches",
