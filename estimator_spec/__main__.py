@@ -18,7 +18,7 @@ command and flag.
 * `export-mid-level SPEC --model-dir PATH --output PREFIX`: the tables and
   slots of a checkpoint as a TF2 object-based checkpoint for
   `tf.tpu.experimental.embedding.TPUEmbeddingForServing`
-  (`estimator_spec.checkpoints.mid_level.export_mid_level_checkpoint`).
+  (`estimator_spec.interop.export_mid_level_checkpoint`).
 * `rows SPEC --model-dir PATH --table T --ids 1,2,5-9`: rows of a table (or
   with `--slot`, of one of its optimizer slots) by id, whatever layout wrote
   the checkpoint (`estimator_spec.checkpoints.rows.read_rows`).
@@ -543,8 +543,8 @@ def _run_checkpoint_command(args, spec):
         to_shards=args.to_shards, from_strategy=args.from_strategy,
         variable_names=names, progress=True, overwrite=args.force)
   else:
-    from estimator_spec.checkpoints import mid_level  # pylint: disable=import-outside-toplevel
-    path = mid_level.export_mid_level_checkpoint(
+    from estimator_spec import interop  # pylint: disable=import-outside-toplevel
+    path = interop.export_mid_level_checkpoint(
         args.model_dir, spec, args.output, variable_names=names,
         allow_missing_slots=args.allow_missing_slots,
         attribute=args.attribute, progress=True,

@@ -23,7 +23,7 @@ import types
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import hypothesis  # pylint: disable=g-import-not-at-top
+import hypothesis
 from hypothesis import strategies as st
 import numpy as np
 import pytest

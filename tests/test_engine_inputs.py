@@ -10,7 +10,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import time  # pylint: disable=g-import-not-at-top
+import time
 
 import numpy as np
 import pytest

@@ -21,7 +21,7 @@ import re
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # pylint: disable=g-import-not-at-top
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -291,9 +291,9 @@ def _estimator(model_dir, spec, columns, grads, batch):
 @pytest.mark.parametrize("optimizer", ["adagrad", "adam"])
 def test_estimator_checkpoint_exported_restores_and_trains_on(tmp_path,
                                                               optimizer):
-  from tests.test_estimator_interop import as_sparse  # pylint: disable=g-import-not-at-top,import-outside-toplevel
-  from tests.test_estimator_interop import padded_ids  # pylint: disable=g-import-not-at-top,import-outside-toplevel
-  import tpu_embedding_columns as tec  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  from tests.test_estimator_interop import as_sparse
+  from tests.test_estimator_interop import padded_ids
+  import tpu_embedding_columns as tec
   vocabulary, dim, batch = 20, 3, 8
   ident = tf.feature_column.categorical_column_with_identity
   columns = {"a": tec.embedding_column(ident("a", vocabulary), dim,

@@ -18,7 +18,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # pylint: disable=g-import-not-at-top
+import numpy as np
 import pytest
 import tensorflow as tf
 

@@ -8,8 +8,11 @@
   checkpoint's `.index` file.
 * `restore`: `LayoutAwareSaver`, restoring into a run of another layout.
 * `convert`: `convert_checkpoint`, re-laying out a checkpoint offline.
-* `mid_level`: `export_mid_level_checkpoint`, the tables and slots for
-  TF2's `tf.tpu.experimental.embedding`.
+* `mid_level`: the names TF2's `tf.tpu.experimental.embedding` tracks
+  tables and slots under, and the writer of
+  `estimator_spec.interop.export_mid_level_checkpoint` (the tables and
+  slots in row order, under the keys of TF2's object graph, which the
+  interop layer passes in).
 * `tf_cpu`: `convert_for_tf_cpu`, our checkpoint as TF's
   `TPUEstimator(use_tpu=False)` restores it (its model optimizer's slots
   for the tables added at their initial values).
@@ -22,7 +25,7 @@
 
 def __getattr__(name):
   if name == "read_rows":
-    from estimator_spec.checkpoints import rows  # pylint: disable=import-outside-toplevel
+    from estimator_spec.checkpoints import rows
     return rows.read_rows
   raise AttributeError(
       f"module 'estimator_spec.checkpoints' has no attribute {name!r}")

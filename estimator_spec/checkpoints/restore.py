@@ -27,9 +27,9 @@ import tensorflow as tf
 from estimator_spec.checkpoints import tables
 from estimator_spec.config import sharding
 # Public here too: the estimator's tests and tools know them from this module.
-from estimator_spec.checkpoints.tables import LAYOUT_TENSOR  # pylint: disable=unused-import
-from estimator_spec.checkpoints.tables import recorded_strategy  # pylint: disable=unused-import
-from estimator_spec.checkpoints.tables import stored_partitions  # pylint: disable=unused-import
+from estimator_spec.checkpoints.tables import LAYOUT_TENSOR
+from estimator_spec.checkpoints.tables import recorded_strategy
+from estimator_spec.checkpoints.tables import stored_partitions
 
 
 class _EngineVariable:

@@ -49,6 +49,11 @@ from estimator_spec.checkpoints import tables
 
 _OWNER = "convert_for_tf_cpu"
 _PART = re.compile(r"/part_\d+$")
+# The class attribute by which an estimator class says it restores our
+# checkpoints as they are (estimator_spec's TPUEstimator sets it True);
+# `convert_for_tf_cpu` refuses such an estimator. This layer does not
+# import the estimator layer, which sits above it.
+RESTORES_HOST_CHECKPOINTS = "restores_host_embedding_checkpoints"
 
 TfCpuCheckpoint = collections.namedtuple(
     "TfCpuCheckpoint", ["prefix", "copied", "initialized", "left_out"])
@@ -127,8 +132,7 @@ def convert_for_tf_cpu(estimator, input_fn, checkpoint, *, batch_size=None,
 
 
 def _check_estimator(estimator):
-  from estimator_spec.estimator import tpu_estimator as ours  # pylint: disable=import-outside-toplevel
-  if isinstance(estimator, ours.TPUEstimator):
+  if getattr(type(estimator), RESTORES_HOST_CHECKPOINTS, False) is True:
     raise TypeError(
         f"{_OWNER}: `estimator` is estimator_spec's TPUEstimator, which "
         "restores our checkpoints as they are; pass the TF estimator that "

@@ -17,7 +17,10 @@ refuse exactly the same inputs (docs/numerics.md, 'Lookup'):
   refused, as on a TPU;
 * a `GivenIds` under the feature's name holds ids already in the form TF2's
   mid-level API gives them (`HostTPUEmbedding`): a SparseTensor with its
-  own optional weights, or one id per example.
+  own optional weights, or one id per example. `read_mid_level_input`
+  makes it from what TF2's `TPUEmbedding.enqueue` takes for one feature
+  (SparseTensor or RaggedTensor ids of any rank, dense ids [batch] or
+  [..., 1]), refusing what TF2 refuses.
 
 `parse_features` then validates when the graph runs (indices inside the
 dense_shape, weights at the ids' positions, ids in range after dropping
@@ -33,7 +36,7 @@ from tpu_embedding_columns import errors
 from tpu_embedding_columns import lookup as column_lookup
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class FeatureInput:
   """One feature's ids as the TPU infeed takes them.
 
@@ -115,6 +118,119 @@ def one_per_example_as_sparse(ids):
   return tf.SparseTensor(
       tf.stack([tf.range(batch), tf.zeros([batch], tf.int64)], axis=1),
       tf.cast(ids, tf.int64), tf.stack([batch, 1]))
+
+
+@dataclasses.dataclass(frozen=True)
+class MidLevelInput:
+  """One feature's input as TF2's mid-level API takes it, read by
+  `read_mid_level_input`.
+
+  given: the engine's input (`GivenIds`): SparseTensor ids [batch, ids]
+  with optional weights, or dense ids [batch], one per example. kind:
+  'dense', 'sparse' or 'ragged', the form the ids were given in.
+  flat_batch: the leading dimensions (int64 vector) of ids of higher rank
+  that were flattened into the engine's batch, else None.
+  """
+  given: GivenIds
+  kind: str
+  flat_batch: Any = None
+
+
+def read_mid_level_input(ids: Any, weights: Any, max_sequence_length: int,
+                         where: str) -> MidLevelInput:
+  """The `MidLevelInput` of one feature's `ids` and `weights` (None or of
+  the ids' kind) as TF2's `TPUEmbedding.enqueue` takes them: a RaggedTensor
+  [batch, (ids)], a SparseTensor [batch, ids] or of higher rank (flattened
+  to [examples, ids]; not for a sequence feature), or dense ids [batch] or
+  [..., 1] (no weights, not for a sequence feature). Raises ValueError or
+  TypeError, starting with `where`, for anything else."""
+  if isinstance(ids, tf.RaggedTensor):
+    if weights is not None and not isinstance(weights, tf.RaggedTensor):
+      raise ValueError(f"{where}: the ids are a RaggedTensor, the weights "
+                       f"a {type(weights).__name__}; give them alike.")
+    if ids.ragged_rank != 1 or ids.shape.rank != 2:
+      raise ValueError(f"{where}: RaggedTensor ids must be [batch, (ids)] "
+                       f"(rank 2); got shape {ids.shape}. Give ids of "
+                       "higher rank as a SparseTensor.")
+    result = MidLevelInput(GivenIds(
+        ids.to_sparse(), None if weights is None else weights.to_sparse()),
+                           "ragged")
+  elif isinstance(ids, tf.SparseTensor):
+    result = _mid_level_sparse(ids, weights, max_sequence_length, where)
+  else:
+    result = _mid_level_dense(ids, weights, max_sequence_length, where)
+  if not result.given.ids.dtype.is_integer:
+    raise TypeError(f"{where}: ids must be integers; got "
+                    f"{result.given.ids.dtype.name}.")
+  return result
+
+
+def _mid_level_sparse(ids, weights, max_sequence_length, where):
+  if weights is not None and not isinstance(weights, tf.SparseTensor):
+    raise ValueError(f"{where}: the ids are a SparseTensor, the weights "
+                     f"a {type(weights).__name__}; give them alike.")
+  rank = ids.shape.rank
+  if rank is not None and rank < 2:
+    raise ValueError(f"{where}: SparseTensor ids must be [batch, ids] or "
+                     f"of higher rank; got shape {ids.shape}.")
+  if rank is None or rank <= 2:
+    return MidLevelInput(GivenIds(ids, weights), "sparse")
+  if max_sequence_length > 0:
+    raise ValueError(
+        f"{where}: SparseTensor ids of rank {rank} for a sequence "
+        f"feature (max_sequence_length={max_sequence_length}) "
+        "are not supported: TF's TPUEmbedding ignores "
+        "max_sequence_length for them and combines over the last "
+        "dimension. Give [batch, ids] (rank 2), or a FeatureConfig "
+        "without max_sequence_length for combined lookups.")
+  if weights is not None and weights.shape.rank != rank:
+    raise ValueError(f"{where}: the ids have shape {ids.shape}, the "
+                     f"weights {weights.shape}; give them alike.")
+  flat_batch = ids.dense_shape[:-1]
+  sparse = _flatten_sparse(ids)
+  if weights is not None:
+    weights = _flatten_sparse(weights, like=ids)
+  return MidLevelInput(GivenIds(sparse, weights), "sparse", flat_batch)
+
+
+def _mid_level_dense(ids, weights, max_sequence_length, where):
+  dense = tf.convert_to_tensor(ids)
+  if weights is not None:
+    raise ValueError(f"{where}: weights were given for dense ids; dense "
+                     "ids take no weights (give ids and weights as "
+                     "SparseTensors or RaggedTensors).")
+  if max_sequence_length > 0:
+    raise ValueError(f"{where}: a sequence feature (max_sequence_length="
+                     f"{max_sequence_length}) takes a "
+                     "SparseTensor or RaggedTensor, not dense ids.")
+  rank = dense.shape.rank
+  if rank is None or rank == 0 or (
+      rank > 1 and tf.compat.dimension_value(dense.shape[-1]) != 1):
+    raise ValueError(
+        f"{where}: dense ids must be [batch] or [..., 1], one id per "
+        f"example (each looked up alone); got shape {dense.shape}. Give "
+        "several ids per example as a SparseTensor or RaggedTensor.")
+  flat_batch = None
+  if rank > 1:
+    flat_batch = tf.shape(dense, out_type=tf.int64)[:-1]
+    dense = tf.reshape(dense, [-1])
+  # One id per example: the engine's fast path.
+  return MidLevelInput(GivenIds(dense), "dense", flat_batch)
+
+
+def _flatten_sparse(sparse, like=None):
+  """`sparse` [d0, ..., dk, n] as [d0 * ... * dk, n] (rows in row-major
+  order); `like`: the tensor whose dense shape decides both (the ids, for
+  their weights)."""
+  like = sparse if like is None else like
+  leading = like.shape[:-1].num_elements()
+  last = tf.compat.dimension_value(like.shape[-1])
+  target = tf.stack([
+      tf.constant(leading, tf.int64) if leading is not None else
+      tf.reduce_prod(like.dense_shape[:-1]),
+      tf.constant(last, tf.int64) if last is not None else
+      like.dense_shape[-1]])
+  return tf.sparse.reshape(sparse, target)
 
 
 def read_feature(feature, table, column, features, where,
@@ -274,7 +390,7 @@ def _tf_missing_weights(key):
           "supported on TPU.")
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class FeatureIds:
   """Validated ids of one feature for one step."""
   name: str
@@ -284,6 +400,20 @@ class FeatureIds:
   combiner: Optional[str]
   # Sequence lengths min(length, L) for sequence features, else None.
   lengths: Optional[Any] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Parsing:
+  """How one feature's ids become its `FeatureIds` once flattened: its
+  combiner (None: at most one id per example, checked), its sequence length
+  L (0 when not a sequence feature) and lengths, and the static batch size
+  of one id per example (None when not known)."""
+  feature: Any
+  table: Any
+  combiner: Optional[str]
+  max_sequence_length: int
+  lengths: Optional[Any]
+  static_batch_size: Optional[int]
 
 
 def parse_features(model, spec, features, compiled_ops=None):
@@ -297,48 +427,53 @@ def parse_features(model, spec, features, compiled_ops=None):
   for all features together (`tpu_embedding_columns.lookup.flatten_many`).
   """
   check_weight_keys(model, "Embedding features")
-  sources, details = [], []
+  sources, parsings = [], []
   for feature in model.features.values():
     table = model.tables[feature.table]
     column = spec.column_for(feature.name)
     where = f"Feature {feature.name!r} (table {table.name!r})"
     given = read_feature(feature, table, column, features, where)
-    if given.single:
-      # One id per example: with combiner None (negative ids refused, at
-      # most one id per example checked by the combiner's plan), or from
-      # a `GivenIds` (negative ids dropped; the row itself, as 'sum'
-      # gives).
-      sources.append(
-          column_lookup.IdSource(one_per_example_as_sparse(given.ids), None,
-                                 table.vocabulary_size, where,
-                                 drop_negative=given.given))
-      details.append((feature, table, "sum" if given.given else None, 0,
-                      None, tf.compat.dimension_value(given.ids.shape[0])))
-      continue
-    drop_negative = column.drops_negative_ids if column else True
-    sources.append(
-        column_lookup.IdSource(
-            given.ids, given.weights, table.vocabulary_size, where,
-            drop_negative=drop_negative,
-            ids_non_negative=given.transformed and
-            column_lookup.never_negative(column.categorical_column),
-            max_positions=feature.max_sequence_length or None))
-    lengths = None
-    if feature.max_sequence_length:
-      lengths = column_lookup.sequence_lengths(given.ids,
-                                               feature.max_sequence_length)
-    details.append((feature, table, table.combiner,
-                    feature.max_sequence_length, lengths, None))
+    source, parsing = _id_source(feature, table, column, given, where)
+    sources.append(source)
+    parsings.append(parsing)
   parsed = collections.OrderedDict()
   flats = (column_lookup.flatten_many(sources, compiled_ops)
            if sources else [])
-  for flat, (feature, table, combiner, length, lengths, static) in zip(
-      flats, details):
-    if static is not None:
-      flat.static_batch_size = static
-    parsed[feature.name] = FeatureIds(feature.name, table.name, flat, length,
-                                      combiner, lengths)
+  for flat, parsing in zip(flats, parsings):
+    if parsing.static_batch_size is not None:
+      flat.static_batch_size = parsing.static_batch_size
+    parsed[parsing.feature.name] = FeatureIds(
+        parsing.feature.name, parsing.table.name, flat,
+        parsing.max_sequence_length, parsing.combiner, parsing.lengths)
   return parsed
+
+
+def _id_source(feature, table, column, given, where):
+  """(`lookup.IdSource`, `_Parsing`) of one feature's `FeatureInput`."""
+  if given.single:
+    # One id per example: with combiner None (negative ids refused, at
+    # most one id per example checked by the combiner's plan), or from
+    # a `GivenIds` (negative ids dropped; the row itself, as 'sum'
+    # gives).
+    source = column_lookup.IdSource(
+        one_per_example_as_sparse(given.ids), None, table.vocabulary_size,
+        where, drop_negative=given.given)
+    return source, _Parsing(
+        feature, table, "sum" if given.given else None, 0, None,
+        tf.compat.dimension_value(given.ids.shape[0]))
+  drop_negative = column.drops_negative_ids if column else True
+  source = column_lookup.IdSource(
+      given.ids, given.weights, table.vocabulary_size, where,
+      drop_negative=drop_negative,
+      ids_non_negative=given.transformed and
+      column_lookup.never_negative(column.categorical_column),
+      max_positions=feature.max_sequence_length or None)
+  lengths = None
+  if feature.max_sequence_length:
+    lengths = column_lookup.sequence_lengths(given.ids,
+                                             feature.max_sequence_length)
+  return source, _Parsing(feature, table, table.combiner,
+                          feature.max_sequence_length, lengths, None)
 
 
 def check_batch_sizes(parsed):

@@ -244,6 +244,10 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
       an argument of TF's TPUEstimator (a TPU samples at its own rate).
   """
 
+  # It restores the engine's checkpoints as they are: `convert_for_tf_cpu`
+  # refuses it (`checkpoints.tf_cpu.RESTORES_HOST_CHECKPOINTS`).
+  restores_host_embedding_checkpoints = True
+
   def __new__(cls, *args, **kwargs):
     # With use_tpu=True and a TPU named in the RunConfig, the model runs on
     # that TPU through TF's own TPUEstimator (see the class docstring).

@@ -15,7 +15,7 @@ The only package of the library that imports TensorFlow's TPU implementation
 * `to_mid_level`: the spec for TF2's `tf.tpu.experimental.embedding`
   (`_mid_level.py`), and `from_mid_level`, TF2's objects as a spec (what
   `estimator_spec.HostTPUEmbedding` trains; loads on current TF too); `export_mid_level_checkpoint`, its checkpoints
-  (`estimator_spec.checkpoints.mid_level`).
+  (`_mid_level_export.py`).
 
 Each name loads its module on first use: a host run loads `_replica` and
 `_target` only, never TF's TPU estimator through this package.
@@ -35,7 +35,8 @@ _MODULES = {
     "TPUNotReachableError": "tpu_embedding_columns.errors",
     "to_mid_level": "estimator_spec.interop._mid_level",
     "from_mid_level": "estimator_spec.interop._mid_level",
-    "export_mid_level_checkpoint": "estimator_spec.checkpoints.mid_level",
+    "convert_mid_level": "estimator_spec.interop._mid_level",
+    "export_mid_level_checkpoint": "estimator_spec.interop._mid_level_export",
 }
 
 

@@ -3,7 +3,7 @@
 `to_mid_level(spec)` gives the `tf.tpu.experimental.embedding` objects
 (FeatureConfig / TableConfig / optimizer) that describe the same tables,
 features and training settings. Checkpoints for them:
-`estimator_spec.checkpoints.mid_level.export_mid_level_checkpoint`.
+`export_mid_level_checkpoint` (`_mid_level_export.py`).
 """
 import collections
 

@@ -1,7 +1,7 @@
 """`HostTPUEmbedding`: TF2's `TPUEmbedding` interface over the host engine.
 
 The TF2 configuration is converted once into the config model
-(`estimator_spec.interop._mid_level.convert_mid_level`); the host engine
+(`estimator_spec.interop.convert_mid_level`); the host engine
 built from it holds the tables and slots, looks features up and applies
 the TPU embedding optimizers. This module only adapts TF2's calling
 conventions: nested structures, weights given apart from the ids, dense
@@ -15,14 +15,12 @@ import numpy as np
 
 import tensorflow as tf
 
+from estimator_spec import interop
 from estimator_spec.checkpoints import mid_level as checkpoint_layout
-from estimator_spec.config import embedding_config as config_lib
 from estimator_spec.config import modes
-from estimator_spec.config import spec as spec_lib
 from estimator_spec.engine import engine as engine_lib
 from estimator_spec.engine import inputs as inputs_lib
 from estimator_spec.engine import storage
-from estimator_spec.interop import _mid_level
 from estimator_spec.mid_level import replicas
 
 _OWNER = "HostTPUEmbedding"
@@ -86,7 +84,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
   def __init__(self, feature_config, optimizer,
                pipeline_execution_with_tensor_core=False):
     owner = "HostTPUEmbedding"
-    conversion = _mid_level.convert_mid_level(
+    conversion = interop.convert_mid_level(
         feature_config, optimizer, pipeline_execution_with_tensor_core,
         owner=owner, slot_variable_creation_fn=True)
     self._feature_config = feature_config
@@ -106,12 +104,10 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
           f"{owner}: tables {untrained} have no optimizer while tables "
           f"{trained} do; give `optimizer` (the default) or every "
           "TableConfig an optimizer, or none for lookups only.")
-    self._config = config_lib.EmbeddingConfig(
-        engine_spec, batch_size=1, mode=modes.TRAIN if trained else
-        modes.PREDICT)
     # TF2 takes features of different shapes: each has its own batch.
-    self._engine = engine_lib.HostEmbeddingEngine(self._config,
-                                                  same_batch_size=False)
+    self._engine = engine_lib.HostEmbeddingEngine(
+        spec=engine_spec, mode=modes.TRAIN if trained else modes.PREDICT,
+        same_batch_size=False)
     self._strategy = replicas.strategy_at_construction(owner)
     self._input_shapes = None
     self._input_batch = None  # build's per-replica batch size, if given
@@ -133,7 +129,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
   @property
   def is_training(self):
     """Whether the tables have optimizers (else lookups only)."""
-    return self._config.is_training
+    return self._engine.is_training
 
   # --- variables -------------------------------------------------------------
 
@@ -306,7 +302,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     self._require_built("slot_variables")
     result = {}
     for name, table in self._conversion.table_configs.items():
-      optimizer = self._config.optimizer_for(name)
+      optimizer = self._engine.optimizer_for(name)
       specs = {s.name: s for s in optimizer.slot_specs()} if optimizer else {}
       result[table] = {
           specs[slot].mid_level: self._engine.slot_partitions(name, slot)[0]
@@ -317,7 +313,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
   def _checkpoint_variables(self):
     """{name in TF2's object layout: variable}: tables and their slots."""
     variables = {}
-    names = checkpoint_layout.object_names(self._config.model)
+    names = checkpoint_layout.object_names(self._engine.model)
     for name, (table, slot) in names.items():
       partitions = (self._engine.table_partitions(table) if slot is None else
                     self._engine.slot_partitions(table, slot.name))
@@ -504,7 +500,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     """`outputs` (the flat activations of `step` for `replica`), given the
     gradient with respect to each table's variable described in
     `__call__`."""
-    model = self._config.model
+    model = self._engine.model
     tables = list(model.tables)
     variables = [self._engine.table_partitions(t)[0] for t in tables]
     plans = step.gradient_plans[replica]
@@ -659,79 +655,18 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     and the `_GradientPlan` of the direct call's table gradient."""
     feature = self._features[name]
     where = f"HostTPUEmbedding: feature {name!r}"
-    sequence = feature.max_sequence_length > 0
-    flat_batch = None  # the leading dimensions, when flattened into one
-    if isinstance(ids, tf.RaggedTensor):
-      if weight is not None and not isinstance(weight, tf.RaggedTensor):
-        raise ValueError(f"{where}: the ids are a RaggedTensor, the weights "
-                         f"a {type(weight).__name__}; give them alike.")
-      if ids.ragged_rank != 1 or ids.shape.rank != 2:
-        raise ValueError(f"{where}: RaggedTensor ids must be [batch, (ids)] "
-                         f"(rank 2); got shape {ids.shape}. Give ids of "
-                         "higher rank as a SparseTensor.")
-      sparse = ids.to_sparse()
-      if weight is not None:
-        weight = weight.to_sparse()
-    elif isinstance(ids, tf.SparseTensor):
-      if weight is not None and not isinstance(weight, tf.SparseTensor):
-        raise ValueError(f"{where}: the ids are a SparseTensor, the weights "
-                         f"a {type(weight).__name__}; give them alike.")
-      rank = ids.shape.rank
-      if rank is not None and rank < 2:
-        raise ValueError(f"{where}: SparseTensor ids must be [batch, ids] or "
-                         f"of higher rank; got shape {ids.shape}.")
-      sparse = ids
-      if rank is not None and rank > 2:
-        if sequence:
-          raise ValueError(
-              f"{where}: SparseTensor ids of rank {rank} for a sequence "
-              f"feature (max_sequence_length={feature.max_sequence_length}) "
-              "are not supported: TF's TPUEmbedding ignores "
-              "max_sequence_length for them and combines over the last "
-              "dimension. Give [batch, ids] (rank 2), or a FeatureConfig "
-              "without max_sequence_length for combined lookups.")
-        if weight is not None and weight.shape.rank != rank:
-          raise ValueError(f"{where}: the ids have shape {ids.shape}, the "
-                           f"weights {weight.shape}; give them alike.")
-        flat_batch = ids.dense_shape[:-1]
-        sparse = _flatten_sparse(ids)
-        if weight is not None:
-          weight = _flatten_sparse(weight, like=ids)
-    else:
-      dense = tf.convert_to_tensor(ids)
-      if weight is not None:
-        raise ValueError(f"{where}: weights were given for dense ids; dense "
-                         "ids take no weights (give ids and weights as "
-                         "SparseTensors or RaggedTensors).")
-      if sequence:
-        raise ValueError(f"{where}: a sequence feature (max_sequence_length="
-                         f"{feature.max_sequence_length}) takes a "
-                         "SparseTensor or RaggedTensor, not dense ids.")
-      rank = dense.shape.rank
-      if rank is None or rank == 0 or (
-          rank > 1 and tf.compat.dimension_value(dense.shape[-1]) != 1):
-        raise ValueError(
-            f"{where}: dense ids must be [batch] or [..., 1], one id per "
-            f"example (each looked up alone); got shape {dense.shape}. Give "
-            "several ids per example as a SparseTensor or RaggedTensor.")
-      if rank > 1:
-        flat_batch = tf.shape(dense, out_type=tf.int64)[:-1]
-        dense = tf.reshape(dense, [-1])
-      sparse = dense  # one id per example: the engine's fast path
-    if not sparse.dtype.is_integer:
-      raise TypeError(f"{where}: ids must be integers; got "
-                      f"{sparse.dtype.name}.")
+    # TF2's input forms, read by the one parser of embedding inputs.
+    read = inputs_lib.read_mid_level_input(ids, weight,
+                                           feature.max_sequence_length, where)
     shape = self._check_input_shape(name, ids, where)
     layout = _InputLayout(_activation_batch_shape(shape, ids, feature),
-                          flat_batch)
-    if sequence and weight is not None:
+                          read.flat_batch)
+    if feature.max_sequence_length > 0 and read.given.weights is not None:
       raise ValueError(f"{where}: weights were given for a sequence "
                        "feature; sequence features take no weights.")
-    kind = ("dense" if not isinstance(sparse, tf.SparseTensor) else
-            "ragged" if isinstance(ids, tf.RaggedTensor) else "sparse")
-    plan = _GradientPlan(kind, sparse, weight, feature.table.combiner,
-                         feature.max_sequence_length)
-    return inputs_lib.GivenIds(sparse, weight), layout, plan
+    plan = _GradientPlan(read.kind, read.given.ids, read.given.weights,
+                         feature.table.combiner, feature.max_sequence_length)
+    return read.given, layout, plan
 
   def _check_input_shape(self, name, ids, where):
     """The static shape of `ids`, completed by what `build` was given;
@@ -886,21 +821,6 @@ def _activation_batch_shape(shape, ids, feature):
   if shape.rank == 1:  # dense [batch]
     return shape
   return shape[:-1]
-
-
-def _flatten_sparse(sparse, like=None):
-  """`sparse` [d0, ..., dk, n] as [d0 * ... * dk, n] (rows in row-major
-  order); `like`: the tensor whose dense shape decides both (the ids, for
-  their weights)."""
-  like = sparse if like is None else like
-  leading = like.shape[:-1].num_elements()
-  last = tf.compat.dimension_value(like.shape[-1])
-  target = tf.stack([
-      tf.constant(leading, tf.int64) if leading is not None else
-      tf.reduce_prod(like.dense_shape[:-1]),
-      tf.constant(last, tf.int64) if last is not None else
-      like.dense_shape[-1]])
-  return tf.sparse.reshape(sparse, target)
 
 
 def _shape_vector(static, dynamic, dimension):
