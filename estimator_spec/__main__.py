@@ -54,6 +54,10 @@ import tempfile
 import traceback
 import warnings
 
+# Each command imports the modules it uses when it runs, so that one
+# command does not load what only another needs (the checkpoint tools, the
+# interop with TF's own TPU stack).
+
 PROG = "python -m estimator_spec"
 
 # Bounds of the topology flags (see docs/cli.md). The largest TPU slices
@@ -337,7 +341,7 @@ def load_spec(target):
       raise UsageError(
           f"importing {location!r} failed: {_describe_error(error)}."
       ) from None
-    except Exception as error:  # pylint: disable=broad-except
+    except Exception as error:
       raise UsageError(
           f"importing {location!r} failed: {_describe_error(error)}."
       ) from None
@@ -348,12 +352,12 @@ def load_spec(target):
   if callable(factory):
     try:
       spec = factory()
-    except Exception as error:  # pylint: disable=broad-except
+    except Exception as error:
       raise UsageError(
           f"{target} raised {_describe_error(error)}.") from None
   else:
     spec = factory
-  from estimator_spec.config import spec as spec_lib  # pylint: disable=import-outside-toplevel
+  from estimator_spec.config import spec as spec_lib
   if not isinstance(spec, spec_lib.EmbeddingConfigSpec):
     raise UsageError(
         f"{target} returned a {type(spec).__name__}, not an "
@@ -382,7 +386,7 @@ def _load_file(path):
   sys.modules[name] = module
   try:
     loader_spec.loader.exec_module(module)
-  except Exception as error:  # pylint: disable=broad-except
+  except Exception as error:
     del sys.modules[name]
     raise UsageError(
         f"loading {path} failed: {_describe_error(error)}.") from None
@@ -424,9 +428,9 @@ def main(argv=None):
   # C++ level is set when the package loads.)
   user_level = "TF_CPP_MIN_LOG_LEVEL" in os.environ
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  from estimator_spec import quiet  # pylint: disable=import-outside-toplevel
+  from estimator_spec import quiet
   quiet.silence_deprecation_notices()
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  import tensorflow as tf
   logger_level = tf.get_logger().level  # restored when the command ends
   if not user_level:
     tf.get_logger().setLevel("FATAL")
@@ -468,8 +472,8 @@ def _run_migrate(args):
 
 
 def _run_describe(args, spec):
-  import estimator_spec  # pylint: disable=import-outside-toplevel
-  from estimator_spec.config import report  # pylint: disable=import-outside-toplevel
+  import estimator_spec
+  from estimator_spec.config import report
   config = estimator_spec.EmbeddingConfig(
       spec,
       batch_size=args.batch_size,
@@ -482,7 +486,7 @@ def _run_describe(args, spec):
       raise UsageError(
           f"--profile-dir {args.profile_dir} is not a directory; give the "
           "profile_data_directory of a training run.")
-    from estimator_spec.engine import statistics  # pylint: disable=import-outside-toplevel
+    from estimator_spec.engine import statistics
     with warnings.catch_warnings(record=True) as caught:
       warnings.simplefilter("always")
       saved = statistics.load_for_model(args.profile_dir, config.model,
@@ -497,7 +501,7 @@ def _run_describe(args, spec):
 
 def _run_profile(args):
   """profile: summary on stdout, the page written, its path last."""
-  from estimator_spec.engine import statistics  # pylint: disable=import-outside-toplevel
+  from estimator_spec.engine import statistics
   from estimator_spec.reports import statistics as statistics_report
   directory = args.directory
   if not os.path.isdir(directory):
@@ -537,13 +541,13 @@ def _run_checkpoint_command(args, spec):
   """convert / export-mid-level."""
   names = dict(args.variable_names) or None
   if args.command == "convert":
-    from estimator_spec.checkpoints import convert  # pylint: disable=import-outside-toplevel
+    from estimator_spec.checkpoints import convert
     path = convert.convert_checkpoint(
         spec, args.model_dir, args.output, to_strategy=args.to_strategy,
         to_shards=args.to_shards, from_strategy=args.from_strategy,
         variable_names=names, progress=True, overwrite=args.force)
   else:
-    from estimator_spec import interop  # pylint: disable=import-outside-toplevel
+    from estimator_spec import interop
     path = interop.export_mid_level_checkpoint(
         args.model_dir, spec, args.output, variable_names=names,
         allow_missing_slots=args.allow_missing_slots,
@@ -554,8 +558,8 @@ def _run_checkpoint_command(args, spec):
 
 
 def _run_rows(args, spec):
-  import numpy as np  # pylint: disable=import-outside-toplevel
-  from estimator_spec.checkpoints import rows  # pylint: disable=import-outside-toplevel
+  import numpy as np
+  from estimator_spec.checkpoints import rows
   owner = "read_rows"
   table = rows.table_of(owner, spec.model, args.table)
   # Range ends first: a mistyped range must not build a huge id list.
