@@ -153,9 +153,12 @@ def _spec(optimizer, s_optimizer=None, learning_rate_fn=None):
       optimization_parameters=optimizer)
 
 
-def _reference(spec, steps=2):
-  """[(activations, {table or table/slot: array})] per step, by the engine."""
-  engine = HostEmbeddingEngine(es.EmbeddingConfig(spec, batch_size=BATCH))
+def _reference(spec, steps=2, from_spec=False):
+  """[(activations, {table or table/slot: array})] per step, by the engine
+  (built from an EmbeddingConfig, or from `spec` and a mode)."""
+  engine = (HostEmbeddingEngine(spec=spec, mode=tf.estimator.ModeKeys.TRAIN)
+            if from_spec else
+            HostEmbeddingEngine(es.EmbeddingConfig(spec, batch_size=BATCH)))
   engine.create_variables()
   history = []
   for n, batch in enumerate(BATCHES[:steps]):
@@ -170,13 +173,81 @@ def _reference(spec, steps=2):
 
 def _engine_state(engine):
   state = {}
-  for name, table in engine.tables.items():
-    state[name] = table.read_all().numpy()
-    optimizer = engine.config.optimizer_for(name)
+  for name in engine.created_tables():
+    state[name] = engine.table_rows(name).read_all().numpy()
+    optimizer = engine.optimizer_for(name)
     names = {s.name: s.mid_level for s in optimizer.slot_specs()}
-    for slot, rows in engine.slots[name].items():
+    for slot, rows in engine.slot_rows(name).items():
       state[f"{name}/{names[slot]}"] = rows.read_all().numpy()
   return state
+
+
+def test_an_engine_of_a_spec_and_a_mode_trains_as_one_of_a_config():
+  """The engine takes what it uses (a spec and a mode): the same lookups,
+  tables and slots as built from an EmbeddingConfig."""
+  spec = _spec(OPTIMIZERS["adagrad_clip_decay"]()[1])
+  expected = _reference(spec)
+  got = _reference(spec, from_spec=True)
+  for (acts, state), (want_acts, want_state) in zip(got, expected):
+    for key, value in want_acts.items():
+      np.testing.assert_array_equal(acts[key], value)
+    assert sorted(state) == sorted(want_state)
+    for key, value in want_state.items():
+      np.testing.assert_array_equal(state[key], value)
+
+
+def test_the_engine_constructor_refuses_what_it_cannot_use():
+  spec = _spec(OPTIMIZERS["sgd_clip_decay"]()[1])
+  config = es.EmbeddingConfig(spec, batch_size=BATCH)
+  with pytest.raises(ValueError, match="not both"):
+    HostEmbeddingEngine(config, spec=spec, mode="train")
+  with pytest.raises(ValueError, match="`mode` must be"):
+    HostEmbeddingEngine(spec=spec, mode="training")
+  with pytest.raises(TypeError, match="`spec` must be"):
+    HostEmbeddingEngine(spec={"t": 1}, mode="train")
+  no_optimizer = es.EmbeddingConfigSpec(
+      feature_to_config_dict={"f": es.FeatureConfig("t")},
+      table_to_config_dict={"t": es.TableConfig(11, 3)})
+  with pytest.raises(ValueError, match=r"tables \['t'\] have none"):
+    HostEmbeddingEngine(spec=no_optimizer, mode="train")
+  engine = HostEmbeddingEngine(spec=no_optimizer, mode="infer")
+  assert not engine.is_training and engine.optimizer_for("t") is None
+
+
+def test_the_engine_state_api_gives_the_partitions_of_tables_and_slots():
+  spec = es.EmbeddingConfigSpec(
+      feature_to_config_dict={"f": es.FeatureConfig("t"),
+                              "h": es.FeatureConfig("s")},
+      table_to_config_dict={"t": es.TableConfig(11, 3),
+                            "s": es.TableConfig(5, 2)},
+      optimization_parameters=OPTIMIZERS["ftrl"]()[1])
+  engine = HostEmbeddingEngine(spec=spec, mode="train", num_shards=2)
+  assert engine.created_tables() == [] and not engine.has_variables("t")
+  with pytest.raises(RuntimeError, match="do not exist yet"):
+    engine.table_rows("t")
+  with pytest.raises(ValueError, match="unknown table 'x'"):
+    engine.has_variables("x")
+  engine.create_variables()
+  assert engine.created_tables() == list(engine.model.tables) == ["s", "t"]
+  partitions = engine.table_partitions("s")
+  assert [p.shape.as_list() for p in partitions] == [[3, 2], [2, 2]]
+  assert engine.table_layout("s").num_partitions == 2
+  slots = engine.slot_rows("t")
+  assert list(slots) == [s.name for s in
+                         engine.optimizer_for("t").slot_specs()]
+  first = next(iter(slots))
+  assert [id(p) for p in engine.slot_partitions("t", first)] == [
+      id(p) for p in slots[first].partitions]
+  assert not {id(p) for p in partitions} & {
+      id(p) for p in engine.slot_partitions("s", first)}
+  with pytest.raises(ValueError, match="has no slot 'nope'"):
+    engine.slot_partitions("t", "nope")
+  # Global ids routed to the partitions holding them (div: rows 0-2, 3-4).
+  split = engine.split_by_partition(
+      "s", tf.constant([4, 0, 3], tf.int64),
+      tf.constant([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]))
+  assert [ids.numpy().tolist() for ids, _ in split] == [[0], [1, 0]]
+  assert [v.numpy()[:, 0].tolist() for _, v in split] == [[2.0], [1.0, 3.0]]
 
 
 def _state(embedding):

@@ -28,7 +28,7 @@ sequence positions past `max_sequence_length`) and flattens the ids.
 """
 import collections
 import dataclasses
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import tensorflow as tf
 
@@ -416,7 +416,8 @@ class _Parsing:
   static_batch_size: Optional[int]
 
 
-def parse_features(model, spec, features, compiled_ops=None):
+def parse_features(model: Any, spec: Any, features: Mapping[str, Any],
+                   compiled_ops: Any = None) -> Dict[str, FeatureIds]:
   """{name: `FeatureIds`} of every feature of `model` (a config model), in
   the model's order, from `features`; `spec` gives each feature's column
   (`spec.column_for`), None in the dict form. `compiled_ops`: see

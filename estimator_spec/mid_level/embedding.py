@@ -180,33 +180,11 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     if per_replica_input_shapes is not None:
       shapes = self._flat_input_shapes(per_replica_input_shapes)
     if per_replica_batch_size is not None:
-      if not _is_int(per_replica_batch_size) or per_replica_batch_size < 1:
-        raise ValueError(
-            "HostTPUEmbedding.build: `per_replica_batch_size` must be a "
-            f"positive int; got {per_replica_batch_size!r}.")
-      batch = int(per_replica_batch_size)
-      merged = []
-      for name, s in zip(self._names, shapes or [None] * len(self._names)):
-        if s is not None and s.rank:
-          try:
-            s = s.merge_with(tf.TensorShape([batch] + [None] * (s.rank - 1)))
-          except ValueError:
-            raise ValueError(
-                f"HostTPUEmbedding.build: feature {name!r}: the shape {s} "
-                f"has another batch size than per_replica_batch_size="
-                f"{batch}.") from None
-        merged.append(s)
-      shapes = merged
-      self._input_batch = batch
+      shapes, self._input_batch = self._with_batch_size(
+          shapes, per_replica_batch_size)
     self._input_shapes = (None if shapes is None else
                           dict(zip(self._names, shapes)))
-    if self.is_training:
-      supplied = set()  # ids of the variables creation functions returned
-      for name, fn in self._conversion.slot_variable_creation_fns.items():
-        if self._engine.has_variables(name):
-          continue  # created by an earlier build that failed later
-        self._engine.supply_slot_variables(
-            name, self._slot_supplier(name, fn, supplied))
+    self._supply_slots()
     with tf.init_scope(), replicas.one_copy(self._strategy):
       self._engine.create_variables()
       self._engine.create_pipeline_variables()
@@ -214,6 +192,42 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     for name, variable in self._checkpoint_variables().items():
       # Restores what a checkpoint restored before build holds for it.
       self._handle_deferred_dependencies(name=name, trackable=variable)
+
+  def _supply_slots(self):
+    """Has the engine take the slots of each table whose optimizer has a
+    `slot_variable_creation_fn` from it (see `_slot_supplier`), when the
+    tables train."""
+    if not self.is_training:
+      return
+    supplied = set()  # ids of the variables creation functions returned
+    for name, fn in self._conversion.slot_variable_creation_fns.items():
+      if self._engine.has_variables(name):
+        continue  # created by an earlier build that failed later
+      self._engine.supply_slot_variables(
+          name, self._slot_supplier(name, fn, supplied))
+
+  def _with_batch_size(self, shapes, per_replica_batch_size):
+    """(one shape or None per feature, the batch size): build()'s `shapes`
+    (None: none given) with `per_replica_batch_size` as their first
+    dimension; ValueError when it is not a positive int or a shape has
+    another batch size."""
+    if not _is_int(per_replica_batch_size) or per_replica_batch_size < 1:
+      raise ValueError(
+          "HostTPUEmbedding.build: `per_replica_batch_size` must be a "
+          f"positive int; got {per_replica_batch_size!r}.")
+    batch = int(per_replica_batch_size)
+    merged = []
+    for name, s in zip(self._names, shapes or [None] * len(self._names)):
+      if s is not None and s.rank:
+        try:
+          s = s.merge_with(tf.TensorShape([batch] + [None] * (s.rank - 1)))
+        except ValueError:
+          raise ValueError(
+              f"HostTPUEmbedding.build: feature {name!r}: the shape {s} "
+              f"has another batch size than per_replica_batch_size="
+              f"{batch}.") from None
+      merged.append(s)
+    return merged, batch
 
   def _flat_input_shapes(self, given):
     """build()'s `per_replica_input_shapes` as one `tf.TensorShape` per
@@ -501,8 +515,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     gradient with respect to each table's variable described in
     `__call__`."""
     model = self._engine.model
-    tables = list(model.tables)
-    variables = [self._engine.table_partitions(t)[0] for t in tables]
+    variables = [self._engine.table_partitions(t)[0] for t in model.tables]
     plans = step.gradient_plans[replica]
     names = self._names
 
@@ -510,47 +523,9 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       # A tape records this function only when it watches a table; it then
       # calls it for any gradient through the activations, the tables'
       # included.
-      if len(step.activations) > 1:
-        raise RuntimeError(
-            f"{_OWNER}: a GradientTape watching the tables under "
-            f"{type(self._strategy).__name__} with several replicas: the "
-            "V0 usage (a Keras optimizer on the tables' gradients) is not "
-            "supported there, as the host keeps one copy of each table, "
-            "which an optimizer under the strategy does not update. Train "
-            "with enqueue, dequeue and apply_gradients under the strategy "
-            "(do not watch the tables), or use the V0 usage without one.")
-      if step.applied:
-        raise RuntimeError(
-            f"{_OWNER}: a GradientTape watching the tables differentiates "
-            "the activations of a step that apply_gradients already "
-            "trained with the object's own optimizer; a second update (a "
-            "Keras optimizer on the tables' gradients) would train the "
-            "tables twice. Train the tables one way: apply_gradients (do "
-            "not watch the tables), or a Keras optimizer on the tables' "
-            "gradients (the V0 usage, without apply_gradients).")
+      self._refuse_tape_gradients(step)
       step.tape_gradients = True
-      per_table = {t: [] for t in tables}
-      # Last feature first, as TF's tape concatenates the gradients of the
-      # lookups of one variable (the same entries; the order only decides
-      # in which order a Keras optimizer adds them up).
-      for name, grad in reversed(list(zip(names, activation_grads))):
-        if grad is None:
-          continue
-        ids, values = plans[name].slices(grad)
-        per_table[model.features[name].table].append((ids, values))
-      result = []
-      for table_name, variable in zip(tables, variables):
-        parts = per_table[table_name]
-        if not parts:
-          result.append(None)
-          continue
-        dimension = model.tables[table_name].dimension
-        result.append(tf.IndexedSlices(
-            tf.concat([v for _, v in parts], axis=0),
-            tf.concat([i for i, _ in parts], axis=0),
-            tf.constant([model.tables[table_name].vocabulary_size,
-                         dimension], tf.int64)))
-      return result
+      return _table_slices(model, names, plans, activation_grads)
 
     @tf.custom_gradient
     def attach(*handles):
@@ -562,6 +537,28 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       return [tf.identity(tf.stop_gradient(o)) for o in outputs], grad
 
     return attach(*[variable.handle for variable in variables])
+
+  def _refuse_tape_gradients(self, step):
+    """RuntimeError when a tape may not take the tables' gradients of
+    `step` (several replicas, or a step `apply_gradients` trained)."""
+    if len(step.activations) > 1:
+      raise RuntimeError(
+          f"{_OWNER}: a GradientTape watching the tables under "
+          f"{type(self._strategy).__name__} with several replicas: the "
+          "V0 usage (a Keras optimizer on the tables' gradients) is not "
+          "supported there, as the host keeps one copy of each table, "
+          "which an optimizer under the strategy does not update. Train "
+          "with enqueue, dequeue and apply_gradients under the strategy "
+          "(do not watch the tables), or use the V0 usage without one.")
+    if step.applied:
+      raise RuntimeError(
+          f"{_OWNER}: a GradientTape watching the tables differentiates "
+          "the activations of a step that apply_gradients already "
+          "trained with the object's own optimizer; a second update (a "
+          "Keras optimizer on the tables' gradients) would train the "
+          "tables twice. Train the tables one way: apply_gradients (do "
+          "not watch the tables), or a Keras optimizer on the tables' "
+          "gradients (the V0 usage, without apply_gradients).")
 
   # --- backward --------------------------------------------------------------
 
@@ -737,6 +734,35 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
         layout.flat_batch is not None):
       grad = tf.reshape(grad, tf.shape(activation))
     return grad
+
+
+def _table_slices(model, names, plans, activation_grads):
+  """The gradient (`tf.IndexedSlices`, or None when no feature of the table
+  has one) with respect to each table of `model`, in its order, from the
+  gradients of the activations of the features `names` (their
+  `_GradientPlan`s `plans`)."""
+  per_table = {t: [] for t in model.tables}
+  # Last feature first, as TF's tape concatenates the gradients of the
+  # lookups of one variable (the same entries; the order only decides
+  # in which order a Keras optimizer adds them up).
+  for name, grad in reversed(list(zip(names, activation_grads))):
+    if grad is None:
+      continue
+    ids, values = plans[name].slices(grad)
+    per_table[model.features[name].table].append((ids, values))
+  result = []
+  for table_name in model.tables:
+    parts = per_table[table_name]
+    if not parts:
+      result.append(None)
+      continue
+    dimension = model.tables[table_name].dimension
+    result.append(tf.IndexedSlices(
+        tf.concat([v for _, v in parts], axis=0),
+        tf.concat([i for i, _ in parts], axis=0),
+        tf.constant([model.tables[table_name].vocabulary_size,
+                     dimension], tf.int64)))
+  return result
 
 
 class _GradientPlan:
