@@ -279,20 +279,38 @@ def build():
 def _build(rebuild=False):
   """(path of the library, whether it was built now)."""
   compiler = _compiler()
+  compile_flags = list(tf.sysconfig.get_compile_flags())
+  link_flags = list(tf.sysconfig.get_link_flags())
+  key = _library_key(compiler, compile_flags, link_flags)
+  directory = _trusted_cache()
+  target = os.path.join(directory, f"row_updates-{key}.so")
+  if not rebuild and _cached(directory, target):
+    return target, False
+  command = [compiler] + list(FLAGS) + compile_flags + [SOURCE, "-o"]
+  _compile(command, link_flags, directory, target)
+  return target, True
+
+
+def _library_key(compiler, compile_flags, link_flags):
+  """The digest naming the library of this source, TensorFlow, compiler
+  and flags."""
   try:
     version = subprocess.run([compiler, "--version"], capture_output=True,
                              text=True, timeout=60, check=True).stdout
   except (OSError, subprocess.SubprocessError) as error:
     raise KernelBuildError(f"{compiler} --version failed: {error}") from error
-  compile_flags = list(tf.sysconfig.get_compile_flags())
-  link_flags = list(tf.sysconfig.get_link_flags())
   with open(SOURCE, "rb") as f:
     source = f.read()
-  key = hashlib.sha256(b"\0".join([
+  return hashlib.sha256(b"\0".join([
       source, tf.__version__.encode(), version.encode(),
       " ".join(FLAGS + tuple(compile_flags) + tuple(link_flags)).encode(),
       sys.platform.encode()
   ])).hexdigest()[:20]
+
+
+def _trusted_cache():
+  """The cache directory, made if missing; a private temporary directory
+  for this process (with a warning) when the cache is not one to trust."""
   directory = cache_dir()
   try:
     os.makedirs(directory, mode=0o700, exist_ok=True)
@@ -306,24 +324,34 @@ def _build(rebuild=False):
     warnings.warn(
         f"The kernel cache {directory} is not used: {distrust}. The kernels "
         f"are built for this process in {private}; set ${CACHE_ENV} to a "
-        "directory only you can write.", RuntimeWarning, stacklevel=3)
+        "directory only you can write.", RuntimeWarning, stacklevel=4)
     directory = private
-  target = os.path.join(directory, f"row_updates-{key}.so")
-  if not rebuild:
-    try:
-      with _publishing(directory):
-        problem = _verified(target)
-      if problem is None:
-        return target, False
-      warnings.warn(
-          f"The cached kernel library {target} is not loaded: {problem}. "
-          "It is rebuilt.", RuntimeWarning, stacklevel=3)
-    except FileNotFoundError:
-      pass
-    except (OSError, ValueError) as error:
-      raise KernelBuildError(
-          f"cannot use the kernel cache {directory} ({error}); set "
-          f"${CACHE_ENV} to a directory only you can write") from error
+  return directory
+
+
+def _cached(directory, target):
+  """Whether `target` is a cached library this library built (a warning
+  when one is there that is not)."""
+  try:
+    with _publishing(directory):
+      problem = _verified(target)
+    if problem is None:
+      return True
+    warnings.warn(
+        f"The cached kernel library {target} is not loaded: {problem}. "
+        "It is rebuilt.", RuntimeWarning, stacklevel=4)
+  except FileNotFoundError:
+    pass
+  except (OSError, ValueError) as error:
+    raise KernelBuildError(
+        f"cannot use the kernel cache {directory} ({error}); set "
+        f"${CACHE_ENV} to a directory only you can write") from error
+  return False
+
+
+def _compile(command, link_flags, directory, target):
+  """Runs `command` + [a scratch file] + `link_flags`, then puts the
+  library at `target` with its digest beside it."""
   try:
     handle, scratch = tempfile.mkstemp(prefix=".row_updates-", suffix=".so",
                                        dir=directory)
@@ -332,15 +360,13 @@ def _build(rebuild=False):
     raise KernelBuildError(
         f"cannot write to the kernel cache {directory} ({error}); set "
         f"${CACHE_ENV} to a writable directory") from error
-  command = ([compiler] + list(FLAGS) + compile_flags +
-             [SOURCE, "-o", scratch] + link_flags)
   try:
-    result = subprocess.run(command, capture_output=True, text=True,
-                            timeout=600)
+    result = subprocess.run(command + [scratch] + link_flags,
+                            capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
       lines = [line for line in result.stderr.splitlines() if line.strip()]
       raise KernelBuildError(
-          f"{os.path.basename(compiler)} failed on {SOURCE}: " +
+          f"{os.path.basename(command[0])} failed on {SOURCE}: " +
           " | ".join(lines[-5:]))
     digest = _digest(scratch)
     with _publishing(directory):
@@ -355,4 +381,3 @@ def _build(rebuild=False):
   finally:
     if os.path.exists(scratch):
       os.remove(scratch)
-  return target, True
