@@ -52,6 +52,17 @@ from estimator_spec.config.spec import FeatureConfig
 from estimator_spec.config.spec import TableConfig
 
 from estimator_spec import tf215 as _tf215
+from estimator_spec import tpu_runner as _tpu_runner
+
+
+def _run_on_tpu(**arguments):
+  """TF's own TPUEstimator on the TPU the arguments name (interop, loaded
+  only now)."""
+  from estimator_spec import interop
+  return interop.delegate_to_tensorflow(**arguments)
+
+
+_tpu_runner.connect(_run_on_tpu)
 
 # The TPUEstimator surface loads TF's Estimator; it is imported on first use,
 # so that the config model, the engine and the columns load without it (and

@@ -1,6 +1,7 @@
 """The estimator's reaches into TensorFlow (`estimator_spec.tf_patches`):
 control inputs added to built ops, model_fn's optimizer updates recorded
-instead of run, the gradient taps, and the shorter session-recovery wait.
+instead of run, the gradient taps, the shorter session-recovery wait, and
+the record TF's own TPU columns leave in a graph.
 
 For each: TF 2.15 still behaves as the module relies on (a test here fails
 if TF changes that), the module does what it says, and a replaced method
@@ -19,7 +20,9 @@ from tensorflow.python.training import session_manager
 from estimator_spec.tf_patches import apply_gradients
 from estimator_spec.tf_patches import control_inputs
 from estimator_spec.tf_patches import gradient_taps
+from estimator_spec.tf_patches import replica_context
 from estimator_spec.tf_patches import session_recovery
+from estimator_spec.tf_patches import tpu_columns
 
 v1 = tf.compat.v1
 
@@ -147,3 +150,37 @@ def test_recovery_wait_sets_the_default_inside_and_restores_it():
     with session_recovery.recovery_wait(1):
       raise RuntimeError("stopped")
   assert session_manager.SessionManager.__init__ is original
+
+
+# --- tpu_columns ----------------------------------------------------------------
+
+
+def _tf_tpu_column_graph():
+  # As model_fn runs on the host: one replica, where TF's column takes
+  # itself to be on a TPU.
+  graph = tf.Graph()
+  with graph.as_default(), replica_context.one_replica():
+    categorical = v1.feature_column.categorical_column_with_identity(
+        "ids", 10)
+    column = v1.tpu.experimental.embedding_column(categorical, 4)
+    try:
+      v1.feature_column.input_layer(
+          {"ids": tf.sparse.from_dense(tf.constant([[1, 2]], tf.int64))},
+          [column])
+    except TypeError as error:  # raw ids read as activations
+      return graph, error
+  raise AssertionError("TF's TPU column read raw ids on the host")
+
+
+def test_tf_tpu_columns_record_their_tables_where_the_module_reads():
+  graph, _ = _tf_tpu_column_graph()
+  assert tpu_columns.recorded_tables(graph) == ["ids"]
+
+
+def test_a_graph_with_tf_tpu_columns_is_refused_with_what_to_do():
+  graph, cause = _tf_tpu_column_graph()
+  with pytest.raises(TypeError, match="tpu_embedding_columns.embedding_colum"
+                     "n") as raised:
+    tpu_columns.refuse_tensorflow_columns(graph, cause)
+  assert raised.value.__cause__ is cause
+  tpu_columns.refuse_tensorflow_columns(tf.Graph())  # nothing recorded

@@ -1,8 +1,9 @@
 """Whether a RunConfig asks for a real TPU.
 
 `TPUEstimator(use_tpu=True)` decides with `tpu_named` whether the model
-runs on a TPU through TF's TPUEstimator (`_tpu.py`) or on the host; this
-module loads nothing of TF's TPU estimator, so that a host run never does.
+runs on a TPU, through TF's own TPUEstimator (`estimator_spec.tpu_runner`),
+or on the host. This module loads nothing of TF's TPU estimator, so that a
+host run never does.
 """
 import tensorflow as tf
 
@@ -18,3 +19,4 @@ def tpu_named(config):
       "grpc://localhost"):
     return bool(getattr(config, "tpu_config", None))
   return bool(tf.config.list_logical_devices("TPU"))
+

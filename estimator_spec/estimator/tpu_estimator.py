@@ -29,8 +29,8 @@ import tensorflow as tf
 
 from tpu_embedding_columns import context
 
-from estimator_spec import interop
 from estimator_spec import quiet
+from estimator_spec import tpu_runner
 from estimator_spec.checkpoints import tables as checkpoint_tables
 from estimator_spec.config import spec as spec_lib
 from estimator_spec.engine import statistics
@@ -42,10 +42,13 @@ from estimator_spec.estimator import monitoring
 from estimator_spec.estimator import placement
 from estimator_spec.estimator import profiling
 from estimator_spec.estimator import sync as sync_lib
+from estimator_spec.estimator import target
 from estimator_spec.estimator import tpu_context
 from estimator_spec.estimator.spec import ExportSavedModelApiVersion
 from estimator_spec.estimator.spec import TPUEstimatorSpec
 from estimator_spec.estimator.spec import to_estimator_spec
+from estimator_spec.tf_patches import replica_context
+from estimator_spec.tf_patches import tpu_columns
 
 ModeKeys = tf.estimator.ModeKeys
 
@@ -258,7 +261,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     bound.apply_defaults()
     arguments = dict(bound.arguments)
     del arguments["self"]
-    if arguments["use_tpu"] is True and interop.tpu_named(arguments["config"]):
+    if arguments["use_tpu"] is True and target.tpu_named(arguments["config"]):
       _check_arguments(**arguments)
       if arguments.pop("profile_sampling_rate") is not None:
         raise ValueError(
@@ -270,7 +273,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
             "TPUEstimator: `cluster_training` is for training off the TPU "
             "on a cluster of parameter servers; this RunConfig names a TPU, "
             "which trains synchronously on its own. Remove the argument.")
-      return interop.delegate_to_tensorflow(**arguments)
+      return tpu_runner.run(**arguments)
     return super().__new__(cls)
 
   def __init__(self,
@@ -626,7 +629,7 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     with contextlib.ExitStack() as stack:
       if source is not None:
         stack.enter_context(context.activation_source(source))
-      stack.enter_context(interop.single_replica(
+      stack.enter_context(replica_context.one_replica(
           None if sync is None else sync_lib.SUM_REDUCTION_REFUSED))
       if sync is not None:
         stack.enter_context(sync.recording())
@@ -634,9 +637,9 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
         with quiet.user_call():
           spec = self._user_model_fn(features=features, **kwargs)
       except Exception as error:
-        interop.refuse_tensorflow_columns(graph, error)
+        tpu_columns.refuse_tensorflow_columns(graph, error)
         raise
-    interop.refuse_tensorflow_columns(graph)
+    tpu_columns.refuse_tensorflow_columns(graph)
     return spec
 
   def _estimator_spec(self, spec):
