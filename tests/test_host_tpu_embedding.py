@@ -156,7 +156,7 @@ def _spec(optimizer, s_optimizer=None, learning_rate_fn=None):
 def _reference(spec, steps=2, from_spec=False):
   """[(activations, {table or table/slot: array})] per step, by the engine
   (built from an EmbeddingConfig, or from `spec` and a mode)."""
-  engine = (HostEmbeddingEngine(spec=spec, mode=tf.estimator.ModeKeys.TRAIN)
+  engine = (HostEmbeddingEngine(spec=spec, mode="train")
             if from_spec else
             HostEmbeddingEngine(es.EmbeddingConfig(spec, batch_size=BATCH)))
   engine.create_variables()
