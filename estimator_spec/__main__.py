@@ -183,6 +183,17 @@ def _parser():
                       version=f"tpu-embedding-estimator {__version__}")
   sub = parser.add_subparsers(dest="command", required=True,
                               metavar="COMMAND")
+  _describe_command(sub)
+  _convert_command(sub)
+  _export_command(sub)
+  _rows_command(sub)
+  _profile_command(sub)
+  _migrate_command(sub)
+  return parser
+
+
+def _describe_command(sub):
+  """`describe`'s arguments."""
   describe = sub.add_parser(
       "describe", help="print tables, features, shard memory and the proto")
   _spec_argument(describe)
@@ -207,12 +218,18 @@ def _parser():
   _add(describe, "--profile-dir", default=None, metavar="DIR",
        help="a profile_data_directory whose lookup statistics to include")
 
+
+def _convert_command(sub):
+  """`convert`'s arguments."""
   convert = sub.add_parser(
       "convert",
       help="re-lay out a checkpoint's embedding tables for another "
       "partition strategy / number of shards")
   _convert_arguments(convert)
 
+
+def _export_command(sub):
+  """`export-mid-level`'s arguments."""
   export = sub.add_parser(
       "export-mid-level",
       help="write a checkpoint's tables and slots as a TF2 checkpoint for "
@@ -230,6 +247,9 @@ def _parser():
   _variable_name_argument(export)
   _force_argument(export, "a checkpoint at --output")
 
+
+def _rows_command(sub):
+  """`rows`' arguments."""
   rows = sub.add_parser(
       "rows", help="print rows of a table (or of an optimizer slot) by id")
   _spec_argument(rows)
@@ -250,6 +270,9 @@ def _parser():
   _variable_name_argument(rows)
   _force_argument(rows, "--output")
 
+
+def _profile_command(sub):
+  """`profile`'s arguments."""
   profile = sub.add_parser(
       "profile",
       help="summarize a profile_data_directory's lookup statistics and "
@@ -261,6 +284,9 @@ def _parser():
                        "DIR/report.html, rewritten each time)")
   _force_argument(profile, "an --output page")
 
+
+def _migrate_command(sub):
+  """`migrate`'s arguments."""
   migrate = sub.add_parser(
       "migrate",
       help="rewrite TF's TPU embedding and TPUEstimator names in Python "
@@ -276,7 +302,6 @@ def _parser():
   target.add_argument("--in-place", action="store_true",
                       help="rewrite the changed files where they are")
   _force_argument(migrate, "files that exist below --output")
-  return parser
 
 
 def _convert_arguments(convert):

@@ -102,19 +102,8 @@ def convert_for_tf_cpu(estimator, input_fn, checkpoint, *, batch_size=None,
   """
   _check_estimator(estimator)
   source = tables.resolve_checkpoint(checkpoint, _OWNER)
-  model_dir = os.path.abspath(os.fspath(model_dir or estimator.model_dir))
-  if os.path.abspath(os.path.dirname(source)) == model_dir:
-    raise ValueError(
-        f"{_OWNER}: `model_dir` {model_dir!r} holds the checkpoint to "
-        "convert; write into another directory (the estimator's model_dir "
-        "should be a new one).")
-  existing = (tf.train.latest_checkpoint(model_dir)
-              if os.path.isdir(model_dir) else None)
-  if existing is not None and not overwrite:
-    raise FileExistsError(
-        f"{_OWNER}: `model_dir` {model_dir!r} already holds checkpoint "
-        f"{os.path.basename(existing)!r}; use a new model_dir or pass "
-        "overwrite=True.")
+  model_dir = _target_dir(source, model_dir or estimator.model_dir,
+                          overwrite)
   created = not os.path.isdir(model_dir)
   os.makedirs(model_dir, exist_ok=True)
   staging = tempfile.mkdtemp(prefix=".staging-", dir=model_dir)
@@ -129,6 +118,25 @@ def convert_for_tf_cpu(estimator, input_fn, checkpoint, *, batch_size=None,
     raise
   shutil.rmtree(staging, ignore_errors=True)
   return TfCpuCheckpoint(prefix, *result[1:])
+
+
+def _target_dir(source, model_dir, overwrite):
+  """`model_dir` as an absolute path, checked: not the directory of the
+  checkpoint `source`, and holding no checkpoint unless `overwrite`."""
+  model_dir = os.path.abspath(os.fspath(model_dir))
+  if os.path.abspath(os.path.dirname(source)) == model_dir:
+    raise ValueError(
+        f"{_OWNER}: `model_dir` {model_dir!r} holds the checkpoint to "
+        "convert; write into another directory (the estimator's model_dir "
+        "should be a new one).")
+  existing = (tf.train.latest_checkpoint(model_dir)
+              if os.path.isdir(model_dir) else None)
+  if existing is not None and not overwrite:
+    raise FileExistsError(
+        f"{_OWNER}: `model_dir` {model_dir!r} already holds checkpoint "
+        f"{os.path.basename(existing)!r}; use a new model_dir or pass "
+        "overwrite=True.")
+  return model_dir
 
 
 def _check_estimator(estimator):

@@ -133,10 +133,27 @@ def describe(config: _Config, num_shards: Optional[int] = None,
       f"{'on' if model.pipeline_execution_with_tensor_core else 'off'}; "
       f"clipping_limit {model.clipping_limit}\n\n")
 
-  layouts = config.shard_layouts(num_shards)
   sizes = shard_bytes(config, num_shards)
+  out.write(_tables_section(config, num_shards, sizes))
+  out.write(_features_section(config))
+  out.write(_memory_section(sizes, num_shards))
+  section = statistics_section(config, statistics or {}, config.num_cores)
+  if section:
+    out.write("\nLookup statistics (sampled while training):\n")
+    out.write(section)
+  if include_proto:
+    out.write("\nTPUEmbeddingConfiguration:\n")
+    out.write(str(_proto_of(config)))
+  return out.getvalue()
+
+
+def _tables_section(config: _Config, num_shards: int,
+                    sizes: Mapping[str, list[int]]) -> str:
+  """`describe`'s table of tables (rows per shard and bytes from `sizes`)."""
+  model = config.model
+  out = io.StringIO()
+  layouts = config.shard_layouts(num_shards)
   tw = max([5] + [len(name) for name in model.tables])
-  fw = max([7] + [len(name) for name in model.features])
   out.write(f"Tables ({len(model.tables)}):\n")
   header = (f"  {'table':<{tw}} {'vocab':>10} {'dim':>4} {'combiner':>8} "
             f"{'optimizer':>16} {'lr':>8} {'feats':>5} {'rows/shard':>16} "
@@ -152,7 +169,16 @@ def describe(config: _Config, num_shards: Optional[int] = None,
         f"{_optimizer_label(config.optimizer_for(table.name)):>16} "
         f"{_learning_rate_label(config, table):>8} {len(table.features):>5} "
         f"{row_text:>16} {_mib(sum(sizes[table.name])):>12}\n")
+  return out.getvalue()
 
+
+def _features_section(config: _Config) -> str:
+  """`describe`'s table of features, in enqueue order, and the tensor-core
+  columns."""
+  model = config.model
+  out = io.StringIO()
+  tw = max([5] + [len(name) for name in model.tables])
+  fw = max([7] + [len(name) for name in model.features])
   out.write(f"\nFeatures ({len(model.features)}), in enqueue order:\n")
   out.write(f"  {'feature':<{fw}} {'table':<{tw}} {'seq_len':>7} "
             f"{'weight_key':<14} input_shape\n")
@@ -169,14 +195,6 @@ def describe(config: _Config, num_shards: Optional[int] = None,
       out.write(f"  {core_feature.column_name}: tensor_core_shape="
                 f"{list(core_feature.shape)}, mask feature "
                 f"{core_feature.mask_key!r}\n")
-  out.write(_memory_section(sizes, num_shards))
-  section = statistics_section(config, statistics or {}, config.num_cores)
-  if section:
-    out.write("\nLookup statistics (sampled while training):\n")
-    out.write(section)
-  if include_proto:
-    out.write("\nTPUEmbeddingConfiguration:\n")
-    out.write(str(_proto_of(config)))
   return out.getvalue()
 
 

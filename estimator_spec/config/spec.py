@@ -214,16 +214,9 @@ class EmbeddingConfigSpec(  # type: ignore[misc]
     _check_form(owner, has_columns, bool(feature_to_config_dict),
                 bool(table_to_config_dict))
     _check_partition_strategy(owner, partition_strategy)
-    if clipping_limit is not None:
-      clipping_limit = checks.check_number(owner, "clipping_limit",
-                                            clipping_limit, above=0.0)
-    pipeline_execution_with_tensor_core = checks.check_bool(
-        owner, "pipeline_execution_with_tensor_core",
-        pipeline_execution_with_tensor_core)
-    checks.check_callable(owner, "experimental_gradient_multiplier_fn",
-                           experimental_gradient_multiplier_fn)
-    checks.check_str(owner, "profile_data_directory", profile_data_directory,
-                      allow_none=True)
+    clipping_limit, pipeline_execution_with_tensor_core = _check_settings(
+        owner, clipping_limit, pipeline_execution_with_tensor_core,
+        experimental_gradient_multiplier_fn, profile_data_directory)
     _check_spec_optimizer(owner, optimization_parameters)
 
     tensor_core_columns = None
@@ -303,6 +296,25 @@ def _check_partition_strategy(owner: str, partition_strategy: str) -> None:
         f"be one of \"mod\" or \"div\". (`partition_strategy` got "
         f"{partition_strategy!r}: 'div' shards a table's rows in "
         "contiguous blocks, 'mod' round-robin.)")
+
+
+def _check_settings(owner: str, clipping_limit: Optional[float],
+                    pipeline_execution_with_tensor_core: bool,
+                    experimental_gradient_multiplier_fn: Any,
+                    profile_data_directory: Optional[str]
+                    ) -> tuple[Optional[float], bool]:
+  """The spec's scalar settings, checked: (clipping_limit, pipelining)."""
+  if clipping_limit is not None:
+    clipping_limit = checks.check_number(owner, "clipping_limit",
+                                         clipping_limit, above=0.0)
+  pipelining = checks.check_bool(owner,
+                                 "pipeline_execution_with_tensor_core",
+                                 pipeline_execution_with_tensor_core)
+  checks.check_callable(owner, "experimental_gradient_multiplier_fn",
+                        experimental_gradient_multiplier_fn)
+  checks.check_str(owner, "profile_data_directory", profile_data_directory,
+                   allow_none=True)
+  return clipping_limit, pipelining
 
 
 def _check_spec_optimizer(owner: str, optimization_parameters: object) -> None:

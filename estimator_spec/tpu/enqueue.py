@@ -232,31 +232,7 @@ def _check_features_per_core(config, features_per_core, ragged):
       raise ValueError(
           f"generate_enqueue_ops: `features_per_core[{core}]` must hold "
           f"exactly the spec's features; missing {missing}, unknown {extra}.")
-    normalized = {}
-    device = None
-    for name in datas:
-      data = _as_data(datas[name], name, core, ragged)
-      combiner = config.tables[config.features[name].table].combiner
-      if data[1] is None and combiner:
-        _log.warning(
-            "generate_enqueue_ops: feature %r of table %r has no %s; each id "
-            "is taken as one example, so combiner %r has no effect.", name,
-            config.features[name].table, data._fields[1], combiner)
-      ids_device = data.embedding_indices.device
-      for field, tensor in zip(data._fields[1:], data[1:]):
-        if tensor is not None and tensor.device != ids_device:
-          raise ValueError(
-              f"generate_enqueue_ops: feature {name!r} on core {core}: "
-              f"{field} is on device {tensor.device!r} but its ids on "
-              f"{ids_device!r}; place them on the same device.")
-      if device is None:
-        device = ids_device
-      elif device != ids_device:
-        raise ValueError(
-            f"generate_enqueue_ops: `features_per_core[{core}]` mixes "
-            f"devices ({device!r} and {ids_device!r} for feature {name!r}); "
-            "one core's inputs must be on one host device.")
-      normalized[name] = data
+    normalized, device = _core_data(config, core, datas, ragged)
     if core % per_host == 0:
       host_device = device
     elif device != host_device:
@@ -266,6 +242,38 @@ def _check_features_per_core(config, features_per_core, ragged):
           "host's cores contiguously.")
     result.append(normalized)
   return result
+
+
+def _core_data(config, core, datas, ragged):
+  """One core's {feature name: data}, normalized and checked (every input of
+  a feature on its ids' device, every feature on one device), and that
+  device."""
+  normalized = {}
+  device = None
+  for name in datas:
+    data = _as_data(datas[name], name, core, ragged)
+    combiner = config.tables[config.features[name].table].combiner
+    if data[1] is None and combiner:
+      _log.warning(
+          "generate_enqueue_ops: feature %r of table %r has no %s; each id "
+          "is taken as one example, so combiner %r has no effect.", name,
+          config.features[name].table, data._fields[1], combiner)
+    ids_device = data.embedding_indices.device
+    for field, tensor in zip(data._fields[1:], data[1:]):
+      if tensor is not None and tensor.device != ids_device:
+        raise ValueError(
+            f"generate_enqueue_ops: feature {name!r} on core {core}: "
+            f"{field} is on device {tensor.device!r} but its ids on "
+            f"{ids_device!r}; place them on the same device.")
+    if device is None:
+      device = ids_device
+    elif device != ids_device:
+      raise ValueError(
+          f"generate_enqueue_ops: `features_per_core[{core}]` mixes "
+          f"devices ({device!r} and {ids_device!r} for feature {name!r}); "
+          "one core's inputs must be on one host device.")
+    normalized[name] = data
+  return normalized, device
 
 
 def _uniform(tensors, wide):
@@ -337,31 +345,8 @@ def split_inputs(config, features, labels=None):
   read = set()
   added = {}
   for name, feature in config.features.items():
-    table = config.tables[feature.table]
-    where = f"split_inputs: feature {name!r} (table {table.name!r})"
-    # As TF's TPU infeed: integer inputs are the ids themselves, whatever
-    # the column declares.
-    given = inputs_lib.read_feature(feature, table,
-                                    config.spec.column_for(name), features,
-                                    where, integer_ids_as_given=True)
-    read.update(given.keys)
-    if given.single:
-      per_feature[name] = [EnqueueData(piece)
-                           for piece in _split(given.ids, num_splits)]
-      continue
-    checks = lookup.structure_checks(given.ids, given.weights, where)
-    with tf.control_dependencies(checks):
-      ids = _identity(given.ids)
-      weights = None if given.weights is None else _identity(given.weights)
-    if feature.max_sequence_length > 0:
-      lengths = lookup.sequence_lengths(ids, feature.max_sequence_length)
-      lengths.set_shape([host_batch])
-      added[feature.length_key] = lengths
-    per_feature[name] = [
-        EnqueueData.from_sparse_tensor(piece, weights=weight_piece)
-        for piece, weight_piece in zip(_split(ids, num_splits),
-                                       _split(weights, num_splits))
-    ]
+    per_feature[name] = _feature_pieces(config, feature, features, read,
+                                        added, host_batch)
   features = {k: v for k, v in features.items() if k not in read}
   features.update(added)
   for column in config.spec.tensor_core_feature_columns or ():
@@ -370,6 +355,37 @@ def split_inputs(config, features, labels=None):
                         for name, datas in per_feature.items()}
                        for core in range(num_splits)]
   return features, labels, features_per_core
+
+
+def _feature_pieces(config, feature, features, read, added, host_batch):
+  """`split_inputs` for one feature: its EnqueueData per core of the host.
+  Adds the input keys it reads to `read` and its sequence lengths (if any)
+  to `added`."""
+  name = feature.name
+  num_splits = config.num_cores_per_host
+  table = config.tables[feature.table]
+  where = f"split_inputs: feature {name!r} (table {table.name!r})"
+  # As TF's TPU infeed: integer inputs are the ids themselves, whatever
+  # the column declares.
+  given = inputs_lib.read_feature(feature, table,
+                                  config.spec.column_for(name), features,
+                                  where, integer_ids_as_given=True)
+  read.update(given.keys)
+  if given.single:
+    return [EnqueueData(piece) for piece in _split(given.ids, num_splits)]
+  checks = lookup.structure_checks(given.ids, given.weights, where)
+  with tf.control_dependencies(checks):
+    ids = _identity(given.ids)
+    weights = None if given.weights is None else _identity(given.weights)
+  if feature.max_sequence_length > 0:
+    lengths = lookup.sequence_lengths(ids, feature.max_sequence_length)
+    lengths.set_shape([host_batch])
+    added[feature.length_key] = lengths
+  return [
+      EnqueueData.from_sparse_tensor(piece, weights=weight_piece)
+      for piece, weight_piece in zip(_split(ids, num_splits),
+                                     _split(weights, num_splits))
+  ]
 
 
 def _identity(sparse):
