@@ -47,10 +47,10 @@ error (with a traceback).
 """
 import argparse
 import importlib
+import io
 import importlib.util
 import os
 import sys
-import tempfile
 import traceback
 import warnings
 
@@ -584,6 +584,7 @@ def _run_checkpoint_command(args, spec):
 
 def _run_rows(args, spec):
   import numpy as np
+  from estimator_spec import files
   from estimator_spec.checkpoints import rows
   owner = "read_rows"
   table = rows.table_of(owner, spec.model, args.table)
@@ -618,20 +619,13 @@ def _run_rows(args, spec):
   if not os.path.isdir(directory):
     raise UsageError(f"--output {args.output}: directory {directory} does "
                      "not exist; create it first.")
-  handle, staging = tempfile.mkstemp(prefix=".rows-", dir=directory)
-  try:
-    with os.fdopen(handle, "wb") as out:
-      if args.format == "npy":
-        np.save(out, values)
-      else:
-        out.write(text.encode())
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(staging, 0o666 & ~umask)
-    os.replace(staging, args.output)
-  finally:
-    if os.path.exists(staging):
-      os.remove(staging)
+  if args.format == "npy":
+    buffer = io.BytesIO()
+    np.save(buffer, values)
+    data = buffer.getvalue()
+  else:
+    data = text.encode()
+  files.write_atomic(args.output, data)
   print(args.output)
   return 0
 

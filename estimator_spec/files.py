@@ -170,12 +170,19 @@ def umask():
   return current
 
 
-def write_atomic(path, data, mode=0o666):
+def write_atomic(path, data, mode=0o666, exact_mode=False):
   """Writes `data` (bytes or str, UTF-8) to `path` atomically: a new file
   beside it (created exclusively, never through a link, with `mode` less
-  the umask), synced, then renamed over `path`. A symbolic link, FIFO or
-  other non-directory at `path` is replaced, not written through; a
-  directory there raises IsADirectoryError. Returns `path`."""
+  the umask, or exactly `mode` with `exact_mode`), synced, then renamed
+  over `path`. A symbolic link, FIFO or other non-directory at `path` is
+  replaced, not written through; a directory there raises
+  IsADirectoryError. Returns `path`.
+
+  The one atomic writer of the library. The other renames into place are
+  of files this process did not write byte by byte: a compiled library
+  (`engine/kernels`), a checkpoint TF's writer staged
+  (`checkpoints/tables.py`) and files on a TF file system
+  (`estimator/placement.py`)."""
   if isinstance(data, str):
     data = data.encode("utf-8")
   directory = os.path.dirname(os.path.abspath(path))
@@ -188,6 +195,8 @@ def write_atomic(path, data, mode=0o666):
                    os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode)
   try:
     try:
+      if exact_mode:
+        os.fchmod(handle, mode)
       view = memoryview(data)
       while view:
         written = os.write(handle, view)

@@ -16,10 +16,10 @@ import dataclasses
 import io
 import os
 import stat
-import tempfile
 import tokenize
 from typing import Dict, List, Optional, Tuple
 
+from estimator_spec import files as files_lib
 from estimator_spec import tf_names
 
 OUR_PACKAGES = ("estimator_spec", "tpu_embedding_columns")
@@ -634,18 +634,11 @@ def write_file(path, data, mode=None, replace=True):
     raise OSError(f"{path} is a symbolic link; not written through it")
   if not replace and os.path.lexists(path):
     raise OSError(f"{path} exists; give --force to replace it")
-  handle = tempfile.NamedTemporaryFile(dir=directory, prefix=".migrate-",
-                                       delete=False)
-  try:
-    with handle:
-      handle.write(data)
-    if mode is not None:
-      os.chmod(handle.name, stat.S_IMODE(mode))
-    os.replace(handle.name, path)
-  except BaseException:
-    if os.path.exists(handle.name):
-      os.unlink(handle.name)
-    raise
+  if mode is None:
+    files_lib.write_atomic(path, data)
+  else:
+    files_lib.write_atomic(path, data, stat.S_IMODE(mode),
+                           exact_mode=True)
 
 
 def run(paths, output=None, in_place=False, force=False, out=None):

@@ -105,6 +105,17 @@ def test_write_atomic_respects_the_umask(tmp_path, mask, mode):
   assert os.listdir(tmp_path) == ["f"]  # no temporary file left
 
 
+def test_write_atomic_keeps_an_exact_mode_whatever_the_umask(tmp_path):
+  old = os.umask(0o077)
+  try:
+    path = files.write_atomic(str(tmp_path / "script.py"), b"x = 1\n",
+                              0o750, exact_mode=True)
+  finally:
+    os.umask(old)
+  assert stat.S_IMODE(os.stat(path).st_mode) == 0o750
+  assert os.listdir(tmp_path) == ["script.py"]
+
+
 def test_write_atomic_replaces_a_link_never_writes_through_it(tmp_path):
   outside = tmp_path / "outside"
   outside.write_text("precious")
