@@ -11,6 +11,8 @@ import os
 import re
 import warnings
 
+from estimator_spec.tf_patches import deprecation_notices
+
 _ALIAS_NOTICE = re.compile(r"The name tf\.\S+ is deprecated\. Please use ")
 
 
@@ -50,27 +52,22 @@ def silence_deprecation_notices():
 # code that it calls (model_fn, input_fn, metric and host-call functions,
 # serving_input_receiver_fn), whose notices stay the user's. TF-version
 # bound: TF's `deprecation` module prints only while its module-level flag
-# `_PRINT_DEPRECATION_WARNINGS` is true, and records a function as warned
-# only when it printed (tests/test_quiet.py fails if that changes).
+# is true, and records a function as warned only when it printed
+# (`tf_patches.deprecation_notices`; tests/test_quiet.py fails if that
+# changes).
 
 _NOTICES_ON = []  # the flag's values outside each library call, innermost last
-
-
-def _deprecation_module():
-  from tensorflow.python.util import deprecation
-  return deprecation
 
 
 @contextlib.contextmanager
 def library_call():
   """TF's deprecation notices off for the block: the library's own calls."""
-  module = _deprecation_module()
-  _NOTICES_ON.append(module._PRINT_DEPRECATION_WARNINGS)
-  module._PRINT_DEPRECATION_WARNINGS = False
+  _NOTICES_ON.append(deprecation_notices.printing())
+  deprecation_notices.set_printing(False)
   try:
     yield
   finally:
-    module._PRINT_DEPRECATION_WARNINGS = _NOTICES_ON.pop()
+    deprecation_notices.set_printing(_NOTICES_ON.pop())
 
 
 @contextlib.contextmanager
@@ -80,13 +77,12 @@ def user_call():
   if not _NOTICES_ON:
     yield
     return
-  module = _deprecation_module()
-  inside = module._PRINT_DEPRECATION_WARNINGS
-  module._PRINT_DEPRECATION_WARNINGS = _NOTICES_ON[0]
+  inside = deprecation_notices.printing()
+  deprecation_notices.set_printing(_NOTICES_ON[0])
   try:
     yield
   finally:
-    module._PRINT_DEPRECATION_WARNINGS = inside
+    deprecation_notices.set_printing(inside)
 
 
 def users(fn):

@@ -17,9 +17,8 @@ the variable creator that keeps one copy, and the joining and splitting.
 import contextlib
 
 import tensorflow as tf
-# The one-device marker every local strategy's variable creator honours
-# (creates a plain variable on that device instead of one per replica).
-from tensorflow.python.distribute import numpy_dataset as _numpy_dataset
+
+from estimator_spec.tf_patches import one_copy as one_copy_lib
 
 # Where the tables live under a strategy (the host's memory, as on a TPU).
 TABLE_DEVICE = "/device:CPU:0"
@@ -62,11 +61,7 @@ def one_copy(strategy):
     yield
     return
 
-  def creator(next_creator, **kwargs):
-    kwargs["colocate_with"] = _numpy_dataset.SingleDevice(TABLE_DEVICE)
-    return next_creator(**kwargs)
-
-  with tf.variable_creator_scope(creator):
+  with one_copy_lib.single_device_variables(TABLE_DEVICE):
     yield
 
 
