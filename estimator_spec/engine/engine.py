@@ -31,7 +31,8 @@ synchronous cluster step sends it to the chief, which calls
 import collections
 import contextlib
 import functools
-from typing import Any, Dict, List, Optional, Tuple
+from typing import (Any, Callable, ContextManager, Dict, Iterable, List,
+                    Mapping, Optional, Sequence, Tuple, Union)
 
 import tensorflow as tf
 
@@ -39,7 +40,9 @@ from tpu_embedding_columns import checks
 from tpu_embedding_columns import columns
 from tpu_embedding_columns import lookup as column_lookup
 
+from estimator_spec.config import model as model_lib
 from estimator_spec.config import modes
+from estimator_spec.config import optimizers
 from estimator_spec.config import sharding
 from estimator_spec.config import spec as spec_lib
 from estimator_spec.engine import executors
@@ -48,8 +51,14 @@ from estimator_spec.engine import kernels
 from estimator_spec.engine import pipeline as pipeline_lib
 from estimator_spec.engine import storage
 
+# A slot supplier (`HostEmbeddingEngine.supply_slot_variables`): (the table's
+# rows, its optimizer's slot specs) -> {slot name: variable or variables}.
+SlotSupplier = Callable[
+    [storage.PartitionedRows, Sequence[optimizers.SlotSpec]], Any]
 
-def _spec_and_mode(config, spec, mode):
+
+def _spec_and_mode(config: Any, spec: Any,
+                   mode: Optional[str]) -> Tuple[Any, Optional[str]]:
   """(spec, mode) of the engine: `config`'s, or `spec` and `mode` checked."""
   owner = "HostEmbeddingEngine"
   if config is not None:
@@ -88,8 +97,10 @@ class TableLookup:
   `activations()` runs, which sets `unique_ids`, `index`, `rows` and
   `num_ids` (the number of distinct ids)."""
 
-  def __init__(self, table, unique_ids, rows, features, plans, index, sizes,
-               compiled=False, read=None):
+  def __init__(self, table: model_lib.Table, unique_ids: Any, rows: Any,
+               features: List[inputs_lib.FeatureIds], plans: Dict[str, Any],
+               index: Any, sizes: Any, compiled: bool = False,
+               read: Optional[Tuple[Any, bool]] = None) -> None:
     self.table = table
     self.unique_ids = unique_ids
     self.rows = rows
@@ -101,12 +112,12 @@ class TableLookup:
     self._read = read
     # The number of distinct ids, where the compiled lookup counts them
     # (else None: the gradient sums take it from `unique_ids`).
-    self.num_ids = None
+    self.num_ids: Any = None
     # The combiners' scales per feature from the compiled combine (an empty
     # tensor for 'sum'), which its gradient sums reuse.
-    self.scales = None
+    self.scales: Any = None
 
-  def activations(self):
+  def activations(self) -> Dict[str, Any]:
     """{feature: activation} of every feature of the table, in order."""
     plans = [self.plans[item.name] for item in self.features]
     if not self.compiled:
@@ -145,14 +156,16 @@ class TableLookup:
 class LookupResult:
   """Activations of one step, and the state its backward pass needs."""
 
-  def __init__(self, activations, sequence_lengths, tables, checks):
+  def __init__(self, activations: Dict[str, Any],
+               sequence_lengths: Dict[str, Any],
+               tables: Dict[str, TableLookup], checks: List[Any]) -> None:
     self.activations = activations
     self.sequence_lengths = sequence_lengths
     self.tables = tables
     self.checks = checks
 
   @property
-  def length_features(self):
+  def length_features(self) -> Dict[str, Any]:
     """{'<feature>_seq_length_': lengths} for sequence features (the keys
     TF's sequence columns read)."""
     return {columns.sequence_length_key(name): value
@@ -163,7 +176,9 @@ class LookupStep:
   """The lookups of one step, table by table on demand (see
   `HostEmbeddingEngine.begin_lookup`)."""
 
-  def __init__(self, engine, parsed, checks, batch_size):
+  def __init__(self, engine: "HostEmbeddingEngine",
+               parsed: Dict[str, inputs_lib.FeatureIds], checks: List[Any],
+               batch_size: Any) -> None:
     self._engine = engine
     # int64 scalar tensor; None when features have batch sizes of their own
     # (`HostEmbeddingEngine(same_batch_size=False)`).
@@ -182,17 +197,17 @@ class LookupStep:
     self._validated = [item.flat.ids for item in parsed.values()]
     self._validated += [item.flat.weights for item in parsed.values()
                         if item.flat.weights is not None]
-    self.activations = collections.OrderedDict()
-    self.sequence_lengths = collections.OrderedDict()
-    self.tables = collections.OrderedDict()
-    self._gate = None
+    self.activations: Dict[str, Any] = collections.OrderedDict()
+    self.sequence_lengths: Dict[str, Any] = collections.OrderedDict()
+    self.tables: Dict[str, TableLookup] = collections.OrderedDict()
+    self._gate: Any = None
 
   @property
-  def feature_ids(self):
+  def feature_ids(self) -> List[inputs_lib.FeatureIds]:
     """[inputs.FeatureIds] of the step's features (validated ids)."""
     return list(self._parsed.values())
 
-  def add_checks(self, checks):
+  def add_checks(self, checks: Iterable[Any]) -> None:
     """More check ops that gate the lookups and every write of the step;
     only before the first table is looked up."""
     if self.tables:
@@ -201,7 +216,7 @@ class LookupStep:
     self._checks = self._checks + list(checks)
     self._gate = None
 
-  def table(self, name):
+  def table(self, name: str) -> TableLookup:
     """Gathers table `name` for all its features (once); returns its
     `TableLookup`."""
     if name not in self.tables:
@@ -226,17 +241,17 @@ class LookupStep:
       self.tables[name] = lookup
     return self.tables[name]
 
-  def activation(self, feature):
+  def activation(self, feature: str) -> Any:
     """The activation of `feature` ([B, D], or [B, L, D] for sequences)."""
     self.table(self._engine.model.features[feature].table)
     return self.activations[feature]
 
-  def sequence_length(self, feature):
+  def sequence_length(self, feature: str) -> Any:
     """min(length, L) per example of sequence feature `feature`."""
     self.table(self._engine.model.features[feature].table)
     return self.sequence_lengths[feature]
 
-  def result(self):
+  def result(self) -> LookupResult:
     """Looks up the remaining tables; returns the step's `LookupResult`."""
     for name in self._engine.model.tables:
       self.table(name)
@@ -306,10 +321,16 @@ class HostEmbeddingEngine:
     self.shard_device_fn = shard_device_fn
     self.local_device = local_device
     self.same_batch_size = bool(same_batch_size)
-    self.tables = None
-    self.slots = None
-    self._pending = None
-    self._slot_suppliers = {}
+    # None until the first table's variables are made (`_table_variables`),
+    # and read only after; `_pending` stays None without pipelining. The
+    # declared types are what they hold once set.
+    self.tables: Dict[str, storage.PartitionedRows]
+    self.slots: Dict[str, Dict[str, storage.PartitionedRows]]
+    self._pending: Dict[Union[str, Tuple[str, int]], _PendingUpdate]
+    self.tables = None  # type: ignore[assignment]  # None until created.
+    self.slots = None  # type: ignore[assignment]  # None until created.
+    self._pending = None  # type: ignore[assignment]  # None until created.
+    self._slot_suppliers: Dict[str, SlotSupplier] = {}
 
   @property
   def is_training(self) -> bool:
@@ -323,7 +344,7 @@ class HostEmbeddingEngine:
 
   # --- variables -------------------------------------------------------------
 
-  def set_variable_name(self, table_name, variable_name):
+  def set_variable_name(self, table_name: str, variable_name: str) -> None:
     """Names a table's variable before it exists (columns register the name
     their plain CPU lookup would use, so checkpoints match TF's CPU path).
     Once the variable exists, later names are ignored."""
@@ -337,7 +358,8 @@ class HostEmbeddingEngine:
       return
     self.variable_names[table_name] = variable_name
 
-  def supply_slot_variables(self, table_name, supplier):
+  def supply_slot_variables(self, table_name: str,
+                            supplier: SlotSupplier) -> None:
     """Has the slots of table `table_name` live in variables made by
     `supplier` instead of new ones; before the table's variables exist.
 
@@ -362,12 +384,12 @@ class HostEmbeddingEngine:
           "created.")
     self._slot_suppliers[table_name] = supplier
 
-  def create_variables(self):
+  def create_variables(self) -> None:
     """Creates every table's (and, when training, slot) variables once."""
     for name in self.model.tables:
       self._table_variables(name)
 
-  def _table_variables(self, name):
+  def _table_variables(self, name: str) -> storage.PartitionedRows:
     """Creates the variables of one table on first use; returns the table."""
     if self.tables is None:
       self.tables = collections.OrderedDict()
@@ -382,7 +404,7 @@ class HostEmbeddingEngine:
     with tf.control_dependencies(None):
       return self._create_table_variables(name)
 
-  def _create_table_variables(self, name):
+  def _create_table_variables(self, name: str) -> storage.PartitionedRows:
     strategy = self.model.partition_strategy
     table = self.model.tables[name]
     var_name = self.variable_names[name]
@@ -410,7 +432,10 @@ class HostEmbeddingEngine:
     self.slots[name] = slots
     return rows
 
-  def _supplied_slots(self, name, table, supplier, specs):
+  def _supplied_slots(
+      self, name: str, table: storage.PartitionedRows, supplier: SlotSupplier,
+      specs: Sequence[optimizers.SlotSpec]
+  ) -> Dict[str, storage.PartitionedRows]:
     supplied = supplier(table, specs)
     names = [spec.name for spec in specs]
     if not isinstance(supplied, dict) or sorted(supplied) != sorted(names):
@@ -427,7 +452,7 @@ class HostEmbeddingEngine:
           table.dimension, variables)
     return slots
 
-  def create_pipeline_variables(self):
+  def create_pipeline_variables(self) -> None:
     """With pipelining in training, creates the variables that hold one
     step's update of each table now (they are otherwise created by the
     first `apply_gradients`): TF2 code calls this outside `tf.function`,
@@ -437,10 +462,10 @@ class HostEmbeddingEngine:
       for name in self.model.tables:
         self._pending_update(name)
 
-  def variables(self):
+  def variables(self) -> List[Any]:
     """All partition variables (tables then slots), for savers and tests."""
     self.create_variables()
-    result = []
+    result: List[Any] = []
     for name in self.model.tables:
       result.extend(self.tables[name].partitions)
       for slot in self.slots[name].values():
@@ -503,13 +528,13 @@ class HostEmbeddingEngine:
     (`ShardLayout.route`)."""
     return self.table_rows(table_name).split(ids, values)
 
-  def _check_table(self, table_name):
+  def _check_table(self, table_name: str) -> None:
     if table_name not in self.model.tables:
       raise ValueError(
           f"HostEmbeddingEngine: unknown table {table_name!r}; tables are "
           f"{list(self.model.tables)}.")
 
-  def _require_variables(self, table_name):
+  def _require_variables(self, table_name: str) -> None:
     if not self.has_variables(table_name):
       raise RuntimeError(
           f"HostEmbeddingEngine: the variables of table {table_name!r} do "
@@ -518,7 +543,7 @@ class HostEmbeddingEngine:
 
   # --- forward ---------------------------------------------------------------
 
-  def lookup(self, features):
+  def lookup(self, features: Dict[str, Any]) -> LookupResult:
     """Looks up every feature of the config in `features` (a dict).
 
     Returns a `LookupResult` whose `activations` map each feature to
@@ -528,7 +553,7 @@ class HostEmbeddingEngine:
     """
     return self.begin_lookup(features).result()
 
-  def begin_lookup(self, features):
+  def begin_lookup(self, features: Dict[str, Any]) -> LookupStep:
     """Parses and checks every feature now; gathers each table on demand.
 
     Returns a `LookupStep`: `activation(feature)` looks up the feature's
@@ -553,7 +578,8 @@ class HostEmbeddingEngine:
     batch_size, checks = inputs_lib.check_batch_sizes(parsed)
     return LookupStep(self, parsed, checks, batch_size)
 
-  def _lookup_table(self, table, items):
+  def _lookup_table(self, table: model_lib.Table,
+                    items: List[inputs_lib.FeatureIds]) -> TableLookup:
     variables = self._table_variables(table.name)
     # In the graphs of `_compiles`, compiled kernels find the distinct ids
     # and combine their rows (one op for a table in one partition; else
@@ -582,7 +608,8 @@ class HostEmbeddingEngine:
 
   # --- backward --------------------------------------------------------------
 
-  def apply_gradients(self, result, gradients, global_step):
+  def apply_gradients(self, result: LookupResult, gradients: Mapping[str, Any],
+                      global_step: Any) -> Any:
     """Returns the op that trains every table from activation gradients.
 
     In a graph (or a `tf.function`) the op runs the update; eagerly the
@@ -620,7 +647,9 @@ class HostEmbeddingEngine:
         ]
       return tf.group(*held, name="embedding_update_pipelined")
 
-  def table_gradients(self, result, gradients, global_step):
+  def table_gradients(self, result: LookupResult,
+                      gradients: Mapping[str, Any],
+                      global_step: Any) -> "StepGradients":
     """docs/numerics.md, 'The backward pass, table by table' for every table:
     the step's `StepGradients` (distinct ids, their float32 gradient sums after
     the multiplier, the learning rate at `global_step`, and the gate of every
@@ -680,7 +709,8 @@ class HostEmbeddingEngine:
         (name, lookup.unique_ids) for name, lookup in result.tables.items())
     return StepGradients(ids, accumulated, rates, column_lookup.gate(checks))
 
-  def _id_gradients(self, lookup, grads, multiplier):
+  def _id_gradients(self, lookup: TableLookup, grads: List[Any],
+                    multiplier: Any) -> Tuple[Any, Any]:
     """docs/numerics.md, 'The backward pass, table by table' for one table: the
     float32 sum of every contribution to each of `lookup.unique_ids` [U, D],
     from the activation gradients `grads` of its features (in feature order),
@@ -718,7 +748,7 @@ class HostEmbeddingEngine:
     summed.set_shape([None, dimension])
     return summed, finite
 
-  def flush(self):
+  def flush(self) -> Any:
     """Applies the update held by pipelining (a no-op without pipelining)."""
     self.create_variables()
     if not self._pending:
@@ -726,7 +756,7 @@ class HostEmbeddingEngine:
     return tf.group(*[self._apply_pending(key) for key in list(self._pending)],
                     name="embedding_flush")
 
-  def _learning_rate(self, name, step, checks):
+  def _learning_rate(self, name: str, step: Any, checks: List[Any]) -> Any:
     """The table's learning rate at `step`; a `learning_rate_fn` value is
     checked to be finite (the check joins `checks`, which gate writes)."""
     rate = self.update_pipeline(name).learning_rate
@@ -738,7 +768,8 @@ class HostEmbeddingEngine:
 
   # --- held updates (pipelining) ---------------------------------------------
 
-  def _pending_update(self, key):
+  def _pending_update(
+      self, key: Union[str, Tuple[str, int]]) -> "_PendingUpdate":
     """The held update of `key`: a table name (global ids, held on this
     task) or (table name, partition) (local ids, held on the partition's
     device); created on first use."""
@@ -753,11 +784,11 @@ class HostEmbeddingEngine:
             self.model.tables[name].dimension)
     return self._pending[key]
 
-  def _apply_pending(self, key):
+  def _apply_pending(self, key: Union[str, Tuple[str, int]]) -> Any:
     pending = self._pending_update(key)
     ids, grads, lr, valid = pending.read()
 
-    def apply():
+    def apply() -> Any:
       if isinstance(key, str):
         update = self._update_table(key, ids, grads, lr)
       else:
@@ -768,8 +799,9 @@ class HostEmbeddingEngine:
 
     return tf.cond(valid, apply, lambda: tf.constant(False))
 
-  def update_partition_contributions(self, name, partition, ids, grads, lr,
-                                     scale=1.0):
+  def update_partition_contributions(self, name: str, partition: int,
+                                     ids: Any, grads: Any, lr: Any,
+                                     scale: Any = 1.0) -> Any:
     """The update of partition `partition` of table `name` from contributions
     that may repeat ids (several tasks' `ids` [N] local ids and `grads`
     [N, D] float32, concatenated): sums them per distinct id, times `scale`,
@@ -785,7 +817,8 @@ class HostEmbeddingEngine:
                                              lr)
     return self.update_partition(name, partition, unique, summed, lr)
 
-  def pipelined_partition_update(self, name, partition, local_ids, grads, lr):
+  def pipelined_partition_update(self, name: str, partition: int,
+                                 local_ids: Any, grads: Any, lr: Any) -> Any:
     """Pipelining for an update given per partition (a synchronous cluster
     step): applies the update held for (table, partition), then holds this
     one, both on the partition's device."""
@@ -798,7 +831,7 @@ class HostEmbeddingEngine:
   # --- updates ----------------------------------------------------------------
 
   @property
-  def _compiles(self):
+  def _compiles(self) -> bool:
     """Whether this engine's graphs use the compiled kernels (where they
     are available): training graphs, for partitions in this process. Other
     graphs (evaluation, prediction, export) and other tasks' partitions
@@ -807,17 +840,17 @@ class HostEmbeddingEngine:
     return self.is_training and not self.remote_partitions
 
   @property
-  def remote_partitions(self):
+  def remote_partitions(self) -> bool:
     """Whether the partitions live on other tasks (a cluster's ps tasks):
     updates then run per partition on its task, reading rows and slots at
     update time under the partition's lock."""
     return self.shard_device_fn is not None
 
-  def _partition_device(self, name, partition):
+  def _partition_device(self, name: str, partition: int) -> Any:
     return (self.shard_device_fn(name, partition)
             if self.shard_device_fn is not None else None)
 
-  def update_pipeline(self, name):
+  def update_pipeline(self, name: str) -> pipeline_lib.UpdatePipeline:
     """The `UpdatePipeline` of table `name` (docs/numerics.md, 'The backward
     pass, table by table'), built once from the model."""
     pipelines = self._update_pipelines
@@ -826,10 +859,11 @@ class HostEmbeddingEngine:
     return pipelines[name]
 
   @functools.cached_property
-  def _update_pipelines(self):
+  def _update_pipelines(self) -> Dict[str, pipeline_lib.UpdatePipeline]:
     return {}
 
-  def _update_table(self, name, ids, grads, lr, rows=None):
+  def _update_table(self, name: str, ids: Any, grads: Any, lr: Any,
+                    rows: Any = None) -> Any:
     """docs/numerics.md, 'The backward pass, table by table' and 'Each optimizer
     on a touched row' on the distinct global `ids` of one table. `rows`: the
     rows as looked up in this step, when nothing can have changed them since
@@ -846,7 +880,8 @@ class HostEmbeddingEngine:
         ops=executors.compiled_ops(pipeline.compiled, table.partitions))
     return executors.update(pipeline, target, ids, grads, lr, rows)
 
-  def update_partition(self, name, partition, local_ids, grads, lr):
+  def update_partition(self, name: str, partition: int, local_ids: Any,
+                       grads: Any, lr: Any) -> Any:
     """docs/numerics.md, 'The backward pass, table by table' and 'Each optimizer
     on a touched row' on partition `partition` of table `name`, which lives on
     another task (`remote_partitions`), on that task: reads the touched rows and
@@ -870,14 +905,15 @@ class StepGradients:
   rate at the step), `gate` (every input and gradient check; writes wait
   for it)."""
 
-  def __init__(self, ids, grads, rates, gate):
+  def __init__(self, ids: Dict[str, Any], grads: Dict[str, Any],
+               rates: Dict[str, Any], gate: Any) -> None:
     self.ids = ids
     self.grads = grads
     self.rates = rates
     self.gate = gate
 
 
-def _row_kernel(optimizer, table):
+def _row_kernel(optimizer: Any, table: storage.PartitionedRows) -> Any:
   """The compiled op module that updates `table` (partitions in this
   process, on CPU) with `optimizer`'s pipeline, or None: then TF ops compute
   the update (`executors.EXECUTORS`)."""
@@ -885,7 +921,7 @@ def _row_kernel(optimizer, table):
                                 table.partitions)
 
 
-def _split_window(grad, dimension):
+def _split_window(grad: Any, dimension: int) -> Optional[Tuple[Any, int]]:
   """(matrix, column) when `grad`, a graph tensor [rows, dimension], is
   columns [column, column + dimension) of `matrix` [rows, width] as a
   SplitV along the columns gives them (TF's gradient of a concatenation of
@@ -905,8 +941,9 @@ def _split_window(grad, dimension):
   pieces = tensor.op.outputs
   width = (tf.compat.dimension_value(matrix.shape[1])
            if matrix.shape.rank == 2 else None)
-  widths = [tf.compat.dimension_value(piece.shape[1])
-            if piece.shape.rank == 2 else None for piece in pieces]
+  widths: List[Any] = [tf.compat.dimension_value(piece.shape[1])
+                       if piece.shape.rank == 2 else None
+                       for piece in pieces]
   # Pieces narrower than the matrix that add up to its width: a split of
   # its columns (a split of its rows gives pieces as wide as the matrix).
   if (matrix.dtype != tf.float32 or width is None or len(pieces) < 2 or
@@ -917,19 +954,20 @@ def _split_window(grad, dimension):
   return matrix, sum(widths[:tensor.value_index])
 
 
-def _is_rows_of(tensor, dimension):
+def _is_rows_of(tensor: Any, dimension: int) -> bool:
   """Whether `tensor` is a float32 [rows, dimension] (rows may be unknown)."""
-  return (tensor.dtype == tf.float32 and tensor.shape.rank == 2 and
-          tf.compat.dimension_value(tensor.shape[1]) == dimension)
+  rows_of: bool = (tensor.dtype == tf.float32 and tensor.shape.rank == 2 and
+                   tf.compat.dimension_value(tensor.shape[1]) == dimension)
+  return rows_of
 
 
-def device_scope(device):
+def device_scope(device: Any) -> ContextManager[Any]:
   """A device scope, or none when `device` is None (the caller's scope
   stays; `tf.device(None)` would clear it)."""
   return tf.compat.v1.device(device) if device else contextlib.nullcontext()
 
 
-def _finite(value, what, step, checks):
+def _finite(value: Any, what: str, step: Any, checks: List[Any]) -> Any:
   """`value` (a scalar), with a check that it is finite added to `checks`."""
   if value.shape.rank not in (0, None):
     raise ValueError(f"{what} must return a scalar; got shape {value.shape}.")
@@ -944,7 +982,7 @@ def _finite(value, what, step, checks):
 class _PendingUpdate:
   """The update of one table held for one step (pipelining)."""
 
-  def __init__(self, var_name, dimension):
+  def __init__(self, var_name: str, dimension: int) -> None:
     # Declared shapes must be [None] / [None, D]: an assign would otherwise
     # pin the static shape of the assigned tensors to the initial [0].
     self.ids = _local_variable(f"{var_name}/pipelined_ids",
@@ -958,22 +996,23 @@ class _PendingUpdate:
                                  tf.constant(False), [])
     self.dimension = dimension
 
-  def read(self):
+  def read(self) -> Tuple[Any, Any, Any, Any]:
     return (self.ids.read_value(), self.grads.read_value(),
             self.learning_rate.read_value(), self.valid.read_value())
 
-  def hold(self, ids, grads, learning_rate):
+  def hold(self, ids: Any, grads: Any, learning_rate: Any) -> Any:
     return tf.group(
         self.ids.assign(ids, read_value=False),
         self.grads.assign(grads, read_value=False),
         self.learning_rate.assign(learning_rate, read_value=False),
         self.valid.assign(True, read_value=False))
 
-  def clear(self):
+  def clear(self) -> Any:
     return self.valid.assign(False, read_value=False)
 
 
-def _local_variable(name, initial_value, shape):
+def _local_variable(name: str, initial_value: Any,
+                    shape: List[Optional[int]]) -> Any:
   with tf.compat.v1.name_scope(None):
     return tf.compat.v1.Variable(
         initial_value,

@@ -28,12 +28,14 @@ sequence positions past `max_sequence_length`) and flattens the ids.
 """
 import collections
 import dataclasses
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import tensorflow as tf
 
 from tpu_embedding_columns import errors
 from tpu_embedding_columns import lookup as column_lookup
+
+from estimator_spec.config import model as model_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +55,7 @@ class FeatureInput:
   given: bool = False
 
   @property
-  def single(self):
+  def single(self) -> bool:
     return not isinstance(self.ids, tf.SparseTensor)
 
 
@@ -72,24 +74,24 @@ class GivenIds:
   weights: Any = None
 
   @property
-  def one_per_example(self):
+  def one_per_example(self) -> bool:
     return not isinstance(self.ids, tf.SparseTensor)
 
   @property
-  def rows(self):
+  def rows(self) -> Any:
     """The examples (the engine's batch) of these ids."""
     if self.one_per_example:
       return tf.shape(self.ids, out_type=tf.int64)[0]
     return self.ids.dense_shape[0]
 
-  def as_sparse(self):
+  def as_sparse(self) -> "GivenIds":
     """The same ids as a SparseTensor [batch, 1] when one per example."""
     if not self.one_per_example:
       return self
     return GivenIds(one_per_example_as_sparse(self.ids))
 
   @staticmethod
-  def join(pieces):
+  def join(pieces: List["GivenIds"]) -> "GivenIds":
     """One `GivenIds` of the pieces' examples, in order (replicas' parts
     of a global batch); sparse when any piece is, weights of 1 where a
     piece has none and another has some."""
@@ -111,7 +113,7 @@ class GivenIds:
                                           expand_nonconcat_dims=True))
 
 
-def one_per_example_as_sparse(ids):
+def one_per_example_as_sparse(ids: Any) -> Any:
   """A dense [batch] tensor of ids, one per example, as a SparseTensor
   [batch, 1] of int64 ids."""
   batch = tf.shape(ids, out_type=tf.int64)[0]
@@ -165,7 +167,8 @@ def read_mid_level_input(ids: Any, weights: Any, max_sequence_length: int,
   return result
 
 
-def _mid_level_sparse(ids, weights, max_sequence_length, where):
+def _mid_level_sparse(ids: Any, weights: Any, max_sequence_length: int,
+                      where: str) -> MidLevelInput:
   if weights is not None and not isinstance(weights, tf.SparseTensor):
     raise ValueError(f"{where}: the ids are a SparseTensor, the weights "
                      f"a {type(weights).__name__}; give them alike.")
@@ -193,7 +196,8 @@ def _mid_level_sparse(ids, weights, max_sequence_length, where):
   return MidLevelInput(GivenIds(sparse, weights), "sparse", flat_batch)
 
 
-def _mid_level_dense(ids, weights, max_sequence_length, where):
+def _mid_level_dense(ids: Any, weights: Any, max_sequence_length: int,
+                     where: str) -> MidLevelInput:
   dense = tf.convert_to_tensor(ids)
   if weights is not None:
     raise ValueError(f"{where}: weights were given for dense ids; dense "
@@ -218,7 +222,7 @@ def _mid_level_dense(ids, weights, max_sequence_length, where):
   return MidLevelInput(GivenIds(dense), "dense", flat_batch)
 
 
-def _flatten_sparse(sparse, like=None):
+def _flatten_sparse(sparse: Any, like: Any = None) -> Any:
   """`sparse` [d0, ..., dk, n] as [d0 * ... * dk, n] (rows in row-major
   order); `like`: the tensor whose dense shape decides both (the ids, for
   their weights)."""
@@ -233,8 +237,9 @@ def _flatten_sparse(sparse, like=None):
   return tf.sparse.reshape(sparse, target)
 
 
-def read_feature(feature, table, column, features, where,
-                 integer_ids_as_given=False):
+def read_feature(feature: model_lib.Feature, table: model_lib.Table,
+                 column: Any, features: Mapping[str, Any], where: str,
+                 integer_ids_as_given: bool = False) -> FeatureInput:
   """The `FeatureInput` of `feature` (a model.Feature of `table`, configured
   by `column`, None in the dict form) in `features`; raises for inputs a TPU
   infeed would refuse. `where` starts every message (it names the feature
@@ -291,7 +296,7 @@ def read_feature(feature, table, column, features, where,
   return FeatureInput(ids, weights, transformed, keys)
 
 
-def _check_column_dtype(column, raw, where):
+def _check_column_dtype(column: Any, raw: Any, where: str) -> None:
   """Integer ids for a column that declares string inputs (a hash-bucket or
   vocabulary column of dtype string) are refused, as TF's column refuses
   them, when the graph is built (before any step)."""
@@ -305,7 +310,8 @@ def _check_column_dtype(column, raw, where):
       "Feed strings, or declare the column with an integer dtype.")
 
 
-def transformed_ids(column, features, where):
+def transformed_ids(column: Any, features: Mapping[str, Any],
+                    where: str) -> Tuple[Any, Tuple[str, ...]]:
   """(SparseTensor ids, keys read): the raw inputs of a column turned into
   ids by the id part of its categorical column."""
   keys = tuple(sorted(column_lookup.id_column(column).parse_example_spec))
@@ -318,14 +324,15 @@ def transformed_ids(column, features, where):
   return ids, keys
 
 
-def _require(keys, features, where):
+def _require(keys: Tuple[str, ...], features: Mapping[str, Any],
+             where: str) -> None:
   missing = [key for key in keys if key not in features]
   if missing:
     raise ValueError(f"{where}: {missing} missing from the features dict; "
                      f"got keys {sorted(features)}.")
 
 
-def _as_sparse_or_dense(value):
+def _as_sparse_or_dense(value: Any) -> Any:
   if isinstance(value, tf.RaggedTensor):
     return value.to_sparse()
   if isinstance(value, tf.SparseTensor):
@@ -333,14 +340,16 @@ def _as_sparse_or_dense(value):
   return tf.convert_to_tensor(value)
 
 
-def is_integer(value):
+def is_integer(value: Any) -> bool:
   dtype = getattr(value, "dtype", None)
   if dtype is None:
     dtype = tf.convert_to_tensor(value).dtype
-  return tf.as_dtype(dtype).is_integer
+  integer: bool = tf.as_dtype(dtype).is_integer
+  return integer
 
 
-def _read_weights(feature, features, where):
+def _read_weights(feature: model_lib.Feature, features: Mapping[Any, Any],
+                  where: str) -> Any:
   key = feature.weight_key
   if key not in features:
     raise ValueError(
@@ -368,7 +377,7 @@ def _read_weights(feature, features, where):
   return weights
 
 
-def check_weight_keys(model, where):
+def check_weight_keys(model: model_lib.EmbeddingModel, where: str) -> None:
   """Raises ValueError if several features of `model` (a config model) read
   their weights from one key: a TPU infeed hands the weights to the first
   feature that reads them, so the others find none. Checked when input is
@@ -381,7 +390,7 @@ def check_weight_keys(model, where):
         "key: copy the weights in the input_fn.)")
 
 
-def _tf_missing_weights(key):
+def _tf_missing_weights(key: Optional[str]) -> str:
   """TF's own sentence for weights a TPU infeed cannot find (callers match
   it), which is also what it says of weights shared by two features."""
   return (f"Cannot find weights {key} for weighted_categorical_column. "
@@ -449,7 +458,9 @@ def parse_features(model: Any, spec: Any, features: Mapping[str, Any],
   return parsed
 
 
-def _id_source(feature, table, column, given, where):
+def _id_source(feature: model_lib.Feature, table: model_lib.Table,
+               column: Any, given: FeatureInput,
+               where: str) -> Tuple[Any, "_Parsing"]:
   """(`lookup.IdSource`, `_Parsing`) of one feature's `FeatureInput`."""
   if given.single:
     # One id per example: with combiner None (negative ids refused, at
@@ -477,7 +488,9 @@ def _id_source(feature, table, column, given, where):
                           feature.max_sequence_length, lengths, None)
 
 
-def check_batch_sizes(parsed):
+def check_batch_sizes(
+    parsed: Mapping[str, FeatureIds]) -> Tuple[Any, List[Any]]:
+
   """All features must have the same batch size; returns (batch, checks)."""
   items = list(parsed.values())
   static = {}

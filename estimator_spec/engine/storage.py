@@ -9,6 +9,7 @@ row order). Reads and writes go through one routing function, so gather and
 scatter can never disagree about where a row lives.
 """
 import re
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -16,12 +17,13 @@ from estimator_spec.config import sharding
 from estimator_spec.engine import kernels
 
 
-def partition_device_fn(shard_device_fn):
+def partition_device_fn(
+    shard_device_fn: Callable[[int], Any]) -> Callable[[Any], Any]:
   """Wraps `shard_device_fn(i) -> device` into a TF device function that
   places every op of partition i (`.../part_<i>/...`) on that device."""
   pattern = re.compile(r".*/part_(\d+)(/|$)")
 
-  def device_fn(op):
+  def device_fn(op: Any) -> Any:
     match = pattern.match(op.name)
     if match is None:
       return op.device
@@ -33,7 +35,9 @@ def partition_device_fn(shard_device_fn):
 class PartitionedRows:
   """One [V, D] float32 variable split into partitions, with routed access."""
 
-  def __init__(self, name, layout, dimension, initializer, shard_device_fn):
+  def __init__(self, name: str, layout: sharding.ShardLayout, dimension: int,
+               initializer: Any,
+               shard_device_fn: Optional[Callable[[int], Any]]) -> None:
     self.name = name
     self.layout = layout
     self.dimension = dimension
@@ -61,7 +65,9 @@ class PartitionedRows:
     self.partitions = partitions
 
   @classmethod
-  def from_variables(cls, name, layout, dimension, variables):
+  def from_variables(cls, name: str, layout: sharding.ShardLayout,
+                     dimension: int,
+                     variables: Sequence[Any]) -> "PartitionedRows":
     """Rows stored in existing variables (one per partition of `layout`, in
     partition order; float32 [partition size, dimension] each) instead of
     new ones: reads and writes go to those variables.
@@ -82,7 +88,7 @@ class PartitionedRows:
     rows.partitions = partitions
     return rows
 
-  def _route(self, ids):
+  def _route(self, ids: Any) -> Tuple[Any, Any]:
     """(partition of each id, local index of each id), by the layout's
     routing rule (`ShardLayout.route`)."""
     partition, local = self.layout.route(
@@ -91,7 +97,7 @@ class PartitionedRows:
         gather=tf.gather)
     return tf.cast(partition, tf.int32), local
 
-  def gather(self, ids, compiled=False):
+  def gather(self, ids: Any, compiled: bool = False) -> Any:
     """Rows [len(ids), D] for distinct or repeated global `ids`; by the
     engine's compiled gather when `compiled` and it is available."""
     if len(self.partitions) == 1:
@@ -107,7 +113,7 @@ class PartitionedRows:
     rows.set_shape([None, self.dimension])
     return rows
 
-  def split(self, ids, values):
+  def split(self, ids: Any, values: Any) -> List[Tuple[Any, Any]]:
     """[(local ids, values)] per partition: the `ids` (global) and their
     `values` routed to the partitions holding them."""
     if len(self.partitions) == 1:
@@ -117,7 +123,7 @@ class PartitionedRows:
     return list(zip(tf.dynamic_partition(local, partition, n),
                     tf.dynamic_partition(values, partition, n)))
 
-  def scatter_update(self, ids, rows):
+  def scatter_update(self, ids: Any, rows: Any) -> Any:
     """Writes `rows` at distinct global `ids`; returns the grouped op."""
     if len(self.partitions) == 1:
       return self.partitions[0].scatter_update(
@@ -131,13 +137,13 @@ class PartitionedRows:
         for p, l, r in zip(self.partitions, locals_, row_parts)
     ])
 
-  def read_all(self):
+  def read_all(self) -> Any:
     """The whole table in row order [V, D] (for dense updates and export)."""
     if len(self.partitions) == 1:
       return self.partitions[0].read_value()
     return self.gather(tf.range(self.layout.vocabulary_size, dtype=tf.int64))
 
-  def assign_all(self, full):
+  def assign_all(self, full: Any) -> Any:
     """Writes a whole [V, D] table given in row order."""
     if len(self.partitions) == 1:
       return self.partitions[0].assign(full).op
@@ -145,7 +151,7 @@ class PartitionedRows:
         tf.range(self.layout.vocabulary_size, dtype=tf.int64), full)
 
 
-def _gather(variable, ids, dimension, compiled):
+def _gather(variable: Any, ids: Any, dimension: int, compiled: bool) -> Any:
   """tf.gather of a partition's rows, or the engine's compiled gather (same
   values; rows fetched ahead) when `compiled` and it is available."""
   ops = kernels.ops_for([variable]) if compiled else None
@@ -164,17 +170,19 @@ class FillInitializer:
   assignment: twice the slot's memory for a large table. The value enters
   through a PlaceholderWithDefault, which is never folded."""
 
-  def __init__(self, value):
+  def __init__(self, value: float) -> None:
     self.value = float(value)
 
-  def __call__(self, shape, dtype=tf.float32, partition_info=None):
+  def __call__(self, shape: Any, dtype: Any = tf.float32,
+               partition_info: Any = None) -> Any:
     del partition_info  # Every partition holds the same value.
     value = tf.compat.v1.placeholder_with_default(
         tf.constant(self.value, dtype), [])
     return tf.fill(shape, value)
 
 
-def partition_problem(partitions, layout, dimension):
+def partition_problem(partitions: Sequence[Any], layout: sharding.ShardLayout,
+                      dimension: int) -> Optional[str]:
   """What keeps `partitions` (variables, in partition order) from storing
   `layout`'s rows of `dimension` floats, as a phrase ("partition 0 has
   shape ..."); None when they fit."""
@@ -193,8 +201,11 @@ def partition_problem(partitions, layout, dimension):
   return None
 
 
-def create_table(name, vocabulary_size, dimension, initializer, num_shards,
-                 strategy, shard_device_fn=None):
+def create_table(name: str, vocabulary_size: int, dimension: int,
+                 initializer: Any, num_shards: int, strategy: str,
+                 shard_device_fn: Optional[Callable[[int], Any]] = None
+                 ) -> PartitionedRows:
+
   layout = sharding.ShardLayout(vocabulary_size, num_shards, strategy)
   return PartitionedRows(name, layout, dimension, initializer,
                          shard_device_fn)
