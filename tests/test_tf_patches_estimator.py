@@ -38,7 +38,8 @@ def test_an_added_control_input_makes_a_built_op_wait():
   graph = tf.Graph()
   with graph.as_default():
     var = v1.get_variable("v", initializer=0.0, use_resource=True)
-    read = var.read_value()  # built first: nothing orders it yet
+    # The op that reads, built first: nothing orders it yet.
+    read = tf.raw_ops.ReadVariableOp(resource=var.handle, dtype=tf.float32)
     write = var.assign(5.0, read_value=False)
     assert write not in read.op.control_inputs
     control_inputs.add_control_input(read.op, write)
