@@ -194,6 +194,10 @@ def flatten_many(sources, compiled_ops=None):
   return joined.flat_ids(checks)
 
 
+# Features per compiled drop of negative ids (see `_Joined._drop_negative`).
+_DROP_GROUP = 64
+
+
 class _Joined:
   """Several features' ids, each kept in its own tensors (`indices` [n, 2]:
   example and position; `ids` int64; `weights` float32 or None), checked
@@ -303,20 +307,28 @@ class _Joined:
   def flat_ids(self, checks):
     """The `FlatIds` of every source, in order: the ids and weights pass
     through `checks`; negative ids are dropped where the source says so."""
-    with tf.control_dependencies(checks):
-      self.ids = [tf.identity(ids) for ids in self.ids]
-      self.weights = [None if w is None else tf.identity(w)
-                      for w in self.weights]
     dropping = [k for k, s in enumerate(self.sources)
                 if s.drop_negative and not s.ids_non_negative]
-    if dropping:
+    # The compiled drop, made under the checks, passes them on to what it
+    # gives; the other ids and weights pass through an identity under them.
+    passed = (set(dropping) if self.compiled_ops is not None else set())
+    with tf.control_dependencies(checks):
+      self.ids = [ids if k in passed else tf.identity(ids)
+                  for k, ids in enumerate(self.ids)]
+      self.weights = [w if w is None or k in passed else tf.identity(w)
+                      for k, w in enumerate(self.weights)]
+      if passed:
+        self._drop_negative(dropping)
+    if dropping and not passed:
       self._drop_negative(dropping)
+    # Every feature's batch size from the one [features, 2] tensor of
+    # dense shapes (one slice, not one per feature).
+    batch_sizes = tf.unstack(self.shapes[:, 0], num=len(self.sources))
     flats = []
     for k, s in enumerate(self.sources):
       example, position = tf.unstack(self.indices[k], num=2, axis=1)
       flats.append(FlatIds(
-          example, position, self.ids[k], self.weights[k],
-          s.ids.dense_shape[0],
+          example, position, self.ids[k], self.weights[k], batch_sizes[k],
           tf.compat.dimension_value(s.ids.shape[0])
           if s.ids.shape.rank else None))
     return flats
@@ -325,11 +337,16 @@ class _Joined:
     """Drops the negative ids of features `dropping` (indices); copies
     nothing when none of them has one (one cond for all of them)."""
     if self.compiled_ops is not None:
-      indices, ids, weights = self.compiled_ops.drop_negative_ids(
-          [self.indices[k] for k in dropping], [self.ids[k] for k in dropping],
-          [self.weights[k] for k in dropping])
-      for k, i, v, w in zip(dropping, indices, ids, weights):
-        self.indices[k], self.ids[k], self.weights[k] = i, v, w
+      # One op per _DROP_GROUP features: an op with n inputs and n outputs
+      # costs graph walkers that visit each input once per output (Keras'
+      # history check of a layer's inputs) n * n steps.
+      for start in range(0, len(dropping), _DROP_GROUP):
+        group = dropping[start:start + _DROP_GROUP]
+        indices, ids, weights = self.compiled_ops.drop_negative_ids(
+            [self.indices[k] for k in group], [self.ids[k] for k in group],
+            [self.weights[k] for k in group])
+        for k, i, v, w in zip(group, indices, ids, weights):
+          self.indices[k], self.ids[k], self.weights[k] = i, v, w
       return
     weighted = [k for k in dropping if self.weights[k] is not None]
 
