@@ -84,17 +84,19 @@ class FlatIds:
 
   example: int64 [N] example (row) of each id; position: int64 [N] position of
   each id within its example; ids: int64 [N]; weights: float32 [N] or None;
-  batch_size: scalar int64 tensor.
+  batch_size: scalar int64 tensor; batch_size_int32: the same as int32 (the
+  segments' type) when made with the others, else None.
   """
 
   def __init__(self, example, position, ids, weights, batch_size,
-               static_batch_size=None):
+               static_batch_size=None, batch_size_int32=None):
     self.example = example
     self.position = position
     self.ids = ids
     self.weights = weights
     self.batch_size = batch_size
     self.static_batch_size = static_batch_size
+    self.batch_size_int32 = batch_size_int32
 
 
 class IdSource:
@@ -322,15 +324,18 @@ class _Joined:
     if dropping and not passed:
       self._drop_negative(dropping)
     # Every feature's batch size from the one [features, 2] tensor of
-    # dense shapes (one slice, not one per feature).
-    batch_sizes = tf.unstack(self.shapes[:, 0], num=len(self.sources))
+    # dense shapes (one slice and one cast, not one of each per feature).
+    sizes = self.shapes[:, 0]
+    count = len(self.sources)
+    batch_sizes = tf.unstack(sizes, num=count)
+    batch_sizes_int32 = tf.unstack(tf.cast(sizes, tf.int32), num=count)
     flats = []
     for k, s in enumerate(self.sources):
       example, position = tf.unstack(self.indices[k], num=2, axis=1)
       flats.append(FlatIds(
           example, position, self.ids[k], self.weights[k], batch_sizes[k],
           tf.compat.dimension_value(s.ids.shape[0])
-          if s.ids.shape.rank else None))
+          if s.ids.shape.rank else None, batch_sizes_int32[k]))
     return flats
 
   def _drop_negative(self, dropping):
@@ -507,7 +512,8 @@ def make_plan(flat, combiner, dimension, max_sequence_length=0, *,
   combined with the combiner, `sum` when None).
   """
   example = tf.cast(flat.example, tf.int32)
-  batch = tf.cast(flat.batch_size, tf.int32)
+  batch = (flat.batch_size_int32 if flat.batch_size_int32 is not None else
+           tf.cast(flat.batch_size, tf.int32))
   checks = []
   if max_sequence_length:
     segment = example * max_sequence_length + tf.cast(flat.position, tf.int32)
