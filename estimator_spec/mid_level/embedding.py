@@ -439,8 +439,9 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       activations = [dict() for _ in range(count)]
       for feature_name in self._names:
         # Each replica's rows of the feature (its engine batch).
-        sizes = [inputs[feature_name].rows for inputs in per_replica]
-        pieces = replicas.split(result.activations[feature_name], sizes)
+        activation = result.activations[feature_name]
+        pieces = [activation] if count == 1 else replicas.split(
+            activation, [inputs[feature_name].rows for inputs in per_replica])
         for replica, piece in zip(activations, pieces):
           replica[feature_name] = piece
     self._step = _Step(result, _current_graph(), training, activations,
