@@ -9,7 +9,8 @@ the gradient of each embedding activation from the user's own optimizer
 registered gradient function finds, by the op, the list to record into:
 this module keeps that map, per graph (weakly: a graph's entries go with
 the graph). tests/test_tf_patches_estimator.py checks that the override
-reaches the function and that a name registers only once.
+reaches the function, that a name registers only once, and that an output
+of a tap that no gradient reaches gets TF's filled zero, recorded as none.
 """
 import weakref
 
