@@ -69,7 +69,8 @@ Workloads (throughput: examples/s of steady-state training steps):
 Startup (`startup`): N features over N/10 tables (`shared_embedding_columns`
 groups of 10 identity columns, vocabulary 1,000, dimension 8),
 DenseFeatures -> logit, batch 64: seconds from calling train() until the
-first step has run (a hook's after_run), one step. Default N = 100 and
+first step has run (a hook's after_run), one step, and the train graph's
+op count when the session is made (a hook's begin). Default N = 100 and
 1,000 (`--startup-features`). A run still without a first step
 `--startup-limit` seconds after train(), or whose RSS passes
 `--rss-limit-mb`, is stopped and reported as "> seconds".
@@ -454,6 +455,7 @@ class StepTimes(tf.compat.v1.train.SessionRunHook):
     self.trainable = {}
     self.state_bytes = 0
     self.apply_ops = []
+    self.graph_ops = 0
 
   def begin(self):
     self.trainable = {
@@ -462,9 +464,11 @@ class StepTimes(tf.compat.v1.train.SessionRunHook):
     self.state_bytes = sum(
         int(np.prod(v.shape.as_list())) * v.dtype.base_dtype.size
         for v in tf.compat.v1.global_variables())
-    self.apply_ops = sorted({
-        op.type for op in tf.compat.v1.get_default_graph().get_operations()
-        if "Apply" in op.type})
+    operations = tf.compat.v1.get_default_graph().get_operations()
+    self.apply_ops = sorted({op.type for op in operations
+                             if "Apply" in op.type})
+    # The train graph's size once model_fn and the estimator built it.
+    self.graph_ops = len(operations)
 
   def after_run(self, run_context, run_values):
     self.times.append(time.perf_counter())
@@ -488,7 +492,7 @@ def run_job(job, queue):
             "steps": len(times), "trainable": hook.trainable,
             "base_rss_mb": base_rss_mb,
             "state_mb": hook.state_bytes / 2**20,
-            "apply_ops": hook.apply_ops}
+            "apply_ops": hook.apply_ops, "graph_ops": hook.graph_ops}
   warmup = job.get("warmup", 0)
   if len(times) > warmup + 1:
     steady = np.diff(times[warmup:])
@@ -748,7 +752,8 @@ def main():
         elif startup:
           detail = (f"first step {_fmt_first_step(result):>8s} after "
                     f"train() (train() returned after "
-                    f"{result['train_s']:.1f} s)")
+                    f"{result['train_s']:.1f} s), graph "
+                    f"{result['graph_ops']:,} ops")
         else:
           detail = (f"{result['examples_per_s']:9,.0f} examples/s  median "
                     f"step {result['median_step_ms']:6.1f} ms  first step "
@@ -785,6 +790,7 @@ def main():
           f"{rss[TF]:10,.0f}")
   print_embedding_cost(results)
   print_memory(jobs, results)
+  print_startup(jobs, results)
   print(f"\ntotal wall time {time.perf_counter() - begin:.0f} s")
 
 
@@ -821,6 +827,29 @@ def print_embedding_cost(results):
     print(f"  {side:4s} dense work for the activations {grad - fed:6.2f} ms "
           f"({100 * (grad - fed) / fed:4.0f}%); lookup and update "
           f"{full - grad:6.2f} ms ({100 * (full - grad) / fed:4.0f}%)")
+
+
+def print_startup(jobs, results):
+  """The startup runs: seconds to the first step and the train graph's ops
+  (when the session is made) of each side, ours over TF's."""
+  labels = [(label, job) for label, job, _ in jobs
+            if job["workload"] == "startup"]
+  runs = [(job, {s: results[label][s][0] for s in SIDES})
+          for label, job in labels]
+  runs = [(job, first) for job, first in runs
+          if not any("stopped" in r for r in first.values())]
+  if not runs:
+    return
+  print("\nStartup: seconds from train() to the end of the first step and "
+        "the train graph's ops, ours / TF")
+  print(f"{'features':>8s} {'ours s':>8s} {'TF s':>8s} {'ratio':>6s} "
+        f"{'ours ops':>9s} {'TF ops':>9s} {'ratio':>6s}")
+  for job, first in runs:
+    seconds = {s: first[s]["first_step_s"] for s in SIDES}
+    ops = {s: first[s]["graph_ops"] for s in SIDES}
+    print(f"{job['features']:8,d} {seconds[OURS]:8.1f} {seconds[TF]:8.1f} "
+          f"{seconds[OURS] / seconds[TF]:5.2f}x {ops[OURS]:9,d} "
+          f"{ops[TF]:9,d} {ops[OURS] / ops[TF]:5.2f}x")
 
 
 def print_memory(jobs, results):

@@ -33,6 +33,12 @@ A run's rate: examples of the steps after `--warmup` over their wall time
 (each step waits for its loss); a side's rate is the median over rounds.
 Ratios: host / keras, host / estimator. Printed, never asserted.
 
+`--first-trace 26,260,1000`: instead of throughput, the first trace of
+each side's step (`get_concrete_function`: the step's graph built, the
+tables and dense layers made before) at those feature counts, each its own
+table of 1,000 rows, batch 64: seconds and the traced graph's ops, host /
+keras (medians over `--rounds`).
+
 Usage: python -m bench.mid_level_bench [--rounds 2] [--steps 60] [--quick]
   (in .venv: host, keras on Keras 2, estimator; in .venv-tf2: host, keras
   on Keras 3)
@@ -186,8 +192,34 @@ def _run_step_side(job):
           "first_step_s": times[0] - start, "loss": float(loss)}
 
 
+def _first_trace_side(job):
+  """The first trace of the side's step (`tf.function`, the batch taken
+  from the iterator inside it) for job['features'] features: seconds (the
+  tables and the dense tower exist before; the trace builds the step's
+  graph) and the traced graph's ops."""
+  features, labels = identity_data(job["features"], job["vocab"],
+                                   2 * job["batch"])
+  names = list(features)
+  build = _build_host if job["side"] == HOST else _build_keras
+  body = build(job, names)
+  iterator = iter(_batches(features, labels, job["batch"]).repeat())
+
+  @tf.function
+  def step(iterator):
+    ids, batch_labels = next(iterator)
+    return body(ids, batch_labels)
+
+  start = time.perf_counter()
+  concrete = step.get_concrete_function(iterator)
+  seconds = time.perf_counter() - start
+  return {"trace_s": seconds, "graph_ops": len(concrete.graph.get_operations())}
+
+
 def _child(job, queue):
   try:
+    if job.get("first_trace"):
+      queue.put(_first_trace_side(job))
+      return
     queue.put(_run_step_side(job))
   except BaseException:  # pylint: disable=broad-except
     queue.put({"error": traceback.format_exc()})
@@ -219,6 +251,40 @@ def run_side(job):
   return result
 
 
+def first_traces(counts, dim, rounds):
+  """Seconds and ops of the first trace of each side's step at each
+  feature count (each its own table of 1,000 rows, batch 64), the sides
+  alternating over `rounds` (medians); host / keras."""
+  print(f"mid_level_bench: {os.cpu_count()} CPUs, TF {tf.__version__}; first "
+        f"trace of the step (tf.function), {rounds} round(s) per side",
+        flush=True)
+  rows = []
+  for count in counts:
+    job = {"features": count, "vocab": 1000, "dim": dim, "batch": 64,
+           "first_trace": True}
+    seconds = {HOST: [], KERAS: []}
+    ops = {}
+    for r in range(rounds):
+      for side in (HOST, KERAS):
+        result = run_side(dict(job, side=side))
+        seconds[side].append(result["trace_s"])
+        ops[side] = result["graph_ops"]
+        print(f"  {count:5d} features round {r + 1} {side:5s} "
+              f"{result['trace_s']:6.2f} s  {result['graph_ops']:7,d} ops",
+              flush=True)
+    rows.append((count, {s: statistics.median(v) for s, v in seconds.items()},
+                 ops))
+  print("\nFirst trace (median seconds; ops of the traced step graph), "
+        "host / keras:")
+  print(f"{'features':>8s} {'host s':>7s} {'keras s':>7s} {'ratio':>6s} "
+        f"{'host ops':>9s} {'keras ops':>9s} {'ratio':>6s}")
+  for count, sec, op in rows:
+    print(f"{count:8,d} {sec[HOST]:7.2f} {sec[KERAS]:7.2f} "
+          f"{sec[HOST] / sec[KERAS]:5.2f}x {op[HOST]:9,d} {op[KERAS]:9,d} "
+          f"{op[HOST] / op[KERAS]:5.2f}x")
+  return rows
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--rounds", type=int, default=2)
@@ -230,7 +296,14 @@ def main(argv=None):
   parser.add_argument("--batch", type=int, default=1024)
   parser.add_argument("--quick", action="store_true",
                       help="smoke run: 1 round of 3 + 5 steps, vocab 1,000")
+  parser.add_argument("--first-trace", default=None, metavar="FEATURES",
+                      help="instead of throughput: the first trace of the "
+                      "step of host and keras at these comma-separated "
+                      "feature counts (vocab 1,000, batch 64)")
   args = parser.parse_args(argv)
+  if args.first_trace:
+    return first_traces([int(n) for n in args.first_trace.split(",") if n],
+                        args.dim, args.rounds)
   if args.quick:
     args.rounds, args.steps, args.warmup, args.vocab = 1, 5, 3, 1000
   sides = (HOST, KERAS, ESTIMATOR) if ON_TF215 else (HOST, KERAS)

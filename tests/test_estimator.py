@@ -623,9 +623,15 @@ def _nothing_written(model_dir):
     ("unused_column", ValueError, ["never uses", "'b'"]),
     ("column_not_in_spec", ValueError, ["'c_embedding'", "not in the"]),
     ("stopped_gradient", ValueError, ["does not depend", "'b'"]),
+    # 'b' shares its table with 'a', which feeds the loss: their
+    # activations are tapped together, and 'b' still has no gradient.
+    ("stopped_gradient_shared", ValueError, ["does not depend", "'b'"]),
 ])
 def test_bad_input_raises_and_writes_nothing(tmp_path, case, error, words):
   a, b = _small_columns()
+  if case == "stopped_gradient_shared":
+    a, b = tec.shared_embedding_columns(
+        [fc.categorical_column_with_identity(k, 10) for k in ("a", "b")], 2)
   c = tec.embedding_column(fc.categorical_column_with_identity("c", 10), 2)
   model_dir = tmp_path / "model"
   model_fn = _small_model_fn([a, b])
@@ -641,7 +647,7 @@ def test_bad_input_raises_and_writes_nothing(tmp_path, case, error, words):
   elif case == "column_not_in_spec":
     model_fn = _small_model_fn([a, b, c])
     input_fn = _small_input_fn(keys=("a", "b", "c"))
-  elif case == "stopped_gradient":
+  elif case.startswith("stopped_gradient"):
 
     def model_fn(features, labels, mode, params):  # pylint: disable=function-redefined
       del params

@@ -125,6 +125,26 @@ def test_a_tap_records_the_gradient_of_the_backward_pass_through_it():
   assert zero == 0.0
 
 
+def test_a_tap_of_several_activations_records_only_those_the_loss_reaches():
+  """TF's backward pass fills a zero (ZerosLike of the output) for an output
+  of an op that no gradient reaches when another output has one; the tap
+  records none for it, so that a missing gradient is still found."""
+  graph = tf.Graph()
+  with graph.as_default():
+    first = tf.constant([[1.0, 2.0]])
+    second = tf.constant([[3.0, 4.0]])
+    anchor = tf.constant(0.0)
+    recorded = [[], []]
+    tapped = gradient_taps.tapped_many([first, second], anchor, recorded)
+    loss = tf.reduce_sum(tapped[0] * 3.0 + tf.stop_gradient(tapped[1]))
+    (to_anchor,) = tf.gradients(loss, [anchor])
+    assert [len(r) for r in recorded] == [1, 0]
+    with v1.Session() as session:
+      got, zero = session.run([recorded[0][0], to_anchor])
+  np.testing.assert_array_equal(got, [[3.0, 3.0]])
+  assert zero == 0.0
+
+
 # --- session_recovery ---------------------------------------------------------
 
 

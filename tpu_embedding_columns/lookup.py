@@ -84,17 +84,19 @@ class FlatIds:
 
   example: int64 [N] example (row) of each id; position: int64 [N] position of
   each id within its example; ids: int64 [N]; weights: float32 [N] or None;
-  batch_size: scalar int64 tensor.
+  batch_size: scalar int64 tensor; batch_size_int32: the same as int32 (the
+  segments' type) when made with the others, else None.
   """
 
   def __init__(self, example, position, ids, weights, batch_size,
-               static_batch_size=None):
+               static_batch_size=None, batch_size_int32=None):
     self.example = example
     self.position = position
     self.ids = ids
     self.weights = weights
     self.batch_size = batch_size
     self.static_batch_size = static_batch_size
+    self.batch_size_int32 = batch_size_int32
 
 
 class IdSource:
@@ -192,6 +194,10 @@ def flatten_many(sources, compiled_ops=None):
   with tf.control_dependencies(checks):
     checks.append(joined.range_check(*extremes))
   return joined.flat_ids(checks)
+
+
+# Features per compiled drop of negative ids (see `_Joined._drop_negative`).
+_DROP_GROUP = 64
 
 
 class _Joined:
@@ -303,33 +309,49 @@ class _Joined:
   def flat_ids(self, checks):
     """The `FlatIds` of every source, in order: the ids and weights pass
     through `checks`; negative ids are dropped where the source says so."""
-    with tf.control_dependencies(checks):
-      self.ids = [tf.identity(ids) for ids in self.ids]
-      self.weights = [None if w is None else tf.identity(w)
-                      for w in self.weights]
     dropping = [k for k, s in enumerate(self.sources)
                 if s.drop_negative and not s.ids_non_negative]
-    if dropping:
+    # The compiled drop, made under the checks, passes them on to what it
+    # gives; the other ids and weights pass through an identity under them.
+    passed = (set(dropping) if self.compiled_ops is not None else set())
+    with tf.control_dependencies(checks):
+      self.ids = [ids if k in passed else tf.identity(ids)
+                  for k, ids in enumerate(self.ids)]
+      self.weights = [w if w is None or k in passed else tf.identity(w)
+                      for k, w in enumerate(self.weights)]
+      if passed:
+        self._drop_negative(dropping)
+    if dropping and not passed:
       self._drop_negative(dropping)
+    # Every feature's batch size from the one [features, 2] tensor of
+    # dense shapes (one slice and one cast, not one of each per feature).
+    sizes = self.shapes[:, 0]
+    count = len(self.sources)
+    batch_sizes = tf.unstack(sizes, num=count)
+    batch_sizes_int32 = tf.unstack(tf.cast(sizes, tf.int32), num=count)
     flats = []
     for k, s in enumerate(self.sources):
       example, position = tf.unstack(self.indices[k], num=2, axis=1)
       flats.append(FlatIds(
-          example, position, self.ids[k], self.weights[k],
-          s.ids.dense_shape[0],
+          example, position, self.ids[k], self.weights[k], batch_sizes[k],
           tf.compat.dimension_value(s.ids.shape[0])
-          if s.ids.shape.rank else None))
+          if s.ids.shape.rank else None, batch_sizes_int32[k]))
     return flats
 
   def _drop_negative(self, dropping):
     """Drops the negative ids of features `dropping` (indices); copies
     nothing when none of them has one (one cond for all of them)."""
     if self.compiled_ops is not None:
-      indices, ids, weights = self.compiled_ops.drop_negative_ids(
-          [self.indices[k] for k in dropping], [self.ids[k] for k in dropping],
-          [self.weights[k] for k in dropping])
-      for k, i, v, w in zip(dropping, indices, ids, weights):
-        self.indices[k], self.ids[k], self.weights[k] = i, v, w
+      # One op per _DROP_GROUP features: an op with n inputs and n outputs
+      # costs graph walkers that visit each input once per output (Keras'
+      # history check of a layer's inputs) n * n steps.
+      for start in range(0, len(dropping), _DROP_GROUP):
+        group = dropping[start:start + _DROP_GROUP]
+        indices, ids, weights = self.compiled_ops.drop_negative_ids(
+            [self.indices[k] for k in group], [self.ids[k] for k in group],
+            [self.weights[k] for k in group])
+        for k, i, v, w in zip(group, indices, ids, weights):
+          self.indices[k], self.ids[k], self.weights[k] = i, v, w
       return
     weighted = [k for k in dropping if self.weights[k] is not None]
 
@@ -490,7 +512,8 @@ def make_plan(flat, combiner, dimension, max_sequence_length=0, *,
   combined with the combiner, `sum` when None).
   """
   example = tf.cast(flat.example, tf.int32)
-  batch = tf.cast(flat.batch_size, tf.int32)
+  batch = (flat.batch_size_int32 if flat.batch_size_int32 is not None else
+           tf.cast(flat.batch_size, tf.int32))
   checks = []
   if max_sequence_length:
     segment = example * max_sequence_length + tf.cast(flat.position, tf.int32)

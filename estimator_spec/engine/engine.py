@@ -31,6 +31,7 @@ synchronous cluster step sends it to the chief, which calls
 import collections
 import contextlib
 import functools
+import weakref
 from typing import (Any, Callable, ContextManager, Dict, Iterable, List,
                     Mapping, Optional, Sequence, Tuple, Union)
 
@@ -937,8 +938,32 @@ def _split_window(grad: Any, dimension: int) -> Optional[Tuple[Any, int]]:
     tensor = tensor.op.inputs[0]
   if tensor.op.type != "SplitV" or not _is_rows_of(tensor, dimension):
     return None
-  matrix = tensor.op.inputs[0]
-  pieces = tensor.op.outputs
+  split = _column_split(tensor.op)
+  if split is None:
+    return None
+  matrix, offsets = split
+  return matrix, offsets[tensor.value_index]
+
+
+# {SplitV op: its `_column_split`}: the pieces of one split are the
+# gradients of many features (up to every feature of the model), each of
+# which asks; the split is read once, not once per piece.
+_ColumnSplit = Optional[Tuple[Any, List[int]]]
+_COLUMN_SPLITS: "weakref.WeakKeyDictionary[Any, _ColumnSplit]" = (
+    weakref.WeakKeyDictionary())
+
+
+def _column_split(op: Any) -> _ColumnSplit:
+  """(matrix, the first column of each piece) when the SplitV `op` splits a
+  float32 matrix along its columns, else None."""
+  if op not in _COLUMN_SPLITS:
+    _COLUMN_SPLITS[op] = _read_column_split(op)
+  return _COLUMN_SPLITS[op]
+
+
+def _read_column_split(op: Any) -> _ColumnSplit:
+  matrix = op.inputs[0]
+  pieces = op.outputs
   width = (tf.compat.dimension_value(matrix.shape[1])
            if matrix.shape.rank == 2 else None)
   widths: List[Any] = [tf.compat.dimension_value(piece.shape[1])
@@ -951,7 +976,10 @@ def _split_window(grad: Any, dimension: int) -> Optional[Tuple[Any, int]]:
       any(not piece.shape[:1].is_compatible_with(matrix.shape[:1])
           for piece in pieces)):
     return None
-  return matrix, sum(widths[:tensor.value_index])
+  offsets = [0]
+  for piece_width in widths[:-1]:
+    offsets.append(offsets[-1] + piece_width)
+  return matrix, offsets
 
 
 def _is_rows_of(tensor: Any, dimension: int) -> bool:

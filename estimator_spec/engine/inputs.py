@@ -116,10 +116,14 @@ class GivenIds:
 def one_per_example_as_sparse(ids: Any) -> Any:
   """A dense [batch] tensor of ids, one per example, as a SparseTensor
   [batch, 1] of int64 ids."""
-  batch = tf.shape(ids, out_type=tf.int64)[0]
-  return tf.SparseTensor(
-      tf.stack([tf.range(batch), tf.zeros([batch], tf.int64)], axis=1),
-      tf.cast(ids, tf.int64), tf.stack([batch, 1]))
+  static = tf.compat.dimension_value(ids.shape[0])
+  batch = (tf.constant(static, tf.int64) if static is not None else
+           tf.shape(ids, out_type=tf.int64)[0])
+  rows = tf.range(batch, dtype=tf.int64)
+  # [example, 0] per id: few ops per feature (graphs of many features).
+  indices = tf.stack([rows, rows], axis=1) * tf.constant([1, 0], tf.int64)
+  return tf.SparseTensor(indices, tf.cast(ids, tf.int64),
+                         tf.stack([batch, 1]))
 
 
 @dataclasses.dataclass(frozen=True)

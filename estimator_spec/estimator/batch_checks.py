@@ -90,20 +90,51 @@ def _batch_of(structure):
 
 
 def _after_check(structure, check):
-  """`structure` with every tensor waiting for the `check` op."""
+  """`structure` with every tensor waiting for the `check` op: through
+  IdentityN ops of at most _GATE_GROUP tensors each (an op with n inputs and
+  n outputs costs graph walkers that visit each input once per output, as
+  Keras' history check of a layer's inputs does, n * n steps)."""
+  values = tf.nest.flatten(structure)
+  gated = []
+  with tf.control_dependencies([check]):
+    parts = [_gated_parts(value) for value in values]
+    tensors = [tensor for part in parts for tensor in part]
+    for start in range(0, len(tensors), _GATE_GROUP):
+      group = tensors[start:start + _GATE_GROUP]
+      gated.extend([tf.identity(group[0])] if len(group) == 1 else
+                   tf.identity_n(group))
+  rebuilt = []
+  for value, part in zip(values, parts):
+    rebuilt.append(_rebuilt(value, gated[:len(part)]))
+    gated = gated[len(part):]
+  return tf.nest.pack_sequence_as(structure, rebuilt)
 
-  def gated(value):
-    with tf.control_dependencies([check]):
-      if isinstance(value, tf.SparseTensor):
-        return tf.SparseTensor(tf.identity(value.indices),
-                               tf.identity(value.values), value.dense_shape)
-      if isinstance(value, tf.RaggedTensor):
-        return value.with_flat_values(tf.identity(value.flat_values))
-      if isinstance(value, (tf.Tensor, tf.Variable)):
-        return tf.identity(value)
-      return value
 
-  return tf.nest.map_structure(gated, structure)
+# Tensors per gating IdentityN (see `_after_check`).
+_GATE_GROUP = 64
+
+
+def _gated_parts(value):
+  """The tensors of `value` that wait for a check: a SparseTensor's indices
+  and values, a RaggedTensor's flat values, a tensor or variable itself."""
+  if isinstance(value, tf.SparseTensor):
+    return [value.indices, value.values]
+  if isinstance(value, tf.RaggedTensor):
+    return [value.flat_values]
+  if isinstance(value, tf.Variable):
+    return [value.read_value()]
+  if isinstance(value, tf.Tensor):
+    return [value]
+  return []
+
+
+def _rebuilt(value, gated):
+  """`value` with its `_gated_parts` replaced by `gated`."""
+  if isinstance(value, tf.SparseTensor):
+    return tf.SparseTensor(gated[0], gated[1], value.dense_shape)
+  if isinstance(value, tf.RaggedTensor):
+    return value.with_flat_values(gated[0])
+  return gated[0] if gated else value
 
 
 def _check_labels(labels, lookup):

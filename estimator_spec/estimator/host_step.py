@@ -104,7 +104,7 @@ class HostStep:
     self._lookup = self._engine.begin_lookup(features)
     features, labels = batch_checks.check_lookup_batch(
         self._lookup, features, labels, expected)
-    tap = lambda feature, activation: activation
+    tap = lambda names, activations: list(activations)
     if self._training:
       # Lookups (and so every update of the step) follow the read of the
       # global step, which the user's train op increments.
@@ -190,6 +190,12 @@ class HostStep:
     return gradients
 
 
+# Activations per tap (one IdentityN): graph walkers that visit an op's
+# inputs once per output (Keras' history check of a layer's inputs) take
+# n * n steps through an op of n inputs and outputs.
+_TAP_GROUP = 64
+
+
 class _GradientTap:
   """Gets d loss / d activation from the user's own backward pass.
 
@@ -221,14 +227,19 @@ class _GradientTap:
     self.tapped = collections.OrderedDict()    # feature -> tapped tensor
     self.recorded = collections.defaultdict(list)
 
-  def tap(self, feature, activation):
-    if feature in self.tapped:
-      return self.tapped[feature]
-    with tf.control_dependencies([self._after]):
-      tapped = gradient_taps.tapped(activation, self._anchor_value,
-                                    self.recorded[feature])
-    self.tapped[feature] = tapped
-    return tapped
+  def tap(self, features, activations):
+    """The tapped `activations` of `features` (names, in order): through
+    one IdentityN per _TAP_GROUP of those not tapped yet."""
+    new = [(f, a) for f, a in zip(features, activations)
+           if f not in self.tapped]
+    for start in range(0, len(new), _TAP_GROUP):
+      group = new[start:start + _TAP_GROUP]
+      with tf.control_dependencies([self._after]):
+        tapped = gradient_taps.tapped_many(
+            [a for _, a in group], self._anchor_value,
+            [self.recorded[f] for f, _ in group])
+      self.tapped.update(zip([f for f, _ in group], tapped))
+    return [self.tapped[f] for f in features]
 
   def keep_anchor_state_local(self):
     """Moves what the user's optimizer created for the anchor (its slots)
@@ -265,6 +276,7 @@ class _EngineSource(context.ActivationSource):
     self._lookup = lookup
     self._tap = tap
     self.used = collections.OrderedDict()
+    self._activations = {}  # feature name -> tapped activation
 
   def _feature(self, column):
     return self._engine.model.feature_of_column(column)
@@ -276,13 +288,22 @@ class _EngineSource(context.ActivationSource):
   def dense_activation(self, column):
     feature = self._feature(column)
     self.used[feature.name] = column
-    return self._tap(feature.name, self._lookup.activation(feature.name))
+    return self._tapped(feature)
 
   def sequence_activation(self, column):
     feature = self._feature(column)
     self.used[feature.name] = column
-    return (self._tap(feature.name, self._lookup.activation(feature.name)),
+    return (self._tapped(feature),
             self._lookup.sequence_length(feature.name))
+
+  def _tapped(self, feature):
+    """The tapped activation of `feature`: every feature of its table is
+    tapped together, the first time one of them is asked for."""
+    if feature.name not in self._activations:
+      names = list(self._engine.model.tables[feature.table].features)
+      self._activations.update(zip(names, self._tap(
+          names, [self._lookup.activation(name) for name in names])))
+    return self._activations[feature.name]
 
   def step_tables(self):
     """{table name: StepTable} of every table of the step (see
@@ -397,8 +418,14 @@ def _dict_form_features(features, model, lookup, tap):
   ids (and its sequence lengths under `Feature.length_key`), weights removed, as
   TPUEstimator hands them to model_fn on a TPU."""
   result = dict(features)
+  tapped = {}
   for name, feature in model.features.items():
-    result[name] = tap(name, lookup.activation(name))
+    if name not in tapped:
+      # Every feature of its table, tapped together.
+      names = list(model.tables[feature.table].features)
+      tapped.update(zip(names, tap(
+          names, [lookup.activation(other) for other in names])))
+    result[name] = tapped[name]
     if feature.is_sequence:
       result[feature.length_key] = lookup.sequence_length(name)
     if feature.weight_key is not None:

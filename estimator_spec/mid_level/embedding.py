@@ -25,6 +25,14 @@ from estimator_spec.mid_level import replicas
 
 _OWNER = "HostTPUEmbedding"
 
+# The methods a `tf.function` calls build the same graph in Python without
+# AutoGraph: it would convert every function of the library they reach (each
+# parsed and rewritten on the first trace, seconds for a few features), for
+# no control flow of tensors (the engine builds TF1 graphs as they are). TF's
+# own TPUEmbedding is not converted either: callables it is given (learning
+# rates) run as written.
+_not_converted = tf.autograph.experimental.do_not_convert
+
 
 class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
   """TF2's `tf.tpu.experimental.embedding.TPUEmbedding`, trained on CPU/GPU
@@ -350,6 +358,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
 
   # --- forward ---------------------------------------------------------------
 
+  @_not_converted
   def enqueue(self, features, weights=None, training=True, name=None,
               device=None):
     """Looks up `features` for the next `dequeue`.
@@ -430,13 +439,15 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       activations = [dict() for _ in range(count)]
       for feature_name in self._names:
         # Each replica's rows of the feature (its engine batch).
-        sizes = [inputs[feature_name].rows for inputs in per_replica]
-        pieces = replicas.split(result.activations[feature_name], sizes)
+        activation = result.activations[feature_name]
+        pieces = [activation] if count == 1 else replicas.split(
+            activation, [inputs[feature_name].rows for inputs in per_replica])
         for replica, piece in zip(activations, pieces):
           replica[feature_name] = piece
     self._step = _Step(result, _current_graph(), training, activations,
                        layouts, plans)
 
+  @_not_converted
   def dequeue(self, name=None):
     """The activations of the last `enqueue`, in the structure of
     `feature_config`: per feature, the ids' shape without its last
@@ -486,6 +497,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       outputs = self._with_table_gradients(outputs, step, replica)
     return tf.nest.pack_sequence_as(self._feature_config, outputs)
 
+  @_not_converted
   def __call__(self, features, weights=None):
     """`enqueue(features, weights)` then `dequeue()`: the activations.
 
@@ -562,6 +574,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
 
   # --- backward --------------------------------------------------------------
 
+  @_not_converted
   def apply_gradients(self, gradients, name=None):
     """Trains the tables from the gradients of the last dequeued
     activations (docs/numerics.md, 'The backward pass, table by table'): per-id
@@ -635,6 +648,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     self._step = None
     return op
 
+  @_not_converted
   def flush(self):
     """With pipelining: applies the update still held (call it before
     reading or saving the tables at the end of training); otherwise

@@ -111,6 +111,8 @@ def ops_for(variables: Sequence[Any]) -> Any:
 def or_empty(tensors):
   """`tensors` with an empty float32 tensor for each None: how the kernels
   are told that a feature has no weights (or a combiner no scale)."""
+  if all(t is not None for t in tensors):
+    return list(tensors)
   empty = tf.zeros([0], tf.float32)
   return [empty if t is None else t for t in tensors]
 
