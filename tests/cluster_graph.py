@@ -13,6 +13,7 @@ bench/cluster_bench.py (requests per step beside the bytes).
 import collections
 import json
 import os
+import tempfile
 
 import tensorflow as tf
 
@@ -81,12 +82,14 @@ def cross_task_edges(built, own):
   return dict(counts)
 
 
-def training_graph(task_type, index, workers=1, ps=2, tables=3, vocab=50,
-                   dim=4, batch=8, asynchronous=False):
-  """(graph, [train op, loss]) `TPUEstimator.train` builds on task
-  (`task_type`, `index`) of a cluster of a chief, `workers` workers and
-  `ps` ps tasks (addresses never contacted): `tables` tables of `vocab` x
-  `dim`, one feature each, an MLP trained by Adagrad."""
+def training_graph(task_type, index, side="sync", workers=1, ps=2, tables=3,
+                   vocab=50, dim=4, batch=8):
+  """(graph, [train op, loss]) that `train` builds on task (`task_type`,
+  `index`) of a cluster of a chief, `workers` workers and `ps` ps tasks
+  (addresses never contacted): `tables` tables of `vocab` x `dim`, one
+  feature each, an MLP trained by Adagrad. `side`: ours, synchronous
+  ('sync') or asynchronous ('async'), or TF 2.15's TPUEstimator on its CPU
+  path ('tf')."""
   cluster = {"chief": ["localhost:2220"],
              "worker": [f"localhost:{2221 + i}" for i in range(workers)],
              "ps": [f"localhost:{2230 + i}" for i in range(ps)]}
@@ -94,7 +97,8 @@ def training_graph(task_type, index, workers=1, ps=2, tables=3, vocab=50,
   os.environ["TF_CONFIG"] = json.dumps(
       {"cluster": cluster, "task": {"type": task_type, "index": index}})
   try:
-    return _build(tables, vocab, dim, batch * (workers + 1), asynchronous)
+    return _build(side, tables, vocab, dim,
+                  batch * (workers + 1) if side == "sync" else batch)
   finally:
     if old is None:
       del os.environ["TF_CONFIG"]
@@ -102,11 +106,27 @@ def training_graph(task_type, index, workers=1, ps=2, tables=3, vocab=50,
       os.environ["TF_CONFIG"] = old
 
 
-def _build(tables, vocab, dim, batch, asynchronous):
+def _model(side, tables, vocab, dim):
+  """(input_fn, model_fn, the estimator's class and keyword arguments)."""
   keys = [f"f{i}" for i in range(tables)]
-  columns = [tec.embedding_column(
-      tf.feature_column.categorical_column_with_identity(k, vocab), dim,
-      combiner="sum") for k in keys]
+  categorical = [tf.feature_column.categorical_column_with_identity(k, vocab)
+                 for k in keys]
+  if side == "tf":
+    columns = [tf.compat.v1.tpu.experimental.embedding_column(
+        c, dim, combiner="sum") for c in categorical]
+    spec = tf.compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec(
+        feature_columns=columns,
+        optimization_parameters=(
+            tf.compat.v1.tpu.experimental.AdagradParameters(0.05)))
+    base, kwargs = tf.compat.v1.estimator.tpu.TPUEstimator, {}
+  else:
+    columns = [tec.embedding_column(c, dim, combiner="sum")
+               for c in categorical]
+    spec = es.EmbeddingConfigSpec(
+        feature_columns=columns,
+        optimization_parameters=es.AdagradParameters(0.05))
+    base, kwargs = es.TPUEstimator, {"cluster_training": es.ClusterTraining(
+        asynchronous=side == "async")}
 
   def input_fn(params):
     size = params["batch_size"]
@@ -121,22 +141,31 @@ def _build(tables, vocab, dim, batch, asynchronous):
     logits = tf.compat.v1.layers.dense(net, 1)
     loss = tf.compat.v1.losses.sigmoid_cross_entropy(labels, logits)
     optimizer = tf.compat.v1.train.AdagradOptimizer(0.05)
-    return es.TPUEstimatorSpec(mode, loss=loss, train_op=optimizer.minimize(
-        loss, global_step=tf.compat.v1.train.get_global_step()))
+    train_op = optimizer.minimize(
+        loss, global_step=tf.compat.v1.train.get_global_step())
+    built.append((tf.compat.v1.get_default_graph(), [train_op, loss]))
+    return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
+        mode, loss=loss, train_op=train_op)
 
-  spec = es.EmbeddingConfigSpec(
-      feature_columns=columns,
-      optimization_parameters=es.AdagradParameters(0.05))
-  import tempfile  # pylint: disable=import-outside-toplevel
   built = []
+  kwargs["embedding_config_spec"] = spec
+  return input_fn, model_fn, base, kwargs, built
 
-  class Estimator(es.TPUEstimator):
 
-    def _call_model_fn(self, *args, **kwargs):
-      spec = super()._call_model_fn(*args, **kwargs)
-      built.append((tf.compat.v1.get_default_graph(),
-                    [spec.train_op, spec.loss]))
-      return spec
+def _build(side, tables, vocab, dim, batch):
+  input_fn, model_fn, base, kwargs, built = _model(side, tables, vocab, dim)
+
+  class Estimator(base):
+    """Ours: the train op of the step is the one the estimator makes of
+    model_fn's (TF's CPU path runs model_fn's own)."""
+
+    if side != "tf":
+
+      def _call_model_fn(self, *args, **kwargs):
+        spec = super()._call_model_fn(*args, **kwargs)
+        built.append((tf.compat.v1.get_default_graph(),
+                      [spec.train_op, spec.loss]))
+        return spec
 
   class Stop(tf.estimator.SessionRunHook):
 
@@ -147,22 +176,41 @@ def _build(tables, vocab, dim, batch, asynchronous):
     estimator = Estimator(
         model_fn=model_fn,
         config=tf.compat.v1.estimator.tpu.RunConfig(model_dir=model_dir),
-        use_tpu=False, train_batch_size=batch, embedding_config_spec=spec,
-        cluster_training=es.ClusterTraining(asynchronous=asynchronous))
+        use_tpu=False, train_batch_size=batch, **kwargs)
     try:
       estimator.train(input_fn, max_steps=1, hooks=[Stop()])
     except _Built:
       pass
-  return built[0]
+  return built[-1]
+
+
+def requests_per_step(side, tasks, tables, ps=2):
+  """(tensors a training task sends to the ps tasks per task step,
+  tensors it receives from them, tensors between ps tasks): the chief's
+  and, with workers, a worker's graph; for 'sync' summed over the chief
+  and the workers of one global step."""
+  totals = [0, 0, 0]
+  roles = [("chief", 0)] + ([("worker", 0)] if tasks > 1 else [])
+  for task_type, index in roles:
+    built = training_graph(task_type, index, side, workers=tasks - 1, ps=ps,
+                           tables=tables)
+    edges = cross_task_edges(built, f"{task_type}:{index}")
+    weight = 1 if task_type == "chief" or side != "sync" else tasks - 1
+    if side != "sync" and task_type == "chief" and tasks > 1:
+      continue  # every task step is alike: a worker's stands for them
+    for (src, dst), count in edges.items():
+      column = (2 if src.startswith("ps") and dst.startswith("ps") else
+                1 if src.startswith("ps") else 0)
+      totals[column] += count * weight
+  return tuple(totals)
 
 
 def main():
-  for asynchronous in (False, True):
+  for side in ("sync", "async", "tf"):
     for task_type in ("chief", "worker"):
-      built = training_graph(task_type, 0, asynchronous=asynchronous)
+      built = training_graph(task_type, 0, side)
       edges = cross_task_edges(built, f"{task_type}:0")
-      print("async" if asynchronous else "sync", task_type,
-            sorted(edges.items()))
+      print(side, task_type, sorted(edges.items()))
 
 
 if __name__ == "__main__":

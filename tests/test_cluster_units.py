@@ -321,8 +321,8 @@ def test_packed_requests_over_devices_equal_the_local_engine(strategy,
 
 
 def _edges(task_type, tables, asynchronous):
-  built = cluster_graph.training_graph(task_type, 0, tables=tables,
-                                       asynchronous=asynchronous)
+  built = cluster_graph.training_graph(
+      task_type, 0, "async" if asynchronous else "sync", tables=tables)
   replies = collections.Counter(
       node.device for node in built[0].as_graph_def().node
       if re.search(r"/lookup_reply(_\d+)?$", node.name))

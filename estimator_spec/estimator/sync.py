@@ -5,9 +5,12 @@ One step, global step g at its start, W training tasks, P ps tasks:
 
 1. Every training task looks up its share of the batch, runs the model and
    its backward pass, and sends its gradients, split by ps task, into its
-   own queue on each ps task: one entry (g, per table the distinct local ids
-   of the partition on that ps with their gradient sums, the dense
-   gradients of the variables on that ps).
+   own queue on each ps task: one entry of two tensors (docs/cluster.md,
+   'Requests per step'): the lookup's request there (the distinct local
+   ids of each table partition on that ps), and one float32 tensor (g, the
+   float32 gradients of the dense variables on that ps, then the learning
+   rate and the gradient sums of each of those partitions); other dense
+   gradients (sparse, or of other types) as components of their own.
 2. The chief takes one entry per task from every queue (entries of another
    step, left by a task that died or by a restored chief, are dropped), and
    on each ps task sums the embedding gradients per id and runs the
