@@ -4,9 +4,9 @@ per task for their updates (docs/cluster.md, 'Requests per step').
 
 Each table's distinct ids of the step are routed once (`storage.route`,
 the layout's rule). For each task, the local ids of every table partition
-it holds travel as one int64 tensor, `[n_1 .. n_K, ids of partition 1, ..,
-ids of partition K]` (K partitions on the task, in the engine's table
-order): one op there gathers the rows of all of them and replies with one
+it holds travel as one integer tensor, `[n_1 .. n_K, ids of partition 1,
+.., ids of partition K]` (K partitions on the task, in the engine's table
+order; int32 where every partition has fewer than 2**31 rows, else int64): one op there gathers the rows of all of them and replies with one
 float32 tensor, the rows flattened and concatenated, which this task
 splits and stitches back into each table's rows. The update of the step
 reuses the ids the task received for the lookup (the same tensor: TF sends
@@ -45,10 +45,15 @@ class StepRequests:
 
   def __init__(self, layouts, dimensions, device_of, unique_ids):
     self._dimensions = dimensions
+    # The type of the requests' ids and sizes (the update reads int64).
+    self.dtype = (tf.int32 if all(max(layout.sizes) < 2**31
+                                  for layout in layouts.values())
+                  else tf.int64)
     self._routes = collections.OrderedDict()
     self.entries = collections.OrderedDict()  # device -> [(table, p)]
     for name, layout in layouts.items():
       partition, local = storage.route(layout, unique_ids[name])
+      local = tf.cast(local, self.dtype)
       count = layout.num_partitions
       positions = tf.dynamic_partition(
           tf.range(tf.shape(partition)[0]), partition, count)
@@ -60,7 +65,7 @@ class StepRequests:
     self._replies = {}
     for device, entries in self.entries.items():
       pieces = [self._routes[name][3][p] for name, p in entries]
-      sizes = tf.stack([tf.size(piece, out_type=tf.int64)
+      sizes = tf.stack([tf.size(piece, out_type=self.dtype)
                         for piece in pieces])
       self._ids[device] = tf.concat([sizes] + pieces, axis=0)
       self._replies[device] = self._stand_in(device, entries, sizes)
@@ -78,15 +83,15 @@ class StepRequests:
                                           name="reply_stand_in")
     received = tf.identity(stand_in, name="reply")
     dims = tf.constant([self._dimensions[name] for name, _ in entries],
-                       tf.int64)
+                       self.dtype)
     flat = tf.split(received, sizes * dims, num=len(entries))
     rows = [tf.reshape(piece, [-1, self._dimensions[name]])
             for piece, (name, _) in zip(flat, entries)]
     return received.op, rows
 
   def ids(self, device):
-    """The int64 request of `device` (on this task): the sizes, then the
-    local ids of each of its partitions."""
+    """The integer request of `device` (on this task, `dtype`): the
+    sizes, then the local ids of each of its partitions."""
     return self._ids[device]
 
   def rows(self, name):
@@ -139,20 +144,20 @@ class StepRequests:
 
   def unpack(self, device, ids, floats):
     """[(table, partition, local ids, gradient rows [n, D], learning rate)]
-    of each partition on `device` from its requests `ids` (int64) and
+    of each partition on `device` from its requests `ids` (`dtype`) and
     `floats` (float32: `gradients`), built where the caller's device scope
     says (the task holding the partitions)."""
     entries = self.entries[device]
     count = len(entries)
     local = unpack_ids(ids, count)
     dims = tf.constant([self._dimensions[name] for name, _ in entries],
-                       tf.int64)
+                       self.dtype)
     flat = tf.split(floats[count:], ids[:count] * dims, num=count)
-    return [(name, p, local[k],
+    return [(name, p, tf.cast(local[k], tf.int64),
              tf.reshape(flat[k], [-1, self._dimensions[name]]), floats[k])
             for k, (name, p) in enumerate(entries)]
 
 
 def unpack_ids(ids, count):
-  """The `count` local-id tensors of an int64 request."""
+  """The `count` local-id tensors of an integer request."""
   return tf.split(ids[count:], ids[:count], num=count)

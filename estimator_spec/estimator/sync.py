@@ -151,6 +151,7 @@ class SyncStep:
     self._original_apply = None
     self._late_replies = None  # the chief's replies, sent by a hook
     self._resources = {}  # queues and the contributions table, built once
+    self._ids_dtype = None  # of the lookup's requests (`engine.requests`)
 
   def add_local_variables(self, variables):
     """Variables of this task only (never sent, applied by the chief as
@@ -199,6 +200,8 @@ class SyncStep:
           "pass cluster_training=estimator_spec.ClusterTraining("
           "asynchronous=True).")
     step = tf.cast(step_value, tf.int64)
+    if embedding is not None:
+      self._ids_dtype = embedding.requests.dtype
     cluster = self._cluster
     dense = self._dense_entries()
     tables = (self._placement.partitions(engine.model)
@@ -252,7 +255,7 @@ class SyncStep:
     the chief use it."""
     components = {}
     if any(where == ps for _, _, where in tables):
-      components["ids"] = tf.int64
+      components["ids"] = self._ids_dtype
     components["floats"] = tf.float32
     for c, k, var, grad, p in dense:
       if p == ps and not _packs(grad, var):
