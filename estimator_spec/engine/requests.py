@@ -129,9 +129,10 @@ class StepRequests:
   def gradients(self, device, grads, rates):
     """The float32 update request of `device` (built on this task): the
     learning rate of each of its partitions, then their gradient rows
-    flattened. `grads`: {table: [U, D] sums of the distinct ids}, the
-    same for every device of the step (routed once); `rates`: {table:
-    learning rate}."""
+    flattened, made once this task has received the rows it looked up
+    there (so an update there sent with it follows this task's lookup).
+    `grads`: {table: [U, D] sums of the distinct ids}, the same for every
+    device of the step (routed once); `rates`: {table: learning rate}."""
     entries = self.entries[device]
     for name, _ in entries:
       if name not in self._grads:
@@ -140,7 +141,8 @@ class StepRequests:
                                                  count)
     lrs = tf.stack([tf.cast(rates[name], tf.float32) for name, _ in entries])
     flat = [tf.reshape(self._grads[name][p], [-1]) for name, p in entries]
-    return tf.concat([lrs] + flat, axis=0)
+    with tf.control_dependencies([self._replies[device][0]]):
+      return tf.concat([lrs] + flat, axis=0)
 
   def unpack(self, device, ids, floats):
     """[(table, partition, local ids, gradient rows [n, D], learning rate)]

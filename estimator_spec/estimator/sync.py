@@ -96,14 +96,14 @@ def _ps_of_variable(variable):
 
 
 def _packed_dense(ps, dense):
-  """[(call, position, variable, offset, size)] of the dense gradients on
-  `ps` that travel in the float32 component (after the step), and the
-  number of float32 values they take."""
+  """[(call, position, variable, gradient, offset, size)] of the dense
+  gradients on `ps` that travel in the float32 component (after the step),
+  and where the rest of that component starts."""
   packed, offset = [], _STEP_FLOATS
   for c, k, var, grad, p in dense:
     if p == ps and _packs(grad, var):
       size = var.shape.num_elements()
-      packed.append((c, k, var, offset, size))
+      packed.append((c, k, var, grad, offset, size))
       offset += size
   return packed, offset
 
@@ -339,8 +339,7 @@ class SyncStep:
     """The float32 component of this task's entry on `ps` (see
     `_components`), built on this task."""
     pieces = [tf.bitcast(step, tf.float32)]
-    for c, k, _, _, _ in _packed_dense(ps, dense)[0]:
-      grad = next(g for c2, k2, _, g, _ in dense if (c2, k2) == (c, k))
+    for _, _, _, grad, _, _ in _packed_dense(ps, dense)[0]:
       pieces.append(tf.reshape(grad, [-1]))
     if has_tables:
       with tf.control_dependencies([embedding.gate]):
@@ -385,9 +384,10 @@ class SyncStep:
     updates = []
     averaged = {}
     for ps in range(cluster.num_ps):
-      # Each task's entry on a ps is sent after all its lookups of the
-      # step (its gradients need every row): once every entry there is
-      # taken, pipelining may apply the previous step's held update.
+      # Each task's entry on a ps is sent after the task received the rows
+      # it looked up there (`StepRequests.gradients`): once every entry
+      # there is taken, pipelining may apply the previous step's held
+      # update.
       with tf.control_dependencies([pushes[ps]]):
         entries = [self._take(task, ps, steps[ps], dense, tables)
                    for task in range(cluster.num_training_tasks)]
@@ -427,7 +427,7 @@ class SyncStep:
     each dense variable on `ps`."""
     scale = 1.0 / self._cluster.num_training_tasks
     averaged = {}
-    for c, k, var, offset, size in _packed_dense(ps, dense)[0]:
+    for c, k, var, _, offset, size in _packed_dense(ps, dense)[0]:
       total = tf.math.add_n([
           tf.reshape(e["floats"][offset:offset + size], var.shape)
           for e in entries])
@@ -465,8 +465,8 @@ class SyncStep:
 
   def _reply(self, step, done, pipelined):
     """The op of the chief's step (`done`: its updates), which tells the
-    workers that step `step` (read on ps 0) is done; with pipelining, the telling is left
-    to `_ReplyHook`."""
+    workers that step `step` (read on ps 0) is done; with pipelining, the
+    telling is left to `_ReplyHook`."""
     cluster = self._cluster
     workers = range(1, cluster.num_training_tasks)
     if pipelined:
