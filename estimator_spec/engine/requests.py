@@ -6,7 +6,8 @@ Each table's distinct ids of the step are routed once (`storage.route`,
 the layout's rule). For each task, the local ids of every table partition
 it holds travel as one integer tensor, `[n_1 .. n_K, ids of partition 1,
 .., ids of partition K]` (K partitions on the task, in the engine's table
-order; int32 where every partition has fewer than 2**31 rows, else int64): one op there gathers the rows of all of them and replies with one
+order; int32 where every partition has fewer than 2**31 rows, else
+int64): the gathers there of the rows of all of them reply with one
 float32 tensor, the rows flattened and concatenated, which this task
 splits and stitches back into each table's rows. The update of the step
 reuses the ids the task received for the lookup (the same tensor: TF sends
