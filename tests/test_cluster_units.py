@@ -313,6 +313,30 @@ def test_packed_requests_over_devices_equal_the_local_engine(strategy,
     np.testing.assert_allclose(ours, reference, rtol=1e-6, atol=1e-7)
 
 
+def test_requests_carry_int64_ids_only_for_partitions_of_2_31_rows_or_more():
+  # Local ids travel as int32 where they fit (half the bytes of the ids);
+  # the update reads them as int64 on the ps task, as before.
+  from estimator_spec.config.sharding import ShardLayout  # pylint: disable=import-outside-toplevel
+  from estimator_spec.engine.requests import StepRequests  # pylint: disable=import-outside-toplevel
+  with tf.Graph().as_default():
+    ids = tf.constant([0, 5, 9], tf.int64)
+    device = lambda table, p: f"/device:CPU:{p}"
+    small = StepRequests({"t": ShardLayout(10, 2, "div")}, {"t": 2}, device,
+                         {"t": ids})
+    large = StepRequests({"t": ShardLayout(2**32, 2, "div")}, {"t": 2},
+                         device, {"t": ids})
+    assert small.ids("/device:CPU:0").dtype == tf.int32
+    assert large.ids("/device:CPU:0").dtype == tf.int64
+    unpacked = small.unpack("/device:CPU:1", small.ids("/device:CPU:1"),
+                            tf.constant([0.5, 1, 2, 3, 4]))
+    ((name, p, local, grads, lr),) = unpacked
+    with v1.Session() as sess:
+      local, grads, lr = sess.run([local, grads, lr])
+    # Global ids 5 and 9 are rows 0 and 4 of partition 1 (rows 5..9).
+    assert (name, p, local.tolist(), lr) == ("t", 1, [0, 4], 0.5)
+    assert local.dtype == np.int64 and grads.tolist() == [[1, 2], [3, 4]]
+
+
 # --- the requests of a step ------------------------------------------------------
 # TF sends one tensor per edge of the step's graph that crosses tasks (a
 # RecvTensor request each): the lookups of every table partition a ps task
