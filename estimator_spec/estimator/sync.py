@@ -400,7 +400,9 @@ class SyncStep:
     applied = self._apply_dense(averaged, updates)
     pipelined = (engine is not None and
                  engine.model.pipeline_execution_with_tensor_core)
-    return self._reply(steps[0], applied + updates, pipelined)
+    # The step ends once every update and this task's record of what it
+    # sent (`pushes[-1]`, which the watch hook reads) are done.
+    return self._reply(steps[0], applied + updates + pushes[-1:], pipelined)
 
   def _table_updates(self, ps, entries, dense, embedding, engine):
     """The update of each table partition on `ps` from every task's ids and
