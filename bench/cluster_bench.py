@@ -32,6 +32,11 @@ the bench on an otherwise idle machine). Reported:
   and back (rows looked up, row gradients sent), plus the dense model's
   variables there and back (dense bytes) — summed over the W task steps of
   a synchronous step.
+* requests per step: the tensors that cross between tasks in the step's
+  graph (one RecvTensor request each; `tests/cluster_graph.py` builds the
+  chief's and a worker's graph of the same model, tables and ps tasks
+  without running it): a training task to the ps tasks / back / between
+  ps tasks, per task step (sync: per global step, all tasks).
 
 Usage: .venv/bin/python -m bench.cluster_bench [--tasks 1 2 4]
        [--steps 120] [--warmup 20] [--sides sync async tf]
@@ -204,6 +209,12 @@ def lower_bound(args, tasks):
   return embedding, dense
 
 
+def _requests(side, tasks, args):
+  """(out, in, between ps) tensors crossing tasks per step (see module)."""
+  from tests import cluster_graph  # pylint: disable=import-outside-toplevel
+  return cluster_graph.requests_per_step(side, tasks, args.tables)
+
+
 def args_side_sync(args):
   return args.side == "sync"
 
@@ -254,7 +265,8 @@ def main():
         f"{args.dim}, global batch {args.batch}, steps {args.warmup}.."
         f"{args.steps}")
   print(f"{'tasks':>5} {'side':>6} {'examples/s':>11} {'vs tf':>6} "
-        f"{'KB/step':>9} {'bound KB':>9} {'(emb+dense)':>14} {'ratio':>6}")
+        f"{'KB/step':>9} {'bound KB':>9} {'(emb+dense)':>14} {'ratio':>6} "
+        f"{'requests out/in/ps-ps':>22}")
   with tempfile.TemporaryDirectory() as workdir:
     for tasks in args.tasks:
       results = {}
@@ -275,7 +287,9 @@ def main():
               f"{ratio:>6.2f} {result['bytes_per_step'] / 1024:>9.1f} "
               f"{bound / 1024:>9.1f} "
               f"{f'{embedding / 1024:.0f}+{dense / 1024:.0f}':>14} "
-              f"{result['bytes_per_step'] / bound:>6.2f}", flush=True)
+              f"{result['bytes_per_step'] / bound:>6.2f} "
+              f"{'/'.join(map(str, _requests(side, tasks, args))):>22}",
+              flush=True)
 
 
 if __name__ == "__main__":

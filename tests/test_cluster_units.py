@@ -2,8 +2,10 @@
 training task's batch and input context, the engine's per-partition update
 (what a ps task runs) against the one-process update, what a synchronous
 step refuses, and each task's device filters."""
+import collections
 import json
 import os
+import re
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -14,6 +16,7 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 import estimator_spec as es  # pylint: disable=g-import-not-at-top
 import tpu_embedding_columns as tec  # pylint: disable=g-import-not-at-top
 from estimator_spec.engine import HostEmbeddingEngine  # pylint: disable=g-import-not-at-top
+from tests import cluster_graph  # pylint: disable=g-import-not-at-top
 from tests.ragged import sparse_value  # pylint: disable=g-import-not-at-top
 
 v1 = tf.compat.v1
@@ -243,6 +246,128 @@ def test_partition_updates_on_their_task_equal_the_local_update(
   assert (locks == 0) if fused else (locks > 0 and locks % 3 == 0)
   for ours, reference in zip(remote, local):
     np.testing.assert_allclose(ours, reference, rtol=1e-6, atol=1e-7)
+
+
+# Tables of several sizes and widths (one smaller than the partition count,
+# one shared by two features) whose partitions are spread over two devices:
+# the packed requests give the rows and updates of the one-process engine.
+TABLES = {"t0": (11, 3), "t1": (7, 2), "t2": (2, 4)}
+FEATURES = {"f0": "t0", "f1": "t1", "f2": "t0", "f3": "t2"}
+
+
+def _train_tables(remote, strategy, pipelining):
+  spec = es.EmbeddingConfigSpec(
+      feature_to_config_dict={f: es.FeatureConfig(t)
+                              for f, t in FEATURES.items()},
+      table_to_config_dict={t: es.TableConfig(v, d, combiner="sum")
+                            for t, (v, d) in TABLES.items()},
+      optimization_parameters=es.AdagradParameters(0.2), clipping_limit=0.7,
+      partition_strategy=strategy,
+      pipeline_execution_with_tensor_core=pipelining)
+  device_fn = (lambda table, i: f"/device:CPU:{i % 2}") if remote else None
+  rng = np.random.RandomState(7)
+  with tf.Graph().as_default():
+    engine = HostEmbeddingEngine(es.EmbeddingConfig(spec, batch_size=BATCH),
+                                 num_shards=3, shard_device_fn=device_fn)
+    ids = {f: v1.sparse_placeholder(tf.int64, [None, None])
+           for f in FEATURES}
+    grads = {f: v1.placeholder(tf.float32, [None, TABLES[t][1]])
+             for f, t in FEATURES.items()}
+    result = engine.lookup(ids)
+    train = engine.apply_gradients(result, grads, tf.constant(0, tf.int64))
+    flush = engine.flush()
+    reads = [engine.tables[t].read_all() for t in TABLES]
+    starts = [engine.tables[t].assign_all(
+        rng.uniform(-1, 1, TABLES[t]).astype(np.float32)) for t in TABLES]
+    outputs = []
+    with v1.Session(config=v1.ConfigProto(device_count={"CPU": 2})) as sess:
+      sess.run([v1.global_variables_initializer(),
+                v1.local_variables_initializer()])
+      sess.run(starts)
+      for _ in range(3):
+        feed = {}
+        for f, t in FEATURES.items():
+          vocab, dim = TABLES[t]
+          feed[ids[f]] = sparse_value(
+              [list(rng.randint(0, vocab, rng.randint(0, 3)))
+               for _ in range(BATCH)], np.int64)
+          feed[grads[f]] = rng.uniform(-1, 1, (BATCH, dim))
+        outputs.append(sess.run([result.activations, train], feed)[0])
+      sess.run(flush)
+      return outputs, sess.run(reads)
+
+
+@pytest.mark.parametrize("strategy", ["div", "mod"])
+@pytest.mark.parametrize("pipelining", [False, True])
+def test_packed_requests_over_devices_equal_the_local_engine(strategy,
+                                                             pipelining):
+  local_outputs, local_tables = _train_tables(False, strategy, pipelining)
+  outputs, tables = _train_tables(True, strategy, pipelining)
+  # (The local engine combines and updates by its compiled kernels, a ps
+  # task by TF ops: the same operations, up to the order of float sums.)
+  for ours, reference in zip(outputs, local_outputs):
+    for f in FEATURES:
+      np.testing.assert_allclose(ours[f], reference[f], rtol=1e-6,
+                                 atol=1e-7)
+  for ours, reference in zip(tables, local_tables):
+    np.testing.assert_allclose(ours, reference, rtol=1e-6, atol=1e-7)
+
+
+def test_requests_carry_int64_ids_only_for_partitions_of_2_31_rows_or_more():
+  # Local ids travel as int32 where they fit (half the bytes of the ids);
+  # the update reads them as int64 on the ps task, as before.
+  from estimator_spec.config.sharding import ShardLayout  # pylint: disable=import-outside-toplevel
+  from estimator_spec.engine.requests import StepRequests  # pylint: disable=import-outside-toplevel
+  with tf.Graph().as_default():
+    ids = tf.constant([0, 5, 9], tf.int64)
+    device = lambda table, p: f"/device:CPU:{p}"
+    small = StepRequests({"t": ShardLayout(10, 2, "div")}, {"t": 2}, device,
+                         {"t": ids})
+    large = StepRequests({"t": ShardLayout(2**32, 2, "div")}, {"t": 2},
+                         device, {"t": ids})
+    assert small.ids("/device:CPU:0").dtype == tf.int32
+    assert large.ids("/device:CPU:0").dtype == tf.int64
+    unpacked = small.unpack("/device:CPU:1", small.ids("/device:CPU:1"),
+                            tf.constant([0.5, 1, 2, 3, 4]))
+    ((name, p, local, grads, lr),) = unpacked
+    with v1.Session() as sess:
+      local, grads, lr = sess.run([local, grads, lr])
+    # Global ids 5 and 9 are rows 0 and 4 of partition 1 (rows 5..9).
+    assert (name, p, local.tolist(), lr) == ("t", 1, [0, 4], 0.5)
+    assert local.dtype == np.int64 and grads.tolist() == [[1, 2], [3, 4]]
+
+
+# --- the requests of a step ------------------------------------------------------
+# TF sends one tensor per edge of the step's graph that crosses tasks (a
+# RecvTensor request each): the lookups of every table partition a ps task
+# holds go there as one request and come back as one reply, and the update
+# reuses the lookup's ids and adds one float32 request, however many tables.
+
+
+def _edges(task_type, tables, asynchronous):
+  built = cluster_graph.training_graph(
+      task_type, 0, "async" if asynchronous else "sync", tables=tables)
+  replies = collections.Counter(
+      node.device for node in built[0].as_graph_def().node
+      if re.search(r"/lookup_reply(_\d+)?$", node.name))
+  return cluster_graph.cross_task_edges(built, f"{task_type}:0"), replies
+
+
+@pytest.mark.parametrize("asynchronous", [False, True],
+                         ids=["sync", "async"])
+@pytest.mark.parametrize("task_type", ["chief", "worker"])
+def test_a_step_sends_one_lookup_and_one_update_request_per_ps_task(
+    task_type, asynchronous):
+  one, replies_one = _edges(task_type, 1, asynchronous)
+  four, replies = _edges(task_type, 4, asynchronous)
+  # Four tables (two partitions each, one per ps task) cross between the
+  # tasks exactly as often as one.
+  assert four == one
+  assert replies == replies_one == {"/job:ps/task:0": 1, "/job:ps/task:1": 1}
+  if task_type == "worker" and not asynchronous:
+    # A synchronous worker applies nothing itself: it sends the lookup's
+    # ids and its entry's floats (step, dense and table gradients), no more.
+    assert four[("worker:0", "ps:0")] == four[("worker:0", "ps:1")] == 2
 
 
 # --- model_fn checks of a synchronous step ------------------------------------

@@ -20,6 +20,7 @@ from tensorflow.python.training import session_manager
 from estimator_spec.tf_patches import apply_gradients
 from estimator_spec.tf_patches import control_inputs
 from estimator_spec.tf_patches import gradient_taps
+from estimator_spec.tf_patches import op_inputs
 from estimator_spec.tf_patches import replica_context
 from estimator_spec.tf_patches import session_recovery
 from estimator_spec.tf_patches import tpu_columns
@@ -47,6 +48,25 @@ def test_an_added_control_input_makes_a_built_op_wait():
     with v1.Session() as session:
       session.run(var.initializer)
       assert session.run(read) == 5.0
+
+
+# --- op_inputs ----------------------------------------------------------------
+
+
+def test_tf_operation_has_the_private_update_input():
+  assert callable(getattr(tf.Operation, "_update_input", None))
+
+
+def test_a_replaced_input_is_read_by_a_built_op():
+  graph = tf.Graph()
+  with graph.as_default():
+    stand_in = v1.placeholder(tf.float32, [None])
+    received = tf.identity(stand_in)
+    doubled = received * 2.0  # built on the stand-in
+    op_inputs.replace_input(received.op, 0, tf.constant([1.0, 2.0]))
+    assert list(received.op.inputs) != [stand_in]
+    with v1.Session() as session:
+      assert session.run(doubled).tolist() == [2.0, 4.0]
 
 
 # --- apply_gradients ----------------------------------------------------------

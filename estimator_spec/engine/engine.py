@@ -50,6 +50,7 @@ from estimator_spec.engine import executors
 from estimator_spec.engine import inputs as inputs_lib
 from estimator_spec.engine import kernels
 from estimator_spec.engine import pipeline as pipeline_lib
+from estimator_spec.engine import requests as requests_lib
 from estimator_spec.engine import storage
 
 # A slot supplier (`HostEmbeddingEngine.supply_slot_variables`): (the table's
@@ -155,15 +156,19 @@ class TableLookup:
 
 
 class LookupResult:
-  """Activations of one step, and the state its backward pass needs."""
+  """Activations of one step, and the state its backward pass needs
+  (`requests`: the step's `requests.StepRequests` where the partitions live
+  on other tasks in training, else None)."""
 
   def __init__(self, activations: Dict[str, Any],
                sequence_lengths: Dict[str, Any],
-               tables: Dict[str, TableLookup], checks: List[Any]) -> None:
+               tables: Dict[str, TableLookup], checks: List[Any],
+               requests: Any = None) -> None:
     self.activations = activations
     self.sequence_lengths = sequence_lengths
     self.tables = tables
     self.checks = checks
+    self.requests = requests
 
   @property
   def length_features(self) -> Dict[str, Any]:
@@ -202,6 +207,8 @@ class LookupStep:
     self.sequence_lengths: Dict[str, Any] = collections.OrderedDict()
     self.tables: Dict[str, TableLookup] = collections.OrderedDict()
     self._gate: Any = None
+    # (StepRequests, {table: (unique ids, index)})
+    self._requests: Any = None
 
   @property
   def feature_ids(self) -> List[inputs_lib.FeatureIds]:
@@ -227,7 +234,8 @@ class LookupStep:
         self._gate = column_lookup.gate(self._checks)
       with tf.control_dependencies([self._gate] if self._gate else []):
         lookup = self._engine._lookup_table(
-            table, [self._parsed[f] for f in table.features])
+            table, [self._parsed[f] for f in table.features],
+            self._step_requests())
         activations = lookup.activations()
         for item in lookup.features:
           activation = activations[item.name]
@@ -241,6 +249,14 @@ class LookupStep:
             self.sequence_lengths[item.name] = item.lengths
       self.tables[name] = lookup
     return self.tables[name]
+
+  def _step_requests(self) -> Any:
+    """(the step's `requests.StepRequests`, {table: (distinct ids, index of
+    each id)}), made on the first lookup, where the engine sends one
+    request per task holding partitions; else None."""
+    if self._requests is None and self._engine.packs_requests:
+      self._requests = self._engine._step_requests(self._parsed)
+    return self._requests
 
   def activation(self, feature: str) -> Any:
     """The activation of `feature` ([B, D], or [B, L, D] for sequences)."""
@@ -263,7 +279,8 @@ class LookupStep:
         for check in plan.checks
     ]
     return LookupResult(self.activations, self.sequence_lengths, tables,
-                        self._checks + self._validated + plan_checks)
+                        self._checks + self._validated + plan_checks,
+                        self._requests[0] if self._requests else None)
 
 
 class HostEmbeddingEngine:
@@ -579,8 +596,42 @@ class HostEmbeddingEngine:
     batch_size, checks = inputs_lib.check_batch_sizes(parsed)
     return LookupStep(self, parsed, checks, batch_size)
 
+  def _step_requests(self, parsed: Mapping[str, inputs_lib.FeatureIds]
+                     ) -> Tuple[Any, Dict[str, Any]]:
+    """(`requests.StepRequests` of a step's `parsed` features, {table:
+    (distinct ids, index of each id)}): every table's distinct ids routed
+    once, one request per task holding partitions (docs/cluster.md)."""
+    uniques = collections.OrderedDict()
+    for name, table in self.model.tables.items():
+      ids = [parsed[f].flat.ids for f in table.features]
+      uniques[name] = tf.unique(tf.concat(ids, axis=0))
+    requests = requests_lib.StepRequests(
+        collections.OrderedDict(
+            (name, self.model.shard_layout(name, self.num_shards))
+            for name in self.model.tables),
+        {name: t.dimension for name, t in self.model.tables.items()},
+        self._partition_device,
+        {name: unique for name, (unique, _) in uniques.items()})
+    return requests, uniques
+
+  def _requested_lookup(self, table: model_lib.Table,
+                        items: List[inputs_lib.FeatureIds],
+                        plans: Dict[str, Any], requests: Any) -> TableLookup:
+    """The `TableLookup` of `table` from the step's requests; once every
+    table's variables exist, builds the requests' replies."""
+    step_requests, uniques = requests
+    unique_ids, index = uniques[table.name]
+    ids = [item.flat.ids for item in items]
+    rows = step_requests.rows(table.name)
+    if step_requests.replies is None and all(
+        name in self.tables for name in self.model.tables):
+      step_requests.finish(lambda name, p: self.tables[name].partitions[p])
+    return TableLookup(table, unique_ids, rows, items, plans, index,
+                       tf.concat(tf.shape_n(ids), axis=0))
+
   def _lookup_table(self, table: model_lib.Table,
-                    items: List[inputs_lib.FeatureIds]) -> TableLookup:
+                    items: List[inputs_lib.FeatureIds],
+                    requests: Any = None) -> TableLookup:
     variables = self._table_variables(table.name)
     # In the graphs of `_compiles`, compiled kernels find the distinct ids
     # and combine their rows (one op for a table in one partition; else
@@ -593,6 +644,8 @@ class HostEmbeddingEngine:
             item.max_sequence_length, feature=item.name, table=table.name)
         for item in items
     }
+    if requests is not None:
+      return self._requested_lookup(table, items, plans, requests)
     if ops is not None and len(variables.partitions) == 1:
       # The update reads the looked-up rows only where it is not compiled.
       keep_rows = _row_kernel(self.optimizer_for(table.name),
@@ -624,6 +677,8 @@ class HostEmbeddingEngine:
         functions and the gradient multiplier are evaluated on it).
     """
     step = self.table_gradients(result, gradients, global_step)
+    if self._pending is None and step.requests is not None:
+      return self._requested_update(step)
     with tf.control_dependencies([step.gate]):
       if self._pending is None:
         updates = []
@@ -708,7 +763,8 @@ class HostEmbeddingEngine:
         checks.append(column_lookup.check_each(tf.stack(finite), messages))
     ids = collections.OrderedDict(
         (name, lookup.unique_ids) for name, lookup in result.tables.items())
-    return StepGradients(ids, accumulated, rates, column_lookup.gate(checks))
+    return StepGradients(ids, accumulated, rates, column_lookup.gate(checks),
+                         result.requests)
 
   def _id_gradients(self, lookup: TableLookup, grads: List[Any],
                     multiplier: Any) -> Tuple[Any, Any]:
@@ -800,6 +856,23 @@ class HostEmbeddingEngine:
 
     return tf.cond(valid, apply, lambda: tf.constant(False))
 
+  def _requested_update(self, step: "StepGradients") -> Any:
+    """The update of a step whose partitions live on other tasks: one
+    request per task (`requests.StepRequests.gradients`, after every check
+    of the step), unpacked there into `update_partition` of each partition,
+    after the step's lookup there read the rows."""
+    requests = step.requests
+    updates = []
+    for device, reply in requests.replies.items():
+      with tf.control_dependencies([step.gate]):
+        floats = requests.gradients(device, step.grads, step.rates)
+      with tf.control_dependencies(None), device_scope(device):
+        with tf.control_dependencies([reply]):
+          for name, p, ids, grads, lr in requests.unpack(
+              device, requests.ids(device), floats):
+            updates.append(self.update_partition(name, p, ids, grads, lr))
+    return tf.group(*updates, name="embedding_update")
+
   def update_partition_contributions(self, name: str, partition: int,
                                      ids: Any, grads: Any, lr: Any,
                                      scale: Any = 1.0) -> Any:
@@ -839,6 +912,13 @@ class HostEmbeddingEngine:
     (whose processes need not have loaded the kernels) get plain TensorFlow
     ops."""
     return self.is_training and not self.remote_partitions
+
+  @property
+  def packs_requests(self) -> bool:
+    """Whether a step's lookups and updates go as one request per task
+    holding partitions (`requests.StepRequests`): training graphs whose
+    partitions live on other tasks."""
+    return self.is_training and self.remote_partitions
 
   @property
   def remote_partitions(self) -> bool:
@@ -904,14 +984,15 @@ class StepGradients:
   """A step's embedding gradients, per table: `ids` (distinct ids), `grads`
   (their float32 sums after the gradient multiplier), `rates` (learning
   rate at the step), `gate` (every input and gradient check; writes wait
-  for it)."""
+  for it), `requests` (the lookup's `requests.StepRequests`, or None)."""
 
   def __init__(self, ids: Dict[str, Any], grads: Dict[str, Any],
-               rates: Dict[str, Any], gate: Any) -> None:
+               rates: Dict[str, Any], gate: Any, requests: Any = None) -> None:
     self.ids = ids
     self.grads = grads
     self.rates = rates
     self.gate = gate
+    self.requests = requests
 
 
 def _row_kernel(optimizer: Any, table: storage.PartitionedRows) -> Any:

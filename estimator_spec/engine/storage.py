@@ -32,6 +32,17 @@ def partition_device_fn(
   return device_fn
 
 
+def route(layout: sharding.ShardLayout, ids: Any) -> Tuple[Any, Any]:
+  """(partition of each id (int32), local index of each id (int64)) of
+  global `ids` in `layout`, by its routing rule (`ShardLayout.route`) in
+  TensorFlow ops."""
+  partition, local = layout.route(
+      tf.cast(ids, tf.int64), where=tf.where,
+      constant=lambda values: tf.constant(values, tf.int64),
+      gather=tf.gather)
+  return tf.cast(partition, tf.int32), local
+
+
 class PartitionedRows:
   """One [V, D] float32 variable split into partitions, with routed access."""
 
@@ -90,12 +101,8 @@ class PartitionedRows:
 
   def _route(self, ids: Any) -> Tuple[Any, Any]:
     """(partition of each id, local index of each id), by the layout's
-    routing rule (`ShardLayout.route`)."""
-    partition, local = self.layout.route(
-        tf.cast(ids, tf.int64), where=tf.where,
-        constant=lambda values: tf.constant(values, tf.int64),
-        gather=tf.gather)
-    return tf.cast(partition, tf.int32), local
+    routing rule (`route`)."""
+    return route(self.layout, ids)
 
   def gather(self, ids: Any, compiled: bool = False) -> Any:
     """Rows [len(ids), D] for distinct or repeated global `ids`; by the

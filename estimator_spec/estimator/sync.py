@@ -5,9 +5,12 @@ One step, global step g at its start, W training tasks, P ps tasks:
 
 1. Every training task looks up its share of the batch, runs the model and
    its backward pass, and sends its gradients, split by ps task, into its
-   own queue on each ps task: one entry (g, per table the distinct local ids
-   of the partition on that ps with their gradient sums, the dense
-   gradients of the variables on that ps).
+   own queue on each ps task: one entry of two tensors (docs/cluster.md,
+   'Requests per step'): the lookup's request there (the distinct local
+   ids of each table partition on that ps), and one float32 tensor (g, the
+   float32 gradients of the dense variables on that ps, then the learning
+   rate and the gradient sums of each of those partitions); other dense
+   gradients (sparse, or of other types) as components of their own.
 2. The chief takes one entry per task from every queue (entries of another
    step, left by a task that died or by a restored chief, are dropped), and
    on each ps task sums the embedding gradients per id and runs the
@@ -59,9 +62,21 @@ SUM_REDUCTION_REFUSED = (
 _REPLY_CAPACITY = 64
 
 
-def _table_keys(table, partition):
-  """The names of a table partition's ids and gradients in an entry."""
-  return f"ids/{table}/{partition}", f"grads/{table}/{partition}"
+# An entry's float32 component starts with the step (int64, its bits as
+# two float32 values: a queue, a concat and a slice copy bits unchanged).
+_STEP_FLOATS = 2
+
+
+def _entry_step(entry):
+  """The step of an entry (read where the entry is)."""
+  return tf.bitcast(entry["floats"][:_STEP_FLOATS], tf.int64)
+
+
+def _packs(grad, var):
+  """Whether a dense gradient travels in its entry's float32 component: a
+  float32 tensor of its variable's static shape."""
+  return (not isinstance(grad, tf.IndexedSlices) and
+          grad.dtype == tf.float32 and var.shape.is_fully_defined())
 
 
 def _dense_key(call, position):
@@ -78,6 +93,19 @@ def _ps_of_variable(variable):
   if spec.job == "ps" and spec.task is not None:
     return int(spec.task)
   return 0
+
+
+def _packed_dense(ps, dense):
+  """[(call, position, variable, gradient, offset, size)] of the dense
+  gradients on `ps` that travel in the float32 component (after the step),
+  and where the rest of that component starts."""
+  packed, offset = [], _STEP_FLOATS
+  for c, k, var, grad, p in dense:
+    if p == ps and _packs(grad, var):
+      size = var.shape.num_elements()
+      packed.append((c, k, var, grad, offset, size))
+      offset += size
+  return packed, offset
 
 
 def _joined(entries, name):
@@ -123,6 +151,7 @@ class SyncStep:
     self._original_apply = None
     self._late_replies = None  # the chief's replies, sent by a hook
     self._resources = {}  # queues and the contributions table, built once
+    self._ids_dtype = None  # of the lookup's requests (`engine.requests`)
 
   def add_local_variables(self, variables):
     """Variables of this task only (never sent, applied by the chief as
@@ -171,17 +200,19 @@ class SyncStep:
           "pass cluster_training=estimator_spec.ClusterTraining("
           "asynchronous=True).")
     step = tf.cast(step_value, tf.int64)
+    if embedding is not None:
+      self._ids_dtype = embedding.requests.dtype
     cluster = self._cluster
     dense = self._dense_entries()
     tables = (self._placement.partitions(engine.model)
               if embedding is not None else [])
     with tf.compat.v1.name_scope("synchronous_step"):
-      pushes = self._push(step, dense, tables, embedding, engine)
+      pushes, steps = self._push(step, dense, tables, embedding)
       if cluster.is_chief:
-        done = self._chief_step(step, pushes, dense, tables, embedding,
+        done = self._chief_step(steps, pushes, dense, tables, embedding,
                                 engine)
       else:
-        done = self._await_chief(step, pushes)
+        done = self._await_chief(steps[0], pushes)
     if not cluster.is_chief:
       # A worker builds (never runs) the update too, so that it creates the
       # optimizer's slot variables as the chief does: a replica device
@@ -215,17 +246,19 @@ class SyncStep:
     return entries
 
   def _components(self, ps, dense, tables):
-    """{component name: dtype} of an entry in a queue on `ps`: the step,
-    the ids and gradients of each table partition there, the gradient of
-    each dense variable there (indices and values when sparse). The one
-    description of an entry: the queue, the sender and the chief use it."""
-    components = {"step": tf.int64}
-    for name, p, where in tables:
-      if where == ps:
-        ids, grads = _table_keys(name, p)
-        components[ids], components[grads] = tf.int64, tf.float32
-    for c, k, _, grad, p in dense:
-      if p == ps:
+    """{component name: dtype} of an entry in a queue on `ps`: `ids`, the
+    lookup's request of the table partitions there (`engine.requests`),
+    `floats`: the step, the float32 dense gradients of the variables there
+    (`_packed_dense`) and the update request of the table partitions
+    there; the other dense gradients there (indices and values when
+    sparse). The one description of an entry: the queue, the sender and
+    the chief use it."""
+    components = {}
+    if any(where == ps for _, _, where in tables):
+      components["ids"] = self._ids_dtype
+    components["floats"] = tf.float32
+    for c, k, var, grad, p in dense:
+      if p == ps and not _packs(grad, var):
         if isinstance(grad, tf.IndexedSlices):
           components[_dense_key(c, k) + "/indices"] = tf.int64
           components[_dense_key(c, k)] = grad.values.dtype
@@ -267,40 +300,52 @@ class SyncStep:
             shared_name=f"{_PREFIX}/contributions", name="contributions")
     return self._resources["contributions"]
 
-  def _push(self, step, dense, tables, embedding, engine):
-    """Sends this task's gradients of the step: one entry per ps task."""
+  def _push(self, step, dense, tables, embedding):
+    """Sends this task's gradients of the step: one entry per ps task.
+    Returns (the ops, [the step as each ps task received it]): a task
+    sends its step once per ps task, in the entry."""
     cluster = self._cluster
-    values = {"step": step}
-    if embedding is not None:
-      with tf.control_dependencies([embedding.gate]):
-        for name in engine.model.tables:
-          split = engine.split_by_partition(
-              name, tf.cast(embedding.ids[name], tf.int64),
-              embedding.grads[name])
-          for p, (local, grads) in enumerate(split):
-            ids_key, grads_key = _table_keys(name, p)
-            values[ids_key], values[grads_key] = local, grads
-    for c, k, _, grad, _ in dense:
+    values = {}
+    for c, k, var, grad, _ in dense:
       if isinstance(grad, tf.IndexedSlices):
         values[_dense_key(c, k) + "/indices"] = tf.cast(grad.indices,
                                                        tf.int64)
         values[_dense_key(c, k)] = grad.values
-      else:
+      elif not _packs(grad, var):
         values[_dense_key(c, k)] = grad
-    pushes = []
+    pushes, steps = [], []
     for ps in range(cluster.num_ps):
-      components = {name: values[name]
-                    for name in self._components(ps, dense, tables)}
+      components = self._components(ps, dense, tables)
+      entry = {name: values[name] for name in components
+               if name in values}
+      entry["floats"] = self._floats(ps, step, dense, embedding,
+                                     "ids" in components)
+      if "ids" in components:
+        entry["ids"] = embedding.requests.ids(cluster.ps_device(ps))
       queue = self._queue(cluster.index, ps, dense, tables)
       with tf.compat.v1.device(cluster.ps_device(ps)):
-        pushes.append(queue.enqueue(components))
+        pushes.append(queue.enqueue({name: entry[name]
+                                     for name in components}))
+        steps.append(_entry_step(entry))
     with tf.control_dependencies(pushes), tf.compat.v1.device(
         cluster.ps_device(0)):
       record = tf.raw_ops.LookupTableInsertV2(
           table_handle=self._contributions(),
           keys=tf.constant([cluster.index], tf.int64),
-          values=tf.reshape(step, [1]))
-    return pushes + [record]
+          values=tf.reshape(steps[0], [1]))
+    return pushes + [record], steps
+
+  def _floats(self, ps, step, dense, embedding, has_tables):
+    """The float32 component of this task's entry on `ps` (see
+    `_components`), built on this task."""
+    pieces = [tf.bitcast(step, tf.float32)]
+    for _, _, _, grad, _, _ in _packed_dense(ps, dense)[0]:
+      pieces.append(tf.reshape(grad, [-1]))
+    if has_tables:
+      with tf.control_dependencies([embedding.gate]):
+        pieces.append(embedding.requests.gradients(
+            self._cluster.ps_device(ps), embedding.grads, embedding.rates))
+    return tf.concat(pieces, axis=0)
 
   # --- the chief ---------------------------------------------------------------
 
@@ -310,14 +355,14 @@ class SyncStep:
     reply = self._reply_queue(task) if task and ps == 0 else None
 
     def stale(entry):
-      return tf.not_equal(entry["step"], step)
+      return tf.not_equal(_entry_step(entry), step)
 
     def next_entry(entry):
       ops = []
       if reply is not None:
         # Only ps 0 answers for a dropped entry: one answer per entry.
         ops.append(reply.enqueue([tf.constant(_DROPPED, tf.int64),
-                                  entry["step"]]))
+                                  _entry_step(entry)]))
       with tf.control_dependencies(ops):
         return (queue.dequeue(),)
 
@@ -330,48 +375,53 @@ class SyncStep:
           back_prop=False, name=f"take_task_{task}")
     return entry
 
-  def _chief_step(self, step, pushes, dense, tables, embedding, engine):
-    """The chief's part of step `step`: takes every task's entry on each
-    ps, updates the table partitions there and applies the averaged dense
-    gradients, then replies to the workers. Returns the op of the step."""
+  def _chief_step(self, steps, pushes, dense, tables, embedding, engine):
+    """The chief's part of the step (`steps`: its value on each ps task):
+    takes every task's entry on each ps, updates the table partitions
+    there and applies the averaged dense gradients, then replies to the
+    workers. Returns the op of the step."""
     cluster = self._cluster
-    with tf.control_dependencies(pushes):
-      taken = {
-          ps: [self._take(task, ps, step, dense, tables)
-               for task in range(cluster.num_training_tasks)]
-          for ps in range(cluster.num_ps)
-      }
-    # Every task has looked up this step's rows once its entry is taken:
-    # only then may pipelining apply the previous step's held update.
-    everyone = [entry["step"] for entries in taken.values()
-                for entry in entries]
     updates = []
     averaged = {}
-    with tf.control_dependencies(pushes + everyone):
-      for ps, entries in taken.items():
-        with tf.compat.v1.device(cluster.ps_device(ps)):
-          updates.extend(self._table_updates(ps, entries, tables, embedding,
-                                             engine))
-          averaged.update(self._dense_averages(ps, entries, dense))
-      applied = self._apply_dense(averaged, updates)
+    for ps in range(cluster.num_ps):
+      # Each task's entry on a ps is sent after the task received the rows
+      # it looked up there (`StepRequests.gradients`): once every entry
+      # there is taken, pipelining may apply the previous step's held
+      # update.
+      with tf.control_dependencies([pushes[ps]]):
+        entries = [self._take(task, ps, steps[ps], dense, tables)
+                   for task in range(cluster.num_training_tasks)]
+      with tf.compat.v1.device(cluster.ps_device(ps)):
+        with tf.control_dependencies([_entry_step(e) for e in entries]):
+          done = self._table_updates(ps, entries, dense, embedding, engine)
+          # One op per ps that the others wait for.
+          updates.append(tf.group(*done, name=f"table_updates_ps_{ps}"))
+        averaged.update(self._dense_averages(ps, entries, dense))
+    applied = self._apply_dense(averaged, updates)
     pipelined = (engine is not None and
                  engine.model.pipeline_execution_with_tensor_core)
-    return self._reply(step, applied + updates, pipelined)
+    # The step ends once every update and this task's record of what it
+    # sent (`pushes[-1]`, which the watch hook reads) are done.
+    return self._reply(steps[0], applied + updates + pushes[-1:], pipelined)
 
-  def _table_updates(self, ps, entries, tables, embedding, engine):
+  def _table_updates(self, ps, entries, dense, embedding, engine):
     """The update of each table partition on `ps` from every task's ids and
-    gradients: the engine sums them per id, scaled by 1/W (see module)."""
+    gradients (`engine.requests`: each entry's `ids` and the rest of its
+    `floats`), at the chief's learning rates: the engine sums them per id,
+    scaled by 1/W (see module)."""
+    if "ids" not in entries[0]:
+      return []
     scale = 1.0 / self._cluster.num_training_tasks
+    device = self._cluster.ps_device(ps)
+    _, start = _packed_dense(ps, dense)
+    tasks = [embedding.requests.unpack(device, e["ids"], e["floats"][start:])
+             for e in entries]
     updates = []
-    for name, p, where in tables:
-      if where != ps:
-        continue
-      ids_key, grads_key = _table_keys(name, p)
-      ids = _joined(entries, ids_key)
-      grads = _joined(entries, grads_key)
-      with tf.control_dependencies([embedding.gate]):
-        updates.append(engine.update_partition_contributions(
-            name, p, ids, grads, embedding.rates[name], scale=scale))
+    for k, (name, p, _, _, lr) in enumerate(tasks[0]):
+      ids = tf.concat([task[k][2] for task in tasks], axis=0)
+      grads = tf.concat([task[k][3] for task in tasks], axis=0)
+      updates.append(engine.update_partition_contributions(
+          name, p, ids, grads, lr, scale=scale))
     return updates
 
   def _dense_averages(self, ps, entries, dense):
@@ -379,8 +429,13 @@ class SyncStep:
     each dense variable on `ps`."""
     scale = 1.0 / self._cluster.num_training_tasks
     averaged = {}
-    for c, k, _, grad, p in dense:
-      if p != ps:
+    for c, k, var, _, offset, size in _packed_dense(ps, dense)[0]:
+      total = tf.math.add_n([
+          tf.reshape(e["floats"][offset:offset + size], var.shape)
+          for e in entries])
+      averaged[(c, k)] = total * tf.cast(scale, total.dtype)
+    for c, k, var, grad, p in dense:
+      if p != ps or _packs(grad, var):
         continue
       name = _dense_key(c, k)
       if isinstance(grad, tf.IndexedSlices):
@@ -412,8 +467,8 @@ class SyncStep:
 
   def _reply(self, step, done, pipelined):
     """The op of the chief's step (`done`: its updates), which tells the
-    workers that step `step` is done; with pipelining, the telling is left
-    to `_ReplyHook`."""
+    workers that step `step` (read on ps 0) is done; with pipelining, the
+    telling is left to `_ReplyHook`."""
     cluster = self._cluster
     workers = range(1, cluster.num_training_tasks)
     if pipelined:
