@@ -25,19 +25,19 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from estimator_spec import quiet  # pylint: disable=g-import-not-at-top
+from estimator_spec import quiet
 
 quiet.silence_deprecation_notices()
 
-import numpy as np  # pylint: disable=g-import-not-at-top
-import tensorflow as tf  # pylint: disable=g-import-not-at-top
+import numpy as np
+import tensorflow as tf
 
-import estimator_spec  # pylint: disable=g-import-not-at-top
-from estimator_spec.engine import statistics  # pylint: disable=g-import-not-at-top
-from estimator_spec.reports import statistics as statistics_report  # pylint: disable=g-import-not-at-top
-from examples import ctr_data  # pylint: disable=g-import-not-at-top
-from examples import dlrm  # pylint: disable=g-import-not-at-top
-from examples import training_monitor  # pylint: disable=g-import-not-at-top
+import estimator_spec
+from estimator_spec.engine import statistics
+from estimator_spec.reports import statistics as statistics_report
+from examples import ctr_data
+from examples import dlrm
+from examples import training_monitor
 
 
 def demo_spec():
@@ -211,7 +211,7 @@ def main():
 
 def _require_matplotlib():
   try:
-    import matplotlib  # pylint: disable=g-import-not-at-top,unused-import
+    import matplotlib
   except ImportError:
     raise SystemExit(
         "The demo draws its training curve with matplotlib, which is not "

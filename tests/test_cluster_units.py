@@ -9,15 +9,15 @@ import re
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # pylint: disable=g-import-not-at-top
-import pytest  # pylint: disable=g-import-not-at-top
-import tensorflow as tf  # pylint: disable=g-import-not-at-top
+import numpy as np
+import pytest
+import tensorflow as tf
 
-import estimator_spec as es  # pylint: disable=g-import-not-at-top
-import tpu_embedding_columns as tec  # pylint: disable=g-import-not-at-top
-from estimator_spec.engine import HostEmbeddingEngine  # pylint: disable=g-import-not-at-top
-from tests import cluster_graph  # pylint: disable=g-import-not-at-top
-from tests.ragged import sparse_value  # pylint: disable=g-import-not-at-top
+import estimator_spec as es
+import tpu_embedding_columns as tec
+from estimator_spec.engine import HostEmbeddingEngine
+from tests import cluster_graph
+from tests.ragged import sparse_value
 
 v1 = tf.compat.v1
 ModeKeys = tf.estimator.ModeKeys
@@ -316,8 +316,8 @@ def test_packed_requests_over_devices_equal_the_local_engine(strategy,
 def test_requests_carry_int64_ids_only_for_partitions_of_2_31_rows_or_more():
   # Local ids travel as int32 where they fit (half the bytes of the ids);
   # the update reads them as int64 on the ps task, as before.
-  from estimator_spec.config.sharding import ShardLayout  # pylint: disable=import-outside-toplevel
-  from estimator_spec.engine.requests import StepRequests  # pylint: disable=import-outside-toplevel
+  from estimator_spec.config.sharding import ShardLayout
+  from estimator_spec.engine.requests import StepRequests
   with tf.Graph().as_default():
     ids = tf.constant([0, 5, 9], tf.int64)
     device = lambda table, p: f"/device:CPU:{p}"
