@@ -24,9 +24,10 @@ tasks), each partition is updated on its own task (`update_partition`),
 reading its rows and slots at update time under a lock (or inside one of
 TF's sparse-apply kernels, which lock the variables), so that concurrent
 updates of the same rows from several tasks all count. `table_gradients`
-is the first half of `apply_gradients` alone (sections 4.1-4.3): a
-synchronous cluster step sends it to the chief, which calls
-`update_partition` with every task's sums.
+is the first half of `apply_gradients` alone (docs/numerics.md, 'The
+backward pass, table by table', steps 1 to 3): a synchronous cluster step
+sends it to the chief, which calls `update_partition_contributions` with
+every task's sums.
 """
 import collections
 import contextlib
