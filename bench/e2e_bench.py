@@ -456,8 +456,10 @@ class StepTimes(tf.compat.v1.train.SessionRunHook):
     self.state_bytes = 0
     self.apply_ops = []
     self.graph_ops = 0
+    self.begin_at = self.session_at = self.first_run_at = None
 
   def begin(self):
+    self.begin_at = time.perf_counter()
     self.trainable = {
         v.op.name: int(np.prod(v.shape.as_list()))
         for v in tf.compat.v1.trainable_variables()}
@@ -469,6 +471,13 @@ class StepTimes(tf.compat.v1.train.SessionRunHook):
                              if "Apply" in op.type})
     # The train graph's size once model_fn and the estimator built it.
     self.graph_ops = len(operations)
+
+  def after_create_session(self, session, coord):
+    self.session_at = time.perf_counter()
+
+  def before_run(self, run_context):
+    if self.first_run_at is None:
+      self.first_run_at = time.perf_counter()
 
   def after_run(self, run_context, run_values):
     self.times.append(time.perf_counter())
@@ -483,12 +492,21 @@ def run_job(job, queue):
   # RSS before any graph exists: TF's runtime, the data and this script.
   base_rss_mb = _rss_mb(os.getpid(), "VmRSS")
   hook = StepTimes()
+  input_times = []
+
+  def timed_input_fn(params):
+    input_times.append(time.perf_counter())
+    dataset = input_fn(params)
+    input_times.append(time.perf_counter())
+    return dataset
+
   queue.put({"event": "train", "at": time.monotonic()})
   start = time.perf_counter()
-  estimator.train(input_fn, max_steps=job["steps"], hooks=[hook])
+  estimator.train(timed_input_fn, max_steps=job["steps"], hooks=[hook])
   end = time.perf_counter()
   times = hook.times
   result = {"first_step_s": times[0] - start, "train_s": end - start,
+            "phases": _phases(start, input_times, hook),
             "steps": len(times), "trainable": hook.trainable,
             "base_rss_mb": base_rss_mb,
             "state_mb": hook.state_bytes / 2**20,
@@ -500,6 +518,22 @@ def run_job(job, queue):
         steady.sum())
     result["median_step_ms"] = float(np.median(steady)) * 1e3
   return result
+
+
+def _phases(start, input_times, hook):
+  """Seconds of each phase up to the end of the first step: `input`
+  (input_fn: the dataset's graph), `graph` (model_fn and the estimator's
+  wiring, to the hooks' begin), `session` (the session made: variables
+  initialized, the iterator started), `step` (the first step's run, which
+  builds its executor); `other` is what falls between them."""
+  input_s = input_times[1] - input_times[0] if len(input_times) == 2 else 0.0
+  phases = {"input": input_s,
+            "graph": hook.begin_at - (input_times[-1] if input_times else
+                                      start),
+            "session": hook.session_at - hook.begin_at,
+            "step": hook.times[0] - hook.first_run_at}
+  phases["other"] = hook.times[0] - start - sum(phases.values())
+  return phases
 
 
 def _child(job, queue):
@@ -850,6 +884,17 @@ def print_startup(jobs, results):
     print(f"{job['features']:8,d} {seconds[OURS]:8.1f} {seconds[TF]:8.1f} "
           f"{seconds[OURS] / seconds[TF]:5.2f}x {ops[OURS]:9,d} "
           f"{ops[TF]:9,d} {ops[OURS] / ops[TF]:5.2f}x")
+  print("\nStartup phases, seconds (input: input_fn; graph: model_fn and "
+        "the estimator's wiring; session: variables initialized and the "
+        "iterator started; step: the first step's run)")
+  names = ("input", "graph", "session", "step", "other")
+  print(f"{'features':>8s} {'side':4s} " +
+        " ".join(f"{name:>8s}" for name in names))
+  for job, first in runs:
+    for side in SIDES:
+      phases = first[side]["phases"]
+      print(f"{job['features']:8,d} {side:4s} " +
+            " ".join(f"{phases[name]:8.1f}" for name in names))
 
 
 def print_memory(jobs, results):
