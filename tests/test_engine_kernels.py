@@ -212,11 +212,13 @@ def test_weighted_sequence_and_mean_features_equal_the_graph_ops(
   assert not np.array_equal(with_kernels[-1]["t"], with_kernels[0]["t"])
 
 
-def _concatenated_run(monkeypatch, use_kernels, features, num_shards=1):
+def _concatenated_run(monkeypatch, use_kernels, features, num_shards=1,
+                      gate_gradients=False):
   """`features` features over two tables (mean and sum), their activations
   concatenated (as DenseFeatures does) into a linear model; the engine
-  trains from the gradients tf.gradients gives each activation. Two steps:
-  tables and slots after each, and the graph."""
+  trains from the gradients tf.gradients gives each activation (gated as
+  an optimizer's default GATE_OP gates them, with `gate_gradients`). Two
+  steps: tables and slots after each, and the graph."""
   monkeypatch.setenv(kernels.ENV, "1" if use_kernels else "0")
   names = [f"f{i:02d}" for i in range(features)]
   spec = es.EmbeddingConfigSpec(
@@ -236,10 +238,14 @@ def _concatenated_run(monkeypatch, use_kernels, features, num_shards=1):
           for name in names}
     result = engine.lookup(ph)
     pieces = [result.activations[name] for name in names]
+    if gate_gradients:
+      # As DenseFeatures gives them: of a known batch size.
+      pieces = [tf.ensure_shape(piece, [4, 3]) for piece in pieces]
     joined = tf.concat(pieces, axis=1)
     weights = tf.constant(rng.uniform(-1, 1, [3 * features, 1]), tf.float32)
     loss = tf.reduce_sum(tf.square(tf.matmul(joined, weights)))
-    grads = dict(zip(names, tf.gradients(loss, pieces)))
+    grads = dict(zip(names, tf.gradients(loss, pieces + [weights],
+                                         gate_gradients=gate_gradients)))
     train = engine.apply_gradients(result, grads, tf.constant(0, tf.int64))
     with v1.Session(config=_exact_session_config()) as sess:
       sess.run(v1.global_variables_initializer())
@@ -288,6 +294,29 @@ def test_gradients_of_concatenated_activations_are_read_unsplit(
   else:
     assert not splits
     assert all(op.get_attr("offsets") == [] for op in sums)
+
+
+def test_gated_gradients_are_read_before_the_gate_with_the_same_numbers(
+    monkeypatch):
+  """With the backward pass gated (an optimizer's default), the gradient of
+  the concatenation waits for the product's other gradient (the weights');
+  the per-id sums read the product's gradient itself and need not wait."""
+  gated, graph = _concatenated_run(monkeypatch, True, 17,
+                                   gate_gradients=True)
+  plain, _ = _concatenated_run(monkeypatch, True, 17)
+  steps.assert_same(gated, plain, exact=True)
+  sums = [op for op in graph.get_operations()
+          if op.type == "HostEmbeddingIdGradients"]
+  assert len(sums) == 2
+  for op in sums:
+    read = {t.op for t in op.inputs[:op.get_attr("F")]}
+    assert [r.type for r in read] == ["MatMul"]
+  gates = [op for op in graph.get_operations()
+           if op.type == "Identity" and "/tuple/" in op.name]
+  assert gates, "TF no longer gates the product's gradients"
+  needed = v1.graph_util.extract_sub_graph(graph.as_graph_def(),
+                                           [op.name for op in sums])
+  assert not {op.name for op in gates} & {node.name for node in needed.node}
 
 
 def test_optimizers_without_a_kernel_keep_the_graph_ops(monkeypatch):

@@ -1,7 +1,7 @@
 """The estimator's reaches into TensorFlow (`estimator_spec.tf_patches`):
 control inputs added to built ops, model_fn's optimizer updates recorded
-instead of run, the gradient taps, the shorter session-recovery wait, and
-the record TF's own TPU columns leave in a graph.
+instead of run, the gradient taps and gates, the shorter session-recovery
+wait, and the record TF's own TPU columns leave in a graph.
 
 For each: TF 2.15 still behaves as the module relies on (a test here fails
 if TF changes that), the module does what it says, and a replaced method
@@ -19,6 +19,7 @@ from tensorflow.python.training import session_manager
 
 from estimator_spec.tf_patches import apply_gradients
 from estimator_spec.tf_patches import control_inputs
+from estimator_spec.tf_patches import gradient_gates
 from estimator_spec.tf_patches import gradient_taps
 from estimator_spec.tf_patches import op_inputs
 from estimator_spec.tf_patches import replica_context
@@ -163,6 +164,48 @@ def test_a_tap_of_several_activations_records_only_those_the_loss_reaches():
       got, zero = session.run([recorded[0][0], to_anchor])
   np.testing.assert_array_equal(got, [[3.0, 3.0]])
   assert zero == 0.0
+
+
+# --- gradient_gates -----------------------------------------------------------
+
+
+def _product_gradients(gate_gradients):
+  """(input, weights, d loss / d input) of loss = sum(input @ weights)."""
+  inputs = tf.constant([[1.0, 2.0], [3.0, 4.0]])
+  weights = tf.constant([[0.5, -1.0], [2.0, 0.25]])
+  loss = tf.reduce_sum(tf.matmul(inputs, weights))
+  to_input, _ = tf.gradients(loss, [inputs, weights],
+                             gate_gradients=gate_gradients)
+  return inputs, weights, to_input
+
+
+def test_tf_gates_a_products_input_gradient_on_its_weights_gradient():
+  graph = tf.Graph()
+  with graph.as_default():
+    _, _, gated = _product_gradients(gate_gradients=True)
+    ungated = gradient_gates.ungated(gated)
+    # TF's gate: an Identity waiting for the NoOp that groups both
+    # gradients of the product; the engine reads what it passes on.
+    assert gated.op.type == "Identity"
+    assert [op.type for op in gated.op.control_inputs] == ["NoOp"]
+    assert ungated is not gated
+    assert ungated.op.type == "MatMul" and not ungated.op.control_inputs
+    with v1.Session() as session:
+      got_gated, got_ungated = session.run([gated, ungated])
+  np.testing.assert_array_equal(got_gated, got_ungated)
+  np.testing.assert_array_equal(got_ungated, [[-0.5, 2.25], [-0.5, 2.25]])
+
+
+def test_an_ungated_gradient_and_a_users_waiting_identity_stay_as_they_are():
+  graph = tf.Graph()
+  with graph.as_default():
+    _, _, plain = _product_gradients(gate_gradients=False)
+    assert gradient_gates.ungated(plain) is plain
+    first = tf.constant(1.0)
+    with tf.control_dependencies([tf.no_op()]):
+      waiting = tf.identity(first)
+    assert gradient_gates.ungated(waiting) is waiting
+    assert gradient_gates.ungated(None) is None
 
 
 # --- session_recovery ---------------------------------------------------------

@@ -53,6 +53,7 @@ from estimator_spec.engine import kernels
 from estimator_spec.engine import pipeline as pipeline_lib
 from estimator_spec.engine import requests as requests_lib
 from estimator_spec.engine import storage
+from estimator_spec.tf_patches import gradient_gates
 
 # A slot supplier (`HostEmbeddingEngine.supply_slot_variables`): (the table's
 # rows, its optimizer's slot specs) -> {slot name: variable or variables}.
@@ -788,6 +789,9 @@ class HostEmbeddingEngine:
     # A feature's gradient that is a column window of a wider one (the
     # gradient of the concatenated activations, split) is read in place:
     # the split is then not needed.
+    # Read before TF's gradient gate: the sums need not wait for the dense
+    # weights' gradients (tf_patches.gradient_gates).
+    grads = [gradient_gates.ungated(grad) for grad in grads]
     dimension = lookup.table.dimension
     windows = [_split_window(grad, dimension) for grad in grads]
     window_attrs = {}
@@ -1044,7 +1048,7 @@ def _column_split(op: Any) -> _ColumnSplit:
 
 
 def _read_column_split(op: Any) -> _ColumnSplit:
-  matrix = op.inputs[0]
+  matrix = gradient_gates.ungated(op.inputs[0])
   pieces = op.outputs
   width = (tf.compat.dimension_value(matrix.shape[1])
            if matrix.shape.rank == 2 else None)
