@@ -752,3 +752,20 @@ def test_processes_building_at_once_share_one_cached_library(tmp_path):
   # The library, the digest recorded when it was built, the cache's lock.
   assert sorted(os.listdir(cache)) == [".lock", library,
                                        library + kernels.DIGEST_SUFFIX]
+
+
+def test_the_baseline_copies_of_the_loops_give_the_same_numbers():
+  """On x86-64 the kernels' hot loops also have an AVX2 copy, which this
+  file's other tests run where the CPU has it; the baseline copies (what a
+  CPU without AVX2 runs) must give the same bits: the concatenated and
+  gated runs above (updates, combiners, per-id sums, each compared exactly
+  with TF ops), again with the baseline forced."""
+  result = subprocess.run(
+      [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+       os.path.join("tests", "test_engine_kernels.py"), "-k",
+       "concatenated or gated or optimizers_without"],
+      cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT,
+                         HOST_EMBEDDING_KERNELS_BASELINE="1"),
+      capture_output=True, text=True, timeout=600, check=False)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  assert "5 passed" in result.stdout, result.stdout[-2000:]
