@@ -41,6 +41,12 @@ step's summed op time, which adds up to 100%) and, per group, the wall
 time during which at least one of its ops ran ("busy"). The step's wall
 time is given untraced (the hook's clock) and traced (FULL_TRACE adds a
 few us per op: with some 1,400 ops a step, the traced step is slower).
+FULL_TRACE also changes how ops overlap: in traced steps of peer26 the 26
+lookups ran nearly one at a time ("at once" about 1.1), where TF's
+profiler (`tf.profiler.experimental`, which records the inter-op threads)
+showed untraced steps running them on both inter-op threads (their summed
+time 1.6 times their wall time). Read "busy" and "at once" as the traced
+step's, not as what an untraced step overlaps.
 
 Usage: .venv/bin/python -m bench.step_profile [--side ours|tf|both]
          [--workload peer26] [--warmup 20] [--timed 50] [--traced 10]
