@@ -498,6 +498,64 @@ inline uint64_t MixId(uint64_t x) {
 // smallest[f] (k values each). A tensor without rows gives the int64
 // extremes (largest: the lowest value, smallest: the highest), as TF's
 // reductions of an empty tensor do.
+// *hi = max(*hi, v[i * stride]) and *lo = min(*lo, v[i * stride]) over
+// i in [0, rows), through locals (the compiler keeps them in registers and
+// vectorizes the loop, which it cannot when the outputs might alias the
+// input; 64-bit comparisons need more than the x86-64 baseline).
+template <int64_t kStride>
+ESTIMATOR_SPEC_INLINE void StridedExtremes(const int64_t* v, int64_t rows,
+                                           int64_t stride, int64_t* hi,
+                                           int64_t* lo) {
+  if (kStride > 0) stride = kStride;
+  int64_t h = *hi;
+  int64_t l = *lo;
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t x = v[i * stride];
+    h = std::max(h, x);
+    l = std::min(l, x);
+  }
+  *hi = h;
+  *lo = l;
+}
+
+// The strides of ids (1) and of a SparseTensor's indices (2) known to the
+// compiler: it vectorizes those loops.
+ESTIMATOR_SPEC_INLINE void ColumnExtremesLoop(const int64_t* v, int64_t rows,
+                                              int64_t stride, int64_t* hi,
+                                              int64_t* lo) {
+  if (stride == 1) {
+    StridedExtremes<1>(v, rows, stride, hi, lo);
+  } else if (stride == 2) {
+    StridedExtremes<2>(v, rows, stride, hi, lo);
+  } else {
+    StridedExtremes<0>(v, rows, stride, hi, lo);
+  }
+}
+
+void ColumnExtremesBaseline(const int64_t* v, int64_t rows, int64_t stride,
+                            int64_t* hi, int64_t* lo) {
+  ColumnExtremesLoop(v, rows, stride, hi, lo);
+}
+
+#ifdef ESTIMATOR_SPEC_AVX2
+__attribute__((target("avx2"))) void ColumnExtremesAvx2(
+    const int64_t* v, int64_t rows, int64_t stride, int64_t* hi,
+    int64_t* lo) {
+  ColumnExtremesLoop(v, rows, stride, hi, lo);
+}
+#endif
+
+void ColumnExtremes(const int64_t* v, int64_t rows, int64_t stride,
+                    int64_t* hi, int64_t* lo) {
+#ifdef ESTIMATOR_SPEC_AVX2
+  if (HasAvx2()) {
+    ColumnExtremesAvx2(v, rows, stride, hi, lo);
+    return;
+  }
+#endif
+  ColumnExtremesBaseline(v, rows, stride, hi, lo);
+}
+
 class ExtremesOp : public OpKernel {
  public:
   explicit ExtremesOp(OpKernelConstruction* context) : OpKernel(context) {}
@@ -529,22 +587,13 @@ class ExtremesOp : public OpKernel {
     std::fill(hi, hi + features * width,
               std::numeric_limits<int64_t>::lowest());
     std::fill(lo, lo + features * width, std::numeric_limits<int64_t>::max());
-    // Column by column into locals: the compiler keeps them in registers
-    // and vectorizes the loop (it cannot when the output might alias the
-    // input).
+    // Column by column (ColumnExtremes).
     for (int f = 0; f < features; ++f) {
       const int64_t* v = values[f].flat<int64_t>().data();
       const int64_t rows = width ? values[f].NumElements() / width : 0;
       for (int64_t j = 0; j < width; ++j) {
-        int64_t h = hi[f * width + j];
-        int64_t l = lo[f * width + j];
-        for (int64_t i = 0; i < rows; ++i) {
-          const int64_t x = v[i * width + j];
-          h = std::max(h, x);
-          l = std::min(l, x);
-        }
-        hi[f * width + j] = h;
-        lo[f * width + j] = l;
+        ColumnExtremes(v + j, rows, width, &hi[f * width + j],
+                       &lo[f * width + j]);
       }
     }
   }
