@@ -164,13 +164,28 @@ def task_main(args):
         train_batch_size=task_batch, embedding_config_spec=spec)
 
   marks = []
+  traces = []
+  is_chief = config["task"]["type"] == "chief"
 
   class Marks(tf.estimator.SessionRunHook):
 
     def begin(self):
       self._step = tf.compat.v1.train.get_global_step()
+      self._tracing = False
+
+    def before_run(self, run_context):
+      del run_context
+      self._tracing = bool(args.trace and is_chief and marks and
+                           len(traces) < args.trace_steps)
+      if not self._tracing:
+        return None
+      return tf.estimator.SessionRunArgs(
+          fetches=None, options=tf.compat.v1.RunOptions(
+              trace_level=tf.compat.v1.RunOptions.FULL_TRACE))
 
     def after_run(self, run_context, run_values):
+      if self._tracing:
+        traces.append(_step_ops(run_values.run_metadata.step_stats))
       step = run_context.session.run(self._step)
       if not marks and step >= args.warmup:
         marks.append((time.time(), int(step), _lo_bytes()))
@@ -182,9 +197,51 @@ def task_main(args):
       tf.compat.v1.estimator.TrainSpec(input_fn, max_steps=args.steps,
                                        hooks=[Marks()]),
       tf.compat.v1.estimator.EvalSpec(input_fn, steps=1))
-  if config["task"]["type"] == "chief" and len(marks) == 2:
+  if is_chief and len(marks) == 2:
     with open(args.out, "w") as f:
       json.dump({"marks": marks}, f)
+  if is_chief and traces:
+    with open(args.trace, "w") as f:
+      json.dump(traces, f)
+
+
+def _step_ops(step_stats):
+  """One traced step (RunOptions FULL_TRACE on the chief, `--trace`):
+  {"wall_us": first start to last end over every device of the cluster,
+  "ops": [[device, op name, op type, start us, duration us]]}."""
+  ops = []
+  for dev in step_stats.dev_stats:
+    for node in dev.node_stats:
+      kind = node.timeline_label.split("(")[0].split("=")[-1].strip()
+      ops.append([dev.device, node.node_name, kind, node.all_start_micros,
+                  node.all_end_rel_micros])
+  start = min((op[3] for op in ops), default=0)
+  end = max((op[3] + op[4] for op in ops), default=0)
+  for op in ops:
+    op[3] -= start
+  return {"wall_us": end - start, "ops": ops}
+
+
+def summarize_trace(path, top=25):
+  """Prints a `--trace` file: the median traced step's wall time and, per
+  device, the ops taking the most time (summed over the traced steps)."""
+  traces = json.load(open(path))
+  walls = sorted(t["wall_us"] for t in traces)
+  print(f"{len(traces)} traced steps, wall us median {walls[len(walls) // 2]}"
+        f" (min {walls[0]}, max {walls[-1]})")
+  totals = {}
+  for trace in traces:
+    for dev, name, _, _, duration in trace["ops"]:
+      key = (dev.split("/device:")[0], name)
+      totals[key] = totals.get(key, 0) + duration / len(traces)
+  per_device = {}
+  for (dev, _), duration in totals.items():
+    per_device[dev] = per_device.get(dev, 0) + duration
+  for dev, duration in sorted(per_device.items()):
+    print(f"{dev}: {duration:.0f} us of ops per step")
+  for (dev, name), duration in sorted(totals.items(),
+                                      key=lambda kv: -kv[1])[:top]:
+    print(f"{duration:>9.0f} {dev.split('/')[1]:>10} {name}")
 
 
 # --- the driver ----------------------------------------------------------------
@@ -230,7 +287,10 @@ def run_side(args, side, tasks, workdir):
   argv = ["task", "--side", side, "--model-dir", model_dir, "--out", out,
           "--steps", args.steps, "--warmup", args.warmup, "--batch",
           args.batch, "--tables", args.tables, "--vocab", args.vocab,
-          "--dim", args.dim]
+          "--dim", args.dim] + (
+              ["--trace", f"{args.trace}.{side}_{tasks}",
+               "--trace-steps", args.trace_steps]
+              if args.trace else [])
   with LocalCluster(os.path.join(workdir, f"{side}_{tasks}"), chief=1,
                     workers=tasks - 1, ps=2, timeout=args.timeout,
                     program="bench.cluster_bench") as cluster:
@@ -249,7 +309,7 @@ def run_side(args, side, tasks, workdir):
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("mode", nargs="?", default="bench",
-                      choices=["bench", "task"])
+                      choices=["bench", "task", "summary"])
   parser.add_argument("--side", default="sync")
   parser.add_argument("--sides", nargs="+", default=["sync", "async", "tf"])
   parser.add_argument("--tasks", nargs="+", type=int, default=[1, 2, 4])
@@ -262,9 +322,14 @@ def main():
   parser.add_argument("--timeout", type=float, default=600)
   parser.add_argument("--model-dir")
   parser.add_argument("--out")
+  parser.add_argument("--trace", help="(one side and task count) a file "
+                      "for the chief's traces of steps after the warmup")
+  parser.add_argument("--trace-steps", type=int, default=5)
   args = parser.parse_args()
   if args.mode == "task":
     return task_main(args)
+  if args.mode == "summary":
+    return summarize_trace(args.trace)
   print(f"cluster bench: 2 ps, {args.tables} tables of {args.vocab} x "
         f"{args.dim}, global batch {args.batch}, steps {args.warmup}.."
         f"{args.steps}")
