@@ -613,7 +613,9 @@ class HostEmbeddingEngine:
         {name: t.dimension for name, t in self.model.tables.items()},
         self._partition_device,
         {name: unique for name, (unique, _) in uniques.items()})
-    return requests, uniques
+    return requests, collections.OrderedDict(
+        (name, requests.in_request_order(name, unique, index))
+        for name, (unique, index) in uniques.items())
 
   def _requested_lookup(self, table: model_lib.Table,
                         items: List[inputs_lib.FeatureIds],
