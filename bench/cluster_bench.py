@@ -32,6 +32,9 @@ the bench on an otherwise idle machine). Reported:
   and back (rows looked up, row gradients sent), plus the dense model's
   variables there and back (dense bytes) — summed over the W task steps of
   a synchronous step.
+* cpu us/ex: the CPU time (user + system, /proc) of every process of
+  the cluster between the two marks, per example: the work an example
+  costs, less sensitive than examples/s to other load on the machine;
 * requests per step: the tensors that cross between tasks in the step's
   graph (one RecvTensor request each; `tests/cluster_graph.py` builds the
   chief's and a worker's graph of the same model, tables and ps tasks
@@ -40,6 +43,11 @@ the bench on an otherwise idle machine). Reported:
 
 Usage: .venv/bin/python -m bench.cluster_bench [--tasks 1 2 4]
        [--steps 120] [--warmup 20] [--sides sync async tf]
+       [--trace FILE [--trace-steps 5]]   (then: summary --trace FILE.side_W)
+
+`--trace FILE`: the chief traces `--trace-steps` steps after the warmup
+(RunOptions FULL_TRACE: every task's ops) into FILE.<side>_<tasks>;
+`summary --trace` prints the median step and the busiest ops per task.
 """
 import argparse
 import json
@@ -62,6 +70,24 @@ def _lo_bytes():
       if name.strip() == "lo":
         return int(rest.split()[8])  # transmitted bytes
   return 0
+
+
+def _cluster_cpu_seconds(model_dir):
+  """CPU seconds (user + system) used so far by every process of the run
+  (each task's command line names `model_dir`), read from /proc."""
+  ticks = os.sysconf("SC_CLK_TCK")
+  total = 0
+  for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      with open(f"/proc/{pid}/cmdline", "rb") as f:
+        if model_dir.encode() not in f.read():
+          continue
+      with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+      continue
+    total += int(fields[11]) + int(fields[12])  # utime, stime
+  return total / ticks
 
 
 def _ids(step, task, tasks, batch, args, xp):
@@ -163,9 +189,28 @@ def task_main(args):
         model_fn=model_fn, config=run_config, use_tpu=False,
         train_batch_size=task_batch, embedding_config_spec=spec)
 
-  marks = []
-  traces = []
   is_chief = config["task"]["type"] == "chief"
+  marks, traces = [], []
+  hook = _marks_hook(args, is_chief, marks, traces)
+
+  tf.compat.v1.estimator.train_and_evaluate(
+      estimator,
+      tf.compat.v1.estimator.TrainSpec(input_fn, max_steps=args.steps,
+                                       hooks=[hook]),
+      tf.compat.v1.estimator.EvalSpec(input_fn, steps=1))
+  if is_chief and len(marks) == 2:
+    with open(args.out, "w") as f:
+      json.dump({"marks": marks}, f)
+  if is_chief and traces:
+    with open(args.trace, "w") as f:
+      json.dump(traces, f)
+
+
+def _marks_hook(args, is_chief, marks, traces):
+  """The hook that appends to `marks` (time, global step, loopback bytes)
+  after the warmup and at the end; with `--trace`, on the chief, the traces
+  of `--trace-steps` steps after the warmup to `traces` (`_step_ops`)."""
+  import tensorflow as tf
 
   class Marks(tf.estimator.SessionRunHook):
 
@@ -188,21 +233,13 @@ def task_main(args):
         traces.append(_step_ops(run_values.run_metadata.step_stats))
       step = run_context.session.run(self._step)
       if not marks and step >= args.warmup:
-        marks.append((time.time(), int(step), _lo_bytes()))
+        marks.append((time.time(), int(step), _lo_bytes(),
+                      _cluster_cpu_seconds(args.model_dir)))
       if step >= args.steps and len(marks) == 1:
-        marks.append((time.time(), int(step), _lo_bytes()))
+        marks.append((time.time(), int(step), _lo_bytes(),
+                      _cluster_cpu_seconds(args.model_dir)))
 
-  tf.compat.v1.estimator.train_and_evaluate(
-      estimator,
-      tf.compat.v1.estimator.TrainSpec(input_fn, max_steps=args.steps,
-                                       hooks=[Marks()]),
-      tf.compat.v1.estimator.EvalSpec(input_fn, steps=1))
-  if is_chief and len(marks) == 2:
-    with open(args.out, "w") as f:
-      json.dump({"marks": marks}, f)
-  if is_chief and traces:
-    with open(args.trace, "w") as f:
-      json.dump(traces, f)
+  return Marks()
 
 
 def _step_ops(step_stats):
@@ -299,11 +336,12 @@ def run_side(args, side, tasks, workdir):
     if code != 0 or not os.path.exists(out):
       print(cluster.log_tails(first="chief:0"), file=sys.stderr)
       return None
-  (t0, s0, b0), (t1, s1, b1) = json.load(open(out))["marks"]
+  (t0, s0, b0, c0), (t1, s1, b1, c1) = json.load(open(out))["marks"]
   task_batch = args.batch // tasks
   per_step = args.batch if side == "sync" else task_batch
   return {"examples_per_s": (s1 - s0) * per_step / (t1 - t0),
-          "bytes_per_step": (b1 - b0) / max(1, s1 - s0)}
+          "bytes_per_step": (b1 - b0) / max(1, s1 - s0),
+          "cpu_us_per_example": (c1 - c0) * 1e6 / ((s1 - s0) * per_step)}
 
 
 def main():
@@ -335,7 +373,7 @@ def main():
         f"{args.steps}")
   print(f"{'tasks':>5} {'side':>6} {'examples/s':>11} {'vs tf':>6} "
         f"{'KB/step':>9} {'bound KB':>9} {'(emb+dense)':>14} {'ratio':>6} "
-        f"{'requests out/in/ps-ps':>22}")
+        f"{'requests out/in/ps-ps':>22} {'cpu us/ex':>9}")
   with tempfile.TemporaryDirectory() as workdir:
     for tasks in args.tasks:
       results = {}
@@ -357,8 +395,8 @@ def main():
               f"{bound / 1024:>9.1f} "
               f"{f'{embedding / 1024:.0f}+{dense / 1024:.0f}':>14} "
               f"{result['bytes_per_step'] / bound:>6.2f} "
-              f"{'/'.join(map(str, _requests(side, tasks, args))):>22}",
-              flush=True)
+              f"{'/'.join(map(str, _requests(side, tasks, args))):>22} "
+              f"{result['cpu_us_per_example']:>9.1f}", flush=True)
 
 
 if __name__ == "__main__":
