@@ -32,6 +32,9 @@ the bench on an otherwise idle machine). Reported:
   and back (rows looked up, row gradients sent), plus the dense model's
   variables there and back (dense bytes) — summed over the W task steps of
   a synchronous step.
+* cpu us/ex: the CPU time (user + system, /proc) of every process of
+  the cluster between the two marks, per example: the work an example
+  costs, less sensitive than examples/s to other load on the machine;
 * requests per step: the tensors that cross between tasks in the step's
   graph (one RecvTensor request each; `tests/cluster_graph.py` builds the
   chief's and a worker's graph of the same model, tables and ps tasks
@@ -40,6 +43,11 @@ the bench on an otherwise idle machine). Reported:
 
 Usage: .venv/bin/python -m bench.cluster_bench [--tasks 1 2 4]
        [--steps 120] [--warmup 20] [--sides sync async tf]
+       [--trace FILE [--trace-steps 5]]   (then: summary --trace FILE.side_W)
+
+`--trace FILE`: the chief traces `--trace-steps` steps after the warmup
+(RunOptions FULL_TRACE: every task's ops) into FILE.<side>_<tasks>;
+`summary --trace` prints the median step and the busiest ops per task.
 """
 import argparse
 import json
@@ -62,6 +70,24 @@ def _lo_bytes():
       if name.strip() == "lo":
         return int(rest.split()[8])  # transmitted bytes
   return 0
+
+
+def _cluster_cpu_seconds(model_dir):
+  """CPU seconds (user + system) used so far by every process of the run
+  (each task's command line names `model_dir`), read from /proc."""
+  ticks = os.sysconf("SC_CLK_TCK")
+  total = 0
+  for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      with open(f"/proc/{pid}/cmdline", "rb") as f:
+        if model_dir.encode() not in f.read():
+          continue
+      with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+      continue
+    total += int(fields[11]) + int(fields[12])  # utime, stime
+  return total / ticks
 
 
 def _ids(step, task, tasks, batch, args, xp):
@@ -163,28 +189,96 @@ def task_main(args):
         model_fn=model_fn, config=run_config, use_tpu=False,
         train_batch_size=task_batch, embedding_config_spec=spec)
 
-  marks = []
+  is_chief = config["task"]["type"] == "chief"
+  marks, traces = [], []
+  hook = _marks_hook(args, is_chief, marks, traces)
+
+  tf.compat.v1.estimator.train_and_evaluate(
+      estimator,
+      tf.compat.v1.estimator.TrainSpec(input_fn, max_steps=args.steps,
+                                       hooks=[hook]),
+      tf.compat.v1.estimator.EvalSpec(input_fn, steps=1))
+  if is_chief and len(marks) == 2:
+    with open(args.out, "w") as f:
+      json.dump({"marks": marks}, f)
+  if is_chief and traces:
+    with open(args.trace, "w") as f:
+      json.dump(traces, f)
+
+
+def _marks_hook(args, is_chief, marks, traces):
+  """The hook that appends to `marks` (time, global step, loopback bytes)
+  after the warmup and at the end; with `--trace`, on the chief, the traces
+  of `--trace-steps` steps after the warmup to `traces` (`_step_ops`)."""
+  import tensorflow as tf
 
   class Marks(tf.estimator.SessionRunHook):
 
     def begin(self):
       self._step = tf.compat.v1.train.get_global_step()
+      self._tracing = False
+
+    def before_run(self, run_context):
+      del run_context
+      self._tracing = bool(args.trace and is_chief and marks and
+                           len(traces) < args.trace_steps)
+      if not self._tracing:
+        return None
+      return tf.estimator.SessionRunArgs(
+          fetches=None, options=tf.compat.v1.RunOptions(
+              trace_level=tf.compat.v1.RunOptions.FULL_TRACE))
 
     def after_run(self, run_context, run_values):
+      if self._tracing:
+        traces.append(_step_ops(run_values.run_metadata.step_stats))
       step = run_context.session.run(self._step)
       if not marks and step >= args.warmup:
-        marks.append((time.time(), int(step), _lo_bytes()))
+        marks.append((time.time(), int(step), _lo_bytes(),
+                      _cluster_cpu_seconds(args.model_dir)))
       if step >= args.steps and len(marks) == 1:
-        marks.append((time.time(), int(step), _lo_bytes()))
+        marks.append((time.time(), int(step), _lo_bytes(),
+                      _cluster_cpu_seconds(args.model_dir)))
 
-  tf.compat.v1.estimator.train_and_evaluate(
-      estimator,
-      tf.compat.v1.estimator.TrainSpec(input_fn, max_steps=args.steps,
-                                       hooks=[Marks()]),
-      tf.compat.v1.estimator.EvalSpec(input_fn, steps=1))
-  if config["task"]["type"] == "chief" and len(marks) == 2:
-    with open(args.out, "w") as f:
-      json.dump({"marks": marks}, f)
+  return Marks()
+
+
+def _step_ops(step_stats):
+  """One traced step (RunOptions FULL_TRACE on the chief, `--trace`):
+  {"wall_us": first start to last end over every device of the cluster,
+  "ops": [[device, op name, op type, start us, duration us]]}."""
+  ops = []
+  for dev in step_stats.dev_stats:
+    for node in dev.node_stats:
+      kind = node.timeline_label.split("(")[0].split("=")[-1].strip()
+      ops.append([dev.device, node.node_name, kind, node.all_start_micros,
+                  node.all_end_rel_micros])
+  start = min((op[3] for op in ops), default=0)
+  end = max((op[3] + op[4] for op in ops), default=0)
+  for op in ops:
+    op[3] -= start
+  return {"wall_us": end - start, "ops": ops}
+
+
+def summarize_trace(path, top=25):
+  """Prints a `--trace` file: the median traced step's wall time and, per
+  device, the ops taking the most time (summed over the traced steps)."""
+  traces = json.load(open(path))
+  walls = sorted(t["wall_us"] for t in traces)
+  print(f"{len(traces)} traced steps, wall us median {walls[len(walls) // 2]}"
+        f" (min {walls[0]}, max {walls[-1]})")
+  totals = {}
+  for trace in traces:
+    for dev, name, _, _, duration in trace["ops"]:
+      key = (dev.split("/device:")[0], name)
+      totals[key] = totals.get(key, 0) + duration / len(traces)
+  per_device = {}
+  for (dev, _), duration in totals.items():
+    per_device[dev] = per_device.get(dev, 0) + duration
+  for dev, duration in sorted(per_device.items()):
+    print(f"{dev}: {duration:.0f} us of ops per step")
+  for (dev, name), duration in sorted(totals.items(),
+                                      key=lambda kv: -kv[1])[:top]:
+    print(f"{duration:>9.0f} {dev.split('/')[1]:>10} {name}")
 
 
 # --- the driver ----------------------------------------------------------------
@@ -230,7 +324,10 @@ def run_side(args, side, tasks, workdir):
   argv = ["task", "--side", side, "--model-dir", model_dir, "--out", out,
           "--steps", args.steps, "--warmup", args.warmup, "--batch",
           args.batch, "--tables", args.tables, "--vocab", args.vocab,
-          "--dim", args.dim]
+          "--dim", args.dim] + (
+              ["--trace", f"{args.trace}.{side}_{tasks}",
+               "--trace-steps", args.trace_steps]
+              if args.trace else [])
   with LocalCluster(os.path.join(workdir, f"{side}_{tasks}"), chief=1,
                     workers=tasks - 1, ps=2, timeout=args.timeout,
                     program="bench.cluster_bench") as cluster:
@@ -239,17 +336,18 @@ def run_side(args, side, tasks, workdir):
     if code != 0 or not os.path.exists(out):
       print(cluster.log_tails(first="chief:0"), file=sys.stderr)
       return None
-  (t0, s0, b0), (t1, s1, b1) = json.load(open(out))["marks"]
+  (t0, s0, b0, c0), (t1, s1, b1, c1) = json.load(open(out))["marks"]
   task_batch = args.batch // tasks
   per_step = args.batch if side == "sync" else task_batch
   return {"examples_per_s": (s1 - s0) * per_step / (t1 - t0),
-          "bytes_per_step": (b1 - b0) / max(1, s1 - s0)}
+          "bytes_per_step": (b1 - b0) / max(1, s1 - s0),
+          "cpu_us_per_example": (c1 - c0) * 1e6 / ((s1 - s0) * per_step)}
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("mode", nargs="?", default="bench",
-                      choices=["bench", "task"])
+                      choices=["bench", "task", "summary"])
   parser.add_argument("--side", default="sync")
   parser.add_argument("--sides", nargs="+", default=["sync", "async", "tf"])
   parser.add_argument("--tasks", nargs="+", type=int, default=[1, 2, 4])
@@ -262,15 +360,20 @@ def main():
   parser.add_argument("--timeout", type=float, default=600)
   parser.add_argument("--model-dir")
   parser.add_argument("--out")
+  parser.add_argument("--trace", help="(one side and task count) a file "
+                      "for the chief's traces of steps after the warmup")
+  parser.add_argument("--trace-steps", type=int, default=5)
   args = parser.parse_args()
   if args.mode == "task":
     return task_main(args)
+  if args.mode == "summary":
+    return summarize_trace(args.trace)
   print(f"cluster bench: 2 ps, {args.tables} tables of {args.vocab} x "
         f"{args.dim}, global batch {args.batch}, steps {args.warmup}.."
         f"{args.steps}")
   print(f"{'tasks':>5} {'side':>6} {'examples/s':>11} {'vs tf':>6} "
         f"{'KB/step':>9} {'bound KB':>9} {'(emb+dense)':>14} {'ratio':>6} "
-        f"{'requests out/in/ps-ps':>22}")
+        f"{'requests out/in/ps-ps':>22} {'cpu us/ex':>9}")
   with tempfile.TemporaryDirectory() as workdir:
     for tasks in args.tasks:
       results = {}
@@ -292,8 +395,8 @@ def main():
               f"{bound / 1024:>9.1f} "
               f"{f'{embedding / 1024:.0f}+{dense / 1024:.0f}':>14} "
               f"{result['bytes_per_step'] / bound:>6.2f} "
-              f"{'/'.join(map(str, _requests(side, tasks, args))):>22}",
-              flush=True)
+              f"{'/'.join(map(str, _requests(side, tasks, args))):>22} "
+              f"{result['cpu_us_per_example']:>9.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -588,8 +588,8 @@ class HostEmbeddingEngine:
           "HostEmbeddingEngine.lookup: `features` must be a dict; got "
           f"{type(features).__name__}.")
     # The ids are checked and their negative ones dropped by compiled ops
-    # where they exist (in the graphs of `_compiles`), else by TF ops.
-    compiled = self._compiles and kernels.row_updates() is not None
+    # where they exist (in the graphs of `_compiles_here`), else by TF ops.
+    compiled = self._compiles_here
     parsed = inputs_lib.parse_features(
         self.model, self.spec, features,
         compiled_ops=kernels if compiled else None)
@@ -614,7 +614,9 @@ class HostEmbeddingEngine:
         {name: t.dimension for name, t in self.model.tables.items()},
         self._partition_device,
         {name: unique for name, (unique, _) in uniques.items()})
-    return requests, uniques
+    return requests, collections.OrderedDict(
+        (name, requests.in_request_order(name, unique, index))
+        for name, (unique, index) in uniques.items())
 
   def _requested_lookup(self, table: model_lib.Table,
                         items: List[inputs_lib.FeatureIds],
@@ -628,6 +630,11 @@ class HostEmbeddingEngine:
     if step_requests.replies is None and all(
         name in self.tables for name in self.model.tables):
       step_requests.finish(lambda name, p: self.tables[name].partitions[p])
+    # This task combines the rows it received and sums their gradients by
+    # the compiled kernels where they build (`_compiles_here`).
+    if self._compiles_here:
+      return TableLookup(table, unique_ids, rows, items, plans, index, None,
+                         compiled=True)
     return TableLookup(table, unique_ids, rows, items, plans, index,
                        tf.concat(tf.shape_n(ids), axis=0))
 
@@ -917,6 +924,15 @@ class HostEmbeddingEngine:
     (whose processes need not have loaded the kernels) get plain TensorFlow
     ops."""
     return self.is_training and not self.remote_partitions
+
+  @property
+  def _compiles_here(self) -> bool:
+    """Whether this task's own ops of a training step (the input checks,
+    the combiners, the per-id gradient sums) are the compiled kernels:
+    training graphs where the kernels build, also when the partitions live
+    on other tasks (their gathers and updates there stay TensorFlow ops,
+    `_compiles`)."""
+    return self.is_training and kernels.row_updates() is not None
 
   @property
   def packs_requests(self) -> bool:

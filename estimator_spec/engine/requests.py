@@ -9,7 +9,10 @@ it holds travel as one integer tensor, `[n_1 .. n_K, ids of partition 1,
 order; int32 where every partition has fewer than 2**31 rows, else
 int64): the gathers there of the rows of all of them reply with one
 float32 tensor, the rows flattened and concatenated, which this task
-splits and stitches back into each table's rows. The update of the step
+splits into each table's rows: the step orders each table's distinct ids
+by partition (`in_request_order`), so that a table's rows are its
+partitions' replies one after another and the gradient rows of each
+partition one block of the table's (no rows permuted). The update of the step
 reuses the ids the task received for the lookup (the same tensor: TF sends
 it once) and adds one float32 tensor, `[learning rate of partition 1 ..
 K, gradient rows of partition 1, .., of partition K]`, in the same order;
@@ -56,7 +59,9 @@ class StepRequests:
     self.dtype = (tf.int32 if all(max(layout.sizes) < 2**31
                                   for layout in layouts.values())
                   else tf.int64)
-    self._routes: Dict[str, Tuple[Any, int, Any, Any]] = (
+    # {table: (the order of its distinct ids in the requests or None where
+    # it has one partition, [local ids of partition p], [their number])}
+    self._routes: Dict[str, Tuple[Any, List[Any], List[Any]]] = (
         collections.OrderedDict())
     # device -> [(table, p)]
     self.entries: Dict[Any, List[Tuple[str, int]]] = (
@@ -65,18 +70,21 @@ class StepRequests:
       partition, local = storage.route(layout, unique_ids[name])
       local = tf.cast(local, self.dtype)
       count = layout.num_partitions
-      positions = tf.dynamic_partition(
-          tf.range(tf.shape(partition)[0]), partition, count)
-      locals_ = tf.dynamic_partition(local, partition, count)
-      self._routes[name] = (partition, count, positions, locals_)
+      order = None
+      locals_ = [local]
+      if count > 1:
+        order = tf.concat(tf.dynamic_partition(
+            tf.range(tf.shape(partition)[0]), partition, count), axis=0)
+        locals_ = tf.dynamic_partition(local, partition, count)
+      sizes = [tf.size(piece, out_type=self.dtype) for piece in locals_]
+      self._routes[name] = (order, locals_, sizes)
       for p in range(count):
         self.entries.setdefault(device_of(name, p), []).append((name, p))
     self._ids: Dict[Any, Any] = {}
     self._replies: Dict[Any, Tuple[Any, List[Any]]] = {}
     for device, entries in self.entries.items():
-      pieces = [self._routes[name][3][p] for name, p in entries]
-      sizes = tf.stack([tf.size(piece, out_type=self.dtype)
-                        for piece in pieces])
+      pieces = [self._routes[name][1][p] for name, p in entries]
+      sizes = tf.stack([self._routes[name][2][p] for name, p in entries])
       self._ids[device] = tf.concat([sizes] + pieces, axis=0)
       self._replies[device] = self._stand_in(device, entries, sizes)
     self._rows: Dict[str, Any] = {}
@@ -105,17 +113,30 @@ class StepRequests:
     sizes, then the local ids of each of its partitions."""
     return self._ids[device]
 
+  def in_request_order(self, name: str, unique_ids: Any, index: Any
+                       ) -> Tuple[Any, Any]:
+    """(distinct ids, index) of table `name` in the order of its rows in
+    the requests: grouped by partition, in partition order, each group in
+    the order of `unique_ids` (the distinct ids given, `tf.unique`'s, with
+    `index`, each id's position among them). `rows` and `gradients` use
+    that order, so that no rows are permuted: per-id sums add the same
+    values in the same order whatever the order of the ids."""
+    order = self._routes[name][0]
+    if order is None:
+      return unique_ids, index
+    return (tf.gather(unique_ids, order),
+            tf.gather(tf.math.invert_permutation(order), index))
+
   def rows(self, name: str) -> Any:
-    """[U, D] rows of table `name`'s distinct ids (in their order)."""
+    """[U, D] rows of table `name`'s distinct ids (in `in_request_order`)."""
     if name not in self._rows:
-      _, count, positions, _ = self._routes[name]
-      parts: List[Any] = [None] * count
+      parts: List[Any] = [None] * len(self._routes[name][1])
       for device, entries in self.entries.items():
         _, rows = self._replies[device]
         for (table, p), piece in zip(entries, rows):
           if table == name:
             parts[p] = piece
-      rows = parts[0] if count == 1 else tf.dynamic_stitch(positions, parts)
+      rows = parts[0] if len(parts) == 1 else tf.concat(parts, axis=0)
       rows.set_shape([None, self._dimensions[name]])
       self._rows[name] = rows
     return self._rows[name]
@@ -143,14 +164,17 @@ class StepRequests:
     learning rate of each of its partitions, then their gradient rows
     flattened, made once this task has received the rows it looked up
     there (so an update there sent with it follows this task's lookup).
-    `grads`: {table: [U, D] sums of the distinct ids}, the same for every
-    device of the step (routed once); `rates`: {table: learning rate}."""
+    `grads`: {table: [U, D] sums of the distinct ids, in
+    `in_request_order`}, the same for every device of the step (routed
+    once); `rates`: {table: learning rate}."""
     entries = self.entries[device]
     for name, _ in entries:
       if name not in self._grads:
-        partition, count, _, _ = self._routes[name]
-        self._grads[name] = tf.dynamic_partition(grads[name], partition,
-                                                 count)
+        _, _, sizes = self._routes[name]
+        # Each partition's rows are one block: a split along the rows.
+        self._grads[name] = ([grads[name]] if len(sizes) == 1 else
+                             tf.split(grads[name], tf.stack(sizes),
+                                      num=len(sizes)))
     lrs = tf.stack([tf.cast(rates[name], tf.float32) for name, _ in entries])
     flat = [tf.reshape(self._grads[name][p], [-1]) for name, p in entries]
     with tf.control_dependencies([self._replies[device][0]]):
@@ -164,12 +188,14 @@ class StepRequests:
     says (the task holding the partitions)."""
     entries = self.entries[device]
     count = len(entries)
-    local = unpack_ids(ids, count)
+    sizes = ids[:count]
+    local = tf.split(tf.cast(ids[count:], tf.int64), sizes, num=count)
     dims = tf.constant([self._dimensions[name] for name, _ in entries],
                        self.dtype)
-    flat = tf.split(floats[count:], ids[:count] * dims, num=count)
-    return [(name, p, tf.cast(local[k], tf.int64),
-             tf.reshape(flat[k], [-1, self._dimensions[name]]), floats[k])
+    flat = tf.split(floats[count:], sizes * dims, num=count)
+    rates = tf.unstack(floats[:count], num=count)
+    return [(name, p, local[k],
+             tf.reshape(flat[k], [-1, self._dimensions[name]]), rates[k])
             for k, (name, p) in enumerate(entries)]
 
 
