@@ -108,12 +108,12 @@ inline void PrefetchRows(int64_t row, int64_t dim, const float* table,
 }
 
 // The hot loops (the row updates, the combiners' sums, the per-id gradient
-// sums) are compiled twice on x86-64: for the baseline instruction set and
+// sums, the ids' range check) are compiled twice on x86-64: for the baseline instruction set and
 // for AVX2 (eight floats per instruction instead of four), and the AVX2 copy
 // runs where the CPU has it. Both compute the same IEEE float operations in
 // the same order for every element (the loops vectorize across a row's
-// columns, and the build allows no contraction into fused multiply-adds),
-// so the results are the same bits. The environment variable
+// columns, or compare integers, and the build allows no contraction into
+// fused multiply-adds), so the results are the same bits. The environment variable
 // HOST_EMBEDDING_KERNELS_BASELINE (set, to anything) keeps the baseline
 // copies: how the tests run them on a machine with AVX2.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
