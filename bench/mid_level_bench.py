@@ -165,10 +165,10 @@ def _build_keras(job, names):
   return step
 
 
-def _run_step_side(job):
-  names = [f"f{i:02d}" for i in range(job["features"])]
-  features, labels = identity_data(job["features"], job["vocab"],
-                                   job["examples"])
+def _side_step(job, names, features, labels):
+  """(step, iterator): the side's training step over features `names` as a
+  `tf.function` of an iterator over batches of `features` and `labels`
+  (cycled), its tables and dense tower built."""
   build = _build_host if job["side"] == HOST else _build_keras
   body = build(job, names)
   iterator = iter(_batches(features, labels, job["batch"]).repeat())
@@ -180,6 +180,14 @@ def _run_step_side(job):
     ids, batch_labels = next(iterator)
     return body(ids, batch_labels)
 
+  return step, iterator
+
+
+def _run_step_side(job):
+  names = [f"f{i:02d}" for i in range(job["features"])]
+  features, labels = identity_data(job["features"], job["vocab"],
+                                   job["examples"])
+  step, iterator = _side_step(job, names, features, labels)
   times = []
   start = time.perf_counter()
   for _ in range(job["steps"]):
@@ -199,16 +207,7 @@ def _first_trace_side(job):
   graph) and the traced graph's ops."""
   features, labels = identity_data(job["features"], job["vocab"],
                                    2 * job["batch"])
-  names = list(features)
-  build = _build_host if job["side"] == HOST else _build_keras
-  body = build(job, names)
-  iterator = iter(_batches(features, labels, job["batch"]).repeat())
-
-  @tf.function
-  def step(iterator):
-    ids, batch_labels = next(iterator)
-    return body(ids, batch_labels)
-
+  step, iterator = _side_step(job, list(features), features, labels)
   start = time.perf_counter()
   concrete = step.get_concrete_function(iterator)
   seconds = time.perf_counter() - start
