@@ -640,6 +640,25 @@ def test_the_extremes_equal_tf_reductions():
                                 [-2, np.iinfo(np.int64).max])
 
 
+@pytest.mark.parametrize("width", [1, 2, 3])
+def test_the_extremes_of_many_features_equal_numpy(width):
+  """Widths 1 and 2 (one pass over each tensor) and 3 (column by column);
+  row counts that are not multiples of a vector's lanes, values spread over
+  all of int64."""
+  rng = np.random.RandomState(width)
+  values = [rng.randint(np.iinfo(np.int64).min, np.iinfo(np.int64).max,
+                        (rows, width), dtype=np.int64)
+            for rows in rng.randint(0, 9000, 40)]
+  values[3] = values[3][:0]
+  largest, smallest = kernels.extremes(
+      [tf.constant(v if width > 1 else v[:, 0]) for v in values])
+  low, high = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+  np.testing.assert_array_equal(largest.numpy(), [
+      v.max(axis=0) if len(v) else [low] * width for v in values])
+  np.testing.assert_array_equal(smallest.numpy(), [
+      v.min(axis=0) if len(v) else [high] * width for v in values])
+
+
 def test_dropping_negative_ids_keeps_the_rest_in_order():
   indices = [tf.constant([[0, 0], [0, 1], [2, 0], [3, 4]], tf.int64),
              tf.constant([[1, 0], [1, 1]], tf.int64),
@@ -648,7 +667,7 @@ def test_dropping_negative_ids_keeps_the_rest_in_order():
          tf.constant([3, 5], tf.int64), tf.zeros([0], tf.int64)]
   weights = [tf.constant([0.5, 2.0, 3.0, 4.0]), None, None]
   kept_indices, kept_ids, kept_weights = kernels.drop_negative_ids(
-      indices, ids, weights)
+      indices, ids, weights, tf.constant([-7, 3, 0], tf.int64))
   np.testing.assert_array_equal(kept_indices[0].numpy(), [[0, 0], [2, 0]])
   np.testing.assert_array_equal(kept_ids[0].numpy(), [4, 0])
   np.testing.assert_array_equal(kept_weights[0].numpy(), [0.5, 3.0])
@@ -656,6 +675,11 @@ def test_dropping_negative_ids_keeps_the_rest_in_order():
   np.testing.assert_array_equal(kept_ids[1].numpy(), [3, 5])
   assert kept_weights[1] is None and kept_weights[2] is None
   assert kept_ids[2].shape == (0,) and kept_indices[2].shape == (0, 2)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"smallest must be a vector of one id per "
+                     r"feature \(3\); got shape \[2\]"):
+    kernels.drop_negative_ids(indices, ids, weights,
+                              tf.constant([0, 0], tf.int64))
 
 
 def test_a_large_table_is_moved_to_huge_pages_with_its_values():
@@ -759,13 +783,15 @@ def test_the_baseline_copies_of_the_loops_give_the_same_numbers():
   file's other tests run where the CPU has it; the baseline copies (what a
   CPU without AVX2 runs) must give the same bits: the concatenated and
   gated runs above (updates, combiners, per-id sums, each compared exactly
-  with TF ops), again with the baseline forced."""
+  with TF ops), the ids' extremes, the sums' finite check and the range
+  checks' refusals, again with the baseline forced."""
   result = subprocess.run(
       [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
        os.path.join("tests", "test_engine_kernels.py"), "-k",
-       "concatenated or gated or optimizers_without"],
+       "concatenated or gated or optimizers_without or extremes or "
+       "combine_and_its_gradient or refuse"],
       cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT,
                          HOST_EMBEDDING_KERNELS_BASELINE="1"),
       capture_output=True, text=True, timeout=600, check=False)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-  assert "5 passed" in result.stdout, result.stdout[-2000:]
+  assert "16 passed" in result.stdout, result.stdout[-2000:]

@@ -170,10 +170,11 @@ def flatten_many(sources, compiled_ops=None):
     * `extremes(tensors)`: for int64 tensors [n] or [n, k], their largest
       and smallest values per column ([len(tensors), k] each; the int64
       extremes for a tensor without rows);
-    * `drop_negative_ids(indices, ids, weights)`: the same three lists
-      without the entries of negative ids (weights entries may be None),
-      one call for every feature that drops them (by default a cond, which
-      copies nothing when no id is negative).
+    * `drop_negative_ids(indices, ids, weights, smallest)`: the same three
+      lists without the entries of negative ids (weights entries may be
+      None), one call for every feature that drops them, given their
+      smallest ids (from `extremes`; int64 [len(ids)]) (by default a cond,
+      which copies nothing when no id is negative).
 
   Per feature: ids at positions >= `max_positions` are dropped first (they
   are never looked up, so they are never checked); negative ids are then
@@ -347,9 +348,11 @@ class _Joined:
       # history check of a layer's inputs) n * n steps.
       for start in range(0, len(dropping), _DROP_GROUP):
         group = dropping[start:start + _DROP_GROUP]
+        smallest = (self.smallest if len(group) == len(self.sources) else
+                    tf.gather(self.smallest, group))
         indices, ids, weights = self.compiled_ops.drop_negative_ids(
             [self.indices[k] for k in group], [self.ids[k] for k in group],
-            [self.weights[k] for k in group])
+            [self.weights[k] for k in group], smallest)
         for k, i, v, w in zip(group, indices, ids, weights):
           self.indices[k], self.ids[k], self.weights[k] = i, v, w
       return

@@ -40,6 +40,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -182,6 +183,94 @@ void CopyRows(const float* w, int64_t dim, const Index* ids, int64_t n,
   }
 }
 
+// Whether every v[i], i < n, is in [0, bound): one pass without an early
+// exit, which the compiler vectorizes. Compared as unsigned numbers of T's
+// width, a negative value is at least 2^(bits - 1), so a bound clamped to
+// that refuses it too; the callers look for the first value outside only
+// when there is one.
+template <typename T>
+using UnsignedOf = typename std::make_unsigned<T>::type;
+
+template <typename T>
+ESTIMATOR_SPEC_INLINE bool AllInRangeLoop(const T* v, int64_t n,
+                                          UnsignedOf<T> limit) {
+  UnsignedOf<T> outside = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    outside |= static_cast<UnsignedOf<T>>(v[i]) >= limit;
+  }
+  return outside == 0;
+}
+
+template <typename T>
+bool AllInRangeBaseline(const T* v, int64_t n, UnsignedOf<T> limit) {
+  return AllInRangeLoop(v, n, limit);
+}
+
+#ifdef ESTIMATOR_SPEC_AVX2
+template <typename T>
+__attribute__((target("avx2"))) bool AllInRangeAvx2(const T* v, int64_t n,
+                                                     UnsignedOf<T> limit) {
+  return AllInRangeLoop(v, n, limit);
+}
+#endif
+
+template <typename T>
+bool AllInRange(const T* v, int64_t n, int64_t bound) {
+  static_assert(std::is_signed<T>::value, "signed values");
+  if (bound <= 0) return n == 0;
+  const uint64_t top = static_cast<uint64_t>(std::numeric_limits<T>::max());
+  const UnsignedOf<T> limit = static_cast<UnsignedOf<T>>(
+      std::min(static_cast<uint64_t>(bound), top + 1));
+#ifdef ESTIMATOR_SPEC_AVX2
+  if (HasAvx2()) return AllInRangeAvx2(v, n, limit);
+#endif
+  return AllInRangeBaseline(v, n, limit);
+}
+
+// The first i < n with v[i] outside [0, bound), or n.
+template <typename T>
+int64_t FirstOutside(const T* v, int64_t n, int64_t bound) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (v[i] < 0 || v[i] >= bound) return i;
+  }
+  return n;
+}
+
+// o[j] = o[j] * m for j < n when `multiply`; then whether every o[j] is
+// finite (its exponent bits not all ones), in one vectorized pass each.
+ESTIMATOR_SPEC_INLINE bool ScaleAllFiniteLoop(float* o, int64_t n, float m,
+                                              bool multiply) {
+  if (multiply) {
+    for (int64_t j = 0; j < n; ++j) o[j] = o[j] * m;
+  }
+  uint32_t special = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    uint32_t bits;
+    std::memcpy(&bits, o + j, sizeof(bits));
+    special |= (bits & 0x7f800000u) == 0x7f800000u;
+  }
+  return special == 0;
+}
+
+bool ScaleAllFiniteBaseline(float* o, int64_t n, float m, bool multiply) {
+  return ScaleAllFiniteLoop(o, n, m, multiply);
+}
+
+#ifdef ESTIMATOR_SPEC_AVX2
+__attribute__((target("avx2"))) bool ScaleAllFiniteAvx2(float* o, int64_t n,
+                                                        float m,
+                                                        bool multiply) {
+  return ScaleAllFiniteLoop(o, n, m, multiply);
+}
+#endif
+
+bool ScaleAllFinite(float* o, int64_t n, float m, bool multiply) {
+#ifdef ESTIMATOR_SPEC_AVX2
+  if (HasAvx2()) return ScaleAllFiniteAvx2(o, n, m, multiply);
+#endif
+  return ScaleAllFiniteBaseline(o, n, m, multiply);
+}
+
 // Whether `variable` holds a table: initialized, a float32 matrix.
 absl::Status CheckTable(const Var* variable, const char* what) {
   const Tensor* values = const_cast<Var*>(variable)->tensor();
@@ -200,13 +289,10 @@ absl::Status CheckTable(const Var* variable, const char* what) {
 // Whether every one of the `n` row indices is inside [0, rows).
 template <typename Index>
 absl::Status CheckIndices(const Index* ids, int64_t n, int64_t rows) {
-  for (int64_t i = 0; i < n; ++i) {
-    if (ids[i] < 0 || ids[i] >= rows) {
-      return errors::InvalidArgument("row index ", ids[i], " at ", i,
-                                     " is outside [0, ", rows, ")");
-    }
-  }
-  return absl::OkStatus();
+  if (AllInRange(ids, n, rows)) return absl::OkStatus();
+  const int64_t i = FirstOutside(ids, n, rows);
+  return errors::InvalidArgument("row index ", ids[i], " at ", i,
+                                 " is outside [0, ", rows, ")");
 }
 
 // Whether feature f's `segments` (a vector) each lie in [0, count), and its
@@ -221,14 +307,10 @@ absl::Status CheckSegments(int f, const Tensor& segments,
         "(weights may be empty)");
   }
   const int32_t* seg = segments.flat<int32_t>().data();
-  for (int64_t i = 0; i < n; ++i) {
-    if (seg[i] < 0 || seg[i] >= count) {
-      return errors::InvalidArgument("feature ", f, ": segment ", seg[i],
-                                     " at ", i, " is outside [0, ", count,
-                                     ")");
-    }
-  }
-  return absl::OkStatus();
+  if (AllInRange(seg, n, count)) return absl::OkStatus();
+  const int64_t i = FirstOutside(seg, n, count);
+  return errors::InvalidArgument("feature ", f, ": segment ", seg[i], " at ",
+                                 i, " is outside [0, ", count, ")");
 }
 
 // The rule on rows ids[0..n) of `w` and its slots (`slot_base`), with the
@@ -498,62 +580,72 @@ inline uint64_t MixId(uint64_t x) {
 // smallest[f] (k values each). A tensor without rows gives the int64
 // extremes (largest: the lowest value, smallest: the highest), as TF's
 // reductions of an empty tensor do.
-// *hi = max(*hi, v[i * stride]) and *lo = min(*lo, v[i * stride]) over
-// i in [0, rows), through locals (the compiler keeps them in registers and
-// vectorizes the loop, which it cannot when the outputs might alias the
-// input; 64-bit comparisons need more than the x86-64 baseline).
-template <int64_t kStride>
-ESTIMATOR_SPEC_INLINE void StridedExtremes(const int64_t* v, int64_t rows,
-                                           int64_t stride, int64_t* hi,
-                                           int64_t* lo) {
-  if (kStride > 0) stride = kStride;
-  int64_t h = *hi;
-  int64_t l = *lo;
-  for (int64_t i = 0; i < rows; ++i) {
-    const int64_t x = v[i * stride];
-    h = std::max(h, x);
-    l = std::min(l, x);
-  }
-  *hi = h;
-  *lo = l;
-}
-
-// The strides of ids (1) and of a SparseTensor's indices (2) known to the
-// compiler: it vectorizes those loops.
-ESTIMATOR_SPEC_INLINE void ColumnExtremesLoop(const int64_t* v, int64_t rows,
-                                              int64_t stride, int64_t* hi,
+//
+// A tensor of width 1 (ids) or 2 (a SparseTensor's indices) is read once, in
+// order, into running extremes kept in locals (the compiler keeps them in
+// registers and vectorizes the loop, which it cannot when the outputs might
+// alias the input; 64-bit comparisons need more than the x86-64 baseline:
+// the AVX2 copy is the fast one). Other widths are read column by column.
+ESTIMATOR_SPEC_INLINE void TensorExtremesLoop(const int64_t* v, int64_t rows,
+                                              int64_t width, int64_t* hi,
                                               int64_t* lo) {
-  if (stride == 1) {
-    StridedExtremes<1>(v, rows, stride, hi, lo);
-  } else if (stride == 2) {
-    StridedExtremes<2>(v, rows, stride, hi, lo);
+  if (width == 1) {
+    int64_t h = hi[0], l = lo[0];
+    for (int64_t i = 0; i < rows; ++i) {
+      h = std::max(h, v[i]);
+      l = std::min(l, v[i]);
+    }
+    hi[0] = h;
+    lo[0] = l;
+  } else if (width == 2) {
+    int64_t h0 = hi[0], h1 = hi[1], l0 = lo[0], l1 = lo[1];
+    for (int64_t i = 0; i < rows; ++i) {
+      h0 = std::max(h0, v[2 * i]);
+      l0 = std::min(l0, v[2 * i]);
+      h1 = std::max(h1, v[2 * i + 1]);
+      l1 = std::min(l1, v[2 * i + 1]);
+    }
+    hi[0] = h0;
+    hi[1] = h1;
+    lo[0] = l0;
+    lo[1] = l1;
   } else {
-    StridedExtremes<0>(v, rows, stride, hi, lo);
+    for (int64_t j = 0; j < width; ++j) {
+      int64_t h = hi[j], l = lo[j];
+      for (int64_t i = 0; i < rows; ++i) {
+        h = std::max(h, v[i * width + j]);
+        l = std::min(l, v[i * width + j]);
+      }
+      hi[j] = h;
+      lo[j] = l;
+    }
   }
 }
 
-void ColumnExtremesBaseline(const int64_t* v, int64_t rows, int64_t stride,
+void TensorExtremesBaseline(const int64_t* v, int64_t rows, int64_t width,
                             int64_t* hi, int64_t* lo) {
-  ColumnExtremesLoop(v, rows, stride, hi, lo);
+  TensorExtremesLoop(v, rows, width, hi, lo);
 }
 
 #ifdef ESTIMATOR_SPEC_AVX2
-__attribute__((target("avx2"))) void ColumnExtremesAvx2(
-    const int64_t* v, int64_t rows, int64_t stride, int64_t* hi,
+__attribute__((target("avx2"))) void TensorExtremesAvx2(
+    const int64_t* v, int64_t rows, int64_t width, int64_t* hi,
     int64_t* lo) {
-  ColumnExtremesLoop(v, rows, stride, hi, lo);
+  TensorExtremesLoop(v, rows, width, hi, lo);
 }
 #endif
 
-void ColumnExtremes(const int64_t* v, int64_t rows, int64_t stride,
+// hi[j] = max(hi[j], column j of v), lo[j] = min(lo[j], column j of v) for
+// v [rows, width].
+void TensorExtremes(const int64_t* v, int64_t rows, int64_t width,
                     int64_t* hi, int64_t* lo) {
 #ifdef ESTIMATOR_SPEC_AVX2
   if (HasAvx2()) {
-    ColumnExtremesAvx2(v, rows, stride, hi, lo);
+    TensorExtremesAvx2(v, rows, width, hi, lo);
     return;
   }
 #endif
-  ColumnExtremesBaseline(v, rows, stride, hi, lo);
+  TensorExtremesBaseline(v, rows, width, hi, lo);
 }
 
 class ExtremesOp : public OpKernel {
@@ -587,14 +679,10 @@ class ExtremesOp : public OpKernel {
     std::fill(hi, hi + features * width,
               std::numeric_limits<int64_t>::lowest());
     std::fill(lo, lo + features * width, std::numeric_limits<int64_t>::max());
-    // Column by column (ColumnExtremes).
     for (int f = 0; f < features; ++f) {
-      const int64_t* v = values[f].flat<int64_t>().data();
       const int64_t rows = width ? values[f].NumElements() / width : 0;
-      for (int64_t j = 0; j < width; ++j) {
-        ColumnExtremes(v + j, rows, width, &hi[f * width + j],
-                       &lo[f * width + j]);
-      }
+      TensorExtremes(values[f].flat<int64_t>().data(), rows, width,
+                     &hi[f * width], &lo[f * width]);
     }
   }
 };
@@ -624,7 +712,10 @@ REGISTER_KERNEL_BUILDER(Name("HostEmbeddingExtremes").Device(DEVICE_CPU),
 // use_safe_embedding_lookup, negative ids are dropped before a lookup): for
 // each feature f, the entries i of indices_f [n, 2], ids_f [n] and weights_f
 // [n] (empty: none) where ids_f[i] >= 0, in order. A feature without a
-// negative id passes its tensors through uncopied.
+// negative id passes its tensors through uncopied. smallest [F]: each
+// feature's smallest id (HostEmbeddingExtremes'), or any lower bound of it:
+// a feature whose bound is not negative passes through without its ids
+// being read again.
 class DropNegativeIdsOp : public OpKernel {
  public:
   explicit DropNegativeIdsOp(OpKernelConstruction* context)
@@ -636,6 +727,14 @@ class DropNegativeIdsOp : public OpKernel {
     OP_REQUIRES_OK(context, context->input_list("ids", &ids));
     OP_REQUIRES_OK(context, context->input_list("weights", &weights));
     const int features = ids.size();
+    const Tensor& smallest = context->input(3 * features);
+    OP_REQUIRES(context,
+                smallest.dims() == 1 && smallest.NumElements() == features,
+                errors::InvalidArgument(
+                    "smallest must be a vector of one id per feature (",
+                    features, "); got shape ",
+                    smallest.shape().DebugString()));
+    const auto bound = smallest.flat<int64_t>();
     for (int f = 0; f < features; ++f) {
       const int64_t n = ids[f].NumElements();
       OP_REQUIRES(context,
@@ -647,8 +746,11 @@ class DropNegativeIdsOp : public OpKernel {
                       "feature ", f, ": indices must be [n, k] for n ids, "
                       "weights empty or n"));
       const int64_t* id = ids[f].flat<int64_t>().data();
-      int64_t kept = 0;
-      for (int64_t i = 0; i < n; ++i) kept += id[i] >= 0;
+      int64_t kept = n;
+      if (bound(f) < 0) {
+        kept = 0;
+        for (int64_t i = 0; i < n; ++i) kept += id[i] >= 0;
+      }
       if (kept == n) {
         context->set_output(f, indices[f]);
         context->set_output(features + f, ids[f]);
@@ -693,6 +795,7 @@ REGISTER_OP("HostEmbeddingDropNegativeIds")
     .Input("indices: F * int64")
     .Input("ids: F * int64")
     .Input("weights: F * float")
+    .Input("smallest: int64")
     .Output("kept_indices: F * int64")
     .Output("kept_ids: F * int64")
     .Output("kept_weights: F * float")
@@ -1231,12 +1334,14 @@ class IdGradientsOp : public OpKernel {
                   errors::InvalidArgument("index has ", index.dim_size(0),
                                           " entries; the features have more "
                                           "ids"));
-      for (int64_t i = 0; i < n; ++i) {
-        OP_REQUIRES(context, idx[total + i] >= 0 && idx[total + i] < n_out,
-                    errors::InvalidArgument("feature ", f, ": index ",
-                                            idx[total + i], " at ", i,
-                                            " is outside [0, ", n_out, ")"));
-      }
+      const int64_t outside = AllInRange(idx + total, n, n_out)
+                                  ? n
+                                  : FirstOutside(idx + total, n, n_out);
+      OP_REQUIRES(context, outside == n,
+                  errors::InvalidArgument("feature ", f, ": index ",
+                                          idx[total + outside], " at ",
+                                          outside, " is outside [0, ", n_out,
+                                          ")"));
       total += n;
     }
     OP_REQUIRES(context, dim >= 0, errors::InvalidArgument("no features"));
@@ -1265,11 +1370,7 @@ class IdGradientsOp : public OpKernel {
     }
     const bool multiply = multiplier.NumElements() == 1;
     const float m = multiply ? multiplier.flat<float>()(0) : 1.0f;
-    bool finite = true;
-    for (int64_t j = 0; j < n_out * dim; ++j) {
-      if (multiply) o[j] = o[j] * m;
-      finite &= static_cast<bool>(std::isfinite(o[j]));
-    }
+    const bool finite = ScaleAllFinite(o, n_out * dim, m, multiply);
     Tensor* all_finite = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(
                                 1, tensorflow::TensorShape({}), &all_finite));
