@@ -666,9 +666,15 @@ def test_dropping_negative_ids_keeps_the_rest_in_order():
   ids = [tf.constant([4, -1, 0, -7], tf.int64),
          tf.constant([3, 5], tf.int64), tf.zeros([0], tf.int64)]
   weights = [tf.constant([0.5, 2.0, 3.0, 4.0]), None, None]
-  kept_indices, kept_ids, kept_weights = kernels.drop_negative_ids(
-      indices, ids, weights, tf.constant([-7, 3, 0], tf.int64))
+  kept_indices, kept_ids, kept_weights, kept_examples = (
+      kernels.drop_negative_ids(indices, ids, weights,
+                                tf.constant([-7, 3, 0], tf.int64)))
   np.testing.assert_array_equal(kept_indices[0].numpy(), [[0, 0], [2, 0]])
+  # The examples of the kept ids, as int32, also where nothing is dropped.
+  assert [e.dtype for e in kept_examples] == [tf.int32] * 3
+  np.testing.assert_array_equal(kept_examples[0].numpy(), [0, 2])
+  np.testing.assert_array_equal(kept_examples[1].numpy(), [1, 1])
+  assert kept_examples[2].shape == (0,)
   np.testing.assert_array_equal(kept_ids[0].numpy(), [4, 0])
   np.testing.assert_array_equal(kept_weights[0].numpy(), [0.5, 3.0])
   np.testing.assert_array_equal(kept_indices[1].numpy(), indices[1].numpy())

@@ -85,11 +85,13 @@ class FlatIds:
   example: int64 [N] example (row) of each id; position: int64 [N] position of
   each id within its example; ids: int64 [N]; weights: float32 [N] or None;
   batch_size: scalar int64 tensor; batch_size_int32: the same as int32 (the
-  segments' type) when made with the others, else None.
+  segments' type) when made with the others, else None; example_int32:
+  `example` as int32 when made with the others, else None.
   """
 
   def __init__(self, example, position, ids, weights, batch_size,
-               static_batch_size=None, batch_size_int32=None):
+               static_batch_size=None, batch_size_int32=None,
+               example_int32=None):
     self.example = example
     self.position = position
     self.ids = ids
@@ -97,6 +99,7 @@ class FlatIds:
     self.batch_size = batch_size
     self.static_batch_size = static_batch_size
     self.batch_size_int32 = batch_size_int32
+    self.example_int32 = example_int32
 
 
 class IdSource:
@@ -172,9 +175,13 @@ def flatten_many(sources, compiled_ops=None):
       extremes for a tensor without rows);
     * `drop_negative_ids(indices, ids, weights, smallest)`: the same three
       lists without the entries of negative ids (weights entries may be
-      None), one call for every feature that drops them, given their
-      smallest ids (from `extremes`; int64 [len(ids)]) (by default a cond,
-      which copies nothing when no id is negative).
+      None), and a fourth: each feature's examples (the first column of its
+      kept indices) as int32, given their smallest ids (from `extremes`;
+      int64 [len(ids)]). Called once for all features, after the checks
+      (features that keep negative ids have none by then: the range check
+      refuses them); by default a cond over the features that drop negative
+      ids, which copies nothing when no id is negative, and a cast per
+      feature.
 
   Per feature: ids at positions >= `max_positions` are dropped first (they
   are never looked up, so they are never checked); negative ids are then
@@ -310,20 +317,23 @@ class _Joined:
   def flat_ids(self, checks):
     """The `FlatIds` of every source, in order: the ids and weights pass
     through `checks`; negative ids are dropped where the source says so."""
-    dropping = [k for k, s in enumerate(self.sources)
-                if s.drop_negative and not s.ids_non_negative]
-    # The compiled drop, made under the checks, passes them on to what it
-    # gives; the other ids and weights pass through an identity under them.
-    passed = (set(dropping) if self.compiled_ops is not None else set())
-    with tf.control_dependencies(checks):
-      self.ids = [ids if k in passed else tf.identity(ids)
-                  for k, ids in enumerate(self.ids)]
-      self.weights = [w if w is None or k in passed else tf.identity(w)
-                      for k, w in enumerate(self.weights)]
-      if passed:
+    examples = [None] * len(self.sources)
+    if self.compiled_ops is not None:
+      # The compiled drop, made under the checks, passes them on to what it
+      # gives, for every feature: one that keeps negative ids has none once
+      # the range check passed.
+      with tf.control_dependencies(checks):
+        examples = self._compiled_drop()
+    else:
+      dropping = [k for k, s in enumerate(self.sources)
+                  if s.drop_negative and not s.ids_non_negative]
+      # The ids and weights pass through an identity under the checks.
+      with tf.control_dependencies(checks):
+        self.ids = [tf.identity(ids) for ids in self.ids]
+        self.weights = [w if w is None else tf.identity(w)
+                        for w in self.weights]
+      if dropping:
         self._drop_negative(dropping)
-    if dropping and not passed:
-      self._drop_negative(dropping)
     # Every feature's batch size from the one [features, 2] tensor of
     # dense shapes (one slice and one cast, not one of each per feature).
     sizes = self.shapes[:, 0]
@@ -336,26 +346,34 @@ class _Joined:
       flats.append(FlatIds(
           example, position, self.ids[k], self.weights[k], batch_sizes[k],
           tf.compat.dimension_value(s.ids.shape[0])
-          if s.ids.shape.rank else None, batch_sizes_int32[k]))
+          if s.ids.shape.rank else None, batch_sizes_int32[k],
+          examples[k]))
     return flats
 
+  def _compiled_drop(self):
+    """Every feature through the compiled drop of negative ids; returns each
+    feature's int32 examples."""
+    # One op per _DROP_GROUP features: an op with n inputs and n outputs
+    # costs graph walkers that visit each input once per output (Keras'
+    # history check of a layer's inputs) n * n steps.
+    count = len(self.sources)
+    examples = [None] * count
+    for start in range(0, count, _DROP_GROUP):
+      group = list(range(start, min(start + _DROP_GROUP, count)))
+      smallest = (self.smallest if len(group) == count else
+                  self.smallest[start:start + len(group)])
+      indices, ids, weights, kept_examples = (
+          self.compiled_ops.drop_negative_ids(
+              [self.indices[k] for k in group], [self.ids[k] for k in group],
+              [self.weights[k] for k in group], smallest))
+      for k, i, v, w, e in zip(group, indices, ids, weights, kept_examples):
+        self.indices[k], self.ids[k], self.weights[k] = i, v, w
+        examples[k] = e
+    return examples
+
   def _drop_negative(self, dropping):
-    """Drops the negative ids of features `dropping` (indices); copies
-    nothing when none of them has one (one cond for all of them)."""
-    if self.compiled_ops is not None:
-      # One op per _DROP_GROUP features: an op with n inputs and n outputs
-      # costs graph walkers that visit each input once per output (Keras'
-      # history check of a layer's inputs) n * n steps.
-      for start in range(0, len(dropping), _DROP_GROUP):
-        group = dropping[start:start + _DROP_GROUP]
-        smallest = (self.smallest if len(group) == len(self.sources) else
-                    tf.gather(self.smallest, group))
-        indices, ids, weights = self.compiled_ops.drop_negative_ids(
-            [self.indices[k] for k in group], [self.ids[k] for k in group],
-            [self.weights[k] for k in group], smallest)
-        for k, i, v, w in zip(group, indices, ids, weights):
-          self.indices[k], self.ids[k], self.weights[k] = i, v, w
-      return
+    """Drops the negative ids of features `dropping` (indices) by TF ops;
+    copies nothing when none of them has one (one cond for all of them)."""
     weighted = [k for k in dropping if self.weights[k] is not None]
 
     def state():
@@ -514,7 +532,8 @@ def make_plan(flat, combiner, dimension, max_sequence_length=0, *,
   features place ids at their positions (several ids at one position are
   combined with the combiner, `sum` when None).
   """
-  example = tf.cast(flat.example, tf.int32)
+  example = (flat.example_int32 if flat.example_int32 is not None else
+             tf.cast(flat.example, tf.int32))
   batch = (flat.batch_size_int32 if flat.batch_size_int32 is not None else
            tf.cast(flat.batch_size, tf.int32))
   checks = []

@@ -169,17 +169,17 @@ def extremes(tensors):
 
 
 def drop_negative_ids(indices, ids, weights, smallest):
-  """The entries of non-negative ids, by one op for all features, which
-  passes a feature's tensors through uncopied when none of its ids is
-  negative, without reading them when `smallest` (int64 [features]: each
-  feature's smallest id, or a lower bound of it) is not negative (see
-  `flatten_many`)."""
-  kept_indices, kept_ids, kept_weights = row_updates(
+  """The entries of non-negative ids and their examples as int32, by one op
+  for all features, which passes a feature's tensors through uncopied when
+  none of its ids is negative, without reading its ids when `smallest`
+  (int64 [features]: each feature's smallest id, or a lower bound of it) is
+  not negative (see `flatten_many`)."""
+  kept_indices, kept_ids, kept_weights, kept_examples = row_updates(
   ).host_embedding_drop_negative_ids(
       indices=indices, ids=ids, weights=or_empty(weights), smallest=smallest)
   return kept_indices, kept_ids, [
       None if w is None else kept for w, kept in zip(weights, kept_weights)
-  ]
+  ], kept_examples
 
 
 def cache_dir():

@@ -271,6 +271,46 @@ bool ScaleAllFinite(float* o, int64_t n, float m, bool multiply) {
   return ScaleAllFiniteBaseline(o, n, m, multiply);
 }
 
+// out[i] = indices[i * width] as int32 for i < n: a SparseTensor's
+// examples, the combiners' segments (width 2, the usual one, known to the
+// compiler: it vectorizes the loop).
+ESTIMATOR_SPEC_INLINE void FirstColumnLoop(const int64_t* indices, int64_t n,
+                                           int64_t width, int32_t* out) {
+  if (width == 2) {
+    for (int64_t i = 0; i < n; ++i) {
+      out[i] = static_cast<int32_t>(indices[2 * i]);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      out[i] = static_cast<int32_t>(indices[i * width]);
+    }
+  }
+}
+
+void FirstColumnBaseline(const int64_t* indices, int64_t n, int64_t width,
+                         int32_t* out) {
+  FirstColumnLoop(indices, n, width, out);
+}
+
+#ifdef ESTIMATOR_SPEC_AVX2
+__attribute__((target("avx2"))) void FirstColumnAvx2(const int64_t* indices,
+                                                     int64_t n, int64_t width,
+                                                     int32_t* out) {
+  FirstColumnLoop(indices, n, width, out);
+}
+#endif
+
+void FirstColumn(const int64_t* indices, int64_t n, int64_t width,
+                 int32_t* out) {
+#ifdef ESTIMATOR_SPEC_AVX2
+  if (HasAvx2()) {
+    FirstColumnAvx2(indices, n, width, out);
+    return;
+  }
+#endif
+  FirstColumnBaseline(indices, n, width, out);
+}
+
 // Whether `variable` holds a table: initialized, a float32 matrix.
 absl::Status CheckTable(const Var* variable, const char* what) {
   const Tensor* values = const_cast<Var*>(variable)->tensor();
@@ -715,7 +755,8 @@ REGISTER_KERNEL_BUILDER(Name("HostEmbeddingExtremes").Device(DEVICE_CPU),
 // negative id passes its tensors through uncopied. smallest [F]: each
 // feature's smallest id (HostEmbeddingExtremes'), or any lower bound of it:
 // a feature whose bound is not negative passes through without its ids
-// being read again.
+// being read again. kept_examples_f: the first column of kept_indices_f (the
+// example of each kept id) as int32, the combiners' segments.
 class DropNegativeIdsOp : public OpKernel {
  public:
   explicit DropNegativeIdsOp(OpKernelConstruction* context)
@@ -735,60 +776,94 @@ class DropNegativeIdsOp : public OpKernel {
                     features, "); got shape ",
                     smallest.shape().DebugString()));
     const auto bound = smallest.flat<int64_t>();
+    std::vector<Copy> copies(features);
     for (int f = 0; f < features; ++f) {
       const int64_t n = ids[f].NumElements();
       OP_REQUIRES(context,
                   ids[f].dims() == 1 && indices[f].dims() == 2 &&
                       indices[f].dim_size(0) == n &&
+                      indices[f].dim_size(1) >= 1 &&
                       (weights[f].NumElements() == 0 ||
                        weights[f].NumElements() == n),
                   errors::InvalidArgument(
-                      "feature ", f, ": indices must be [n, k] for n ids, "
-                      "weights empty or n"));
-      const int64_t* id = ids[f].flat<int64_t>().data();
-      int64_t kept = n;
+                      "feature ", f, ": indices must be [n, k >= 1] for n "
+                      "ids, weights empty or n"));
+      Copy& copy = copies[f];
+      copy.id = ids[f].flat<int64_t>().data();
+      copy.n = n;
+      copy.kept = n;
       if (bound(f) < 0) {
-        kept = 0;
-        for (int64_t i = 0; i < n; ++i) kept += id[i] >= 0;
+        copy.kept = 0;
+        for (int64_t i = 0; i < n; ++i) copy.kept += copy.id[i] >= 0;
       }
-      if (kept == n) {
+      copy.width = indices[f].dim_size(1);
+      copy.index = indices[f].flat<int64_t>().data();
+      Tensor* out_examples = nullptr;
+      OP_REQUIRES_OK(context, context->allocate_output(
+                                  3 * features + f,
+                                  tensorflow::TensorShape({copy.kept}),
+                                  &out_examples));
+      copy.example = out_examples->flat<int32_t>().data();
+      if (copy.kept == n) {
         context->set_output(f, indices[f]);
         context->set_output(features + f, ids[f]);
         context->set_output(2 * features + f, weights[f]);
         continue;
       }
-      const int64_t width = indices[f].dim_size(1);
       const bool weighted = weights[f].NumElements() > 0;
       Tensor *out_indices = nullptr, *out_ids = nullptr,
              *out_weights = nullptr;
-      OP_REQUIRES_OK(context, context->allocate_output(
-                                  f, tensorflow::TensorShape({kept, width}),
-                                  &out_indices));
+      OP_REQUIRES_OK(context,
+                     context->allocate_output(
+                         f, tensorflow::TensorShape({copy.kept, copy.width}),
+                         &out_indices));
       OP_REQUIRES_OK(context, context->allocate_output(
                                   features + f,
-                                  tensorflow::TensorShape({kept}), &out_ids));
+                                  tensorflow::TensorShape({copy.kept}),
+                                  &out_ids));
       OP_REQUIRES_OK(context,
                      context->allocate_output(
                          2 * features + f,
-                         tensorflow::TensorShape({weighted ? kept : 0}),
+                         tensorflow::TensorShape({weighted ? copy.kept : 0}),
                          &out_weights));
-      const int64_t* in_index = indices[f].flat<int64_t>().data();
-      const float* in_weight =
-          weighted ? weights[f].flat<float>().data() : nullptr;
-      int64_t* o_index = out_indices->flat<int64_t>().data();
-      int64_t* o_id = out_ids->flat<int64_t>().data();
-      float* o_weight = weighted ? out_weights->flat<float>().data() : nullptr;
+      copy.weight = weighted ? weights[f].flat<float>().data() : nullptr;
+      copy.out_index = out_indices->flat<int64_t>().data();
+      copy.out_id = out_ids->flat<int64_t>().data();
+      copy.out_weight = weighted ? out_weights->flat<float>().data() : nullptr;
+    }
+    for (const Copy& copy : copies) copy.Run();
+  }
+
+ private:
+  // One feature's copy: its examples as int32, and its kept entries when
+  // some id is negative.
+  struct Copy {
+    const int64_t* id = nullptr;
+    const int64_t* index = nullptr;
+    const float* weight = nullptr;
+    int64_t n = 0, kept = 0, width = 0;
+    int32_t* example = nullptr;
+    int64_t* out_index = nullptr;
+    int64_t* out_id = nullptr;
+    float* out_weight = nullptr;
+
+    void Run() const {
+      if (kept == n) {
+        FirstColumn(index, n, width, example);
+        return;
+      }
       int64_t k = 0;
       for (int64_t i = 0; i < n; ++i) {
         if (id[i] < 0) continue;
-        std::memcpy(o_index + k * width, in_index + i * width,
+        std::memcpy(out_index + k * width, index + i * width,
                     width * sizeof(int64_t));
-        o_id[k] = id[i];
-        if (weighted) o_weight[k] = in_weight[i];
+        out_id[k] = id[i];
+        example[k] = static_cast<int32_t>(index[i * width]);
+        if (weight != nullptr) out_weight[k] = weight[i];
         ++k;
       }
     }
-  }
+  };
 };
 
 REGISTER_OP("HostEmbeddingDropNegativeIds")
@@ -799,6 +874,7 @@ REGISTER_OP("HostEmbeddingDropNegativeIds")
     .Output("kept_indices: F * int64")
     .Output("kept_ids: F * int64")
     .Output("kept_weights: F * float")
+    .Output("kept_examples: F * int32")
     .Attr("F: int >= 1")
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
       int features = 0;
@@ -807,6 +883,7 @@ REGISTER_OP("HostEmbeddingDropNegativeIds")
         c->set_output(f, c->Matrix(c->UnknownDim(), c->Dim(c->input(f), 1)));
         c->set_output(features + f, c->Vector(c->UnknownDim()));
         c->set_output(2 * features + f, c->Vector(c->UnknownDim()));
+        c->set_output(3 * features + f, c->Vector(c->UnknownDim()));
       }
       return absl::OkStatus();
     });
