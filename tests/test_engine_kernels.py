@@ -801,3 +801,50 @@ def test_the_baseline_copies_of_the_loops_give_the_same_numbers():
       capture_output=True, text=True, timeout=600, check=False)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
   assert "16 passed" in result.stdout, result.stdout[-2000:]
+
+
+@pytest.mark.parametrize("dtype", [tf.int32, tf.int64])
+@pytest.mark.parametrize("vocabulary,partitions,strategy", [
+    (10, 3, "div"), (10, 3, "mod"), (7, 1, "div"), (5, 5, "div"),
+    (1000, 4, "mod"), (1001, 4, "div")])
+def test_routed_ids_equal_the_tf_routing(vocabulary, partitions, strategy,
+                                         dtype):
+  """The compiled routing of a table's ids (one op) against the TF ops'
+  (`tf.unique`, the layout's rule, the partitions' stable grouping): the
+  same distinct ids in the same order, the same index, local ids and
+  sizes."""
+  from estimator_spec.config.sharding import ShardLayout
+  from estimator_spec.engine import storage
+  layout = ShardLayout(vocabulary, partitions, strategy)
+  rng = np.random.RandomState(vocabulary + partitions)
+  ids = [tf.constant(rng.randint(0, vocabulary, n), tf.int64)
+         for n in (0, 37, 5)]
+  unique, index, local_ids, sizes = kernels.route_ids(ids, layout, dtype)
+  expected_unique, expected_index = tf.unique(tf.concat(ids, axis=0))
+  partition, local = storage.route(layout, expected_unique)
+  count = layout.num_partitions
+  order = tf.concat(tf.dynamic_partition(
+      tf.range(tf.size(partition)), partition, count), axis=0)
+  np.testing.assert_array_equal(unique.numpy(),
+                                tf.gather(expected_unique, order).numpy())
+  np.testing.assert_array_equal(
+      index.numpy(),
+      tf.gather(tf.math.invert_permutation(order), expected_index).numpy())
+  pieces = tf.dynamic_partition(local, partition, count)
+  assert len(local_ids) == len(sizes) == count
+  for got, size, piece in zip(local_ids, sizes, pieces):
+    assert got.dtype == size.dtype == dtype
+    np.testing.assert_array_equal(got.numpy(), piece.numpy())
+    assert size.numpy() == piece.shape[0]
+
+
+def test_routing_refuses_ids_outside_the_table():
+  from estimator_spec.config.sharding import ShardLayout
+  layout = ShardLayout(10, 2, "div")
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"ids\[1\]: id 10 at 1 is outside \[0, 10\)"):
+    kernels.route_ids([tf.constant([1], tf.int64),
+                       tf.constant([3, 10], tf.int64)], layout, tf.int32)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"ids\[0\]: id -1 at 0 is outside \[0, 10\)"):
+    kernels.route_ids([tf.constant([-1], tf.int64)], layout, tf.int32)

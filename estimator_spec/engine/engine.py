@@ -602,17 +602,30 @@ class HostEmbeddingEngine:
                      ) -> Tuple[Any, Dict[str, Any]]:
     """(`requests.StepRequests` of a step's `parsed` features, {table:
     (distinct ids, index of each id)}): every table's distinct ids routed
-    once, one request per task holding partitions (docs/cluster.md)."""
+    once, one request per task holding partitions (docs/cluster.md); by
+    one compiled op per table where this task compiles its ops."""
+    layouts = collections.OrderedDict(
+        (name, self.model.shard_layout(name, self.num_shards))
+        for name in self.model.tables)
+    dimensions = {name: t.dimension for name, t in self.model.tables.items()}
     uniques = collections.OrderedDict()
+    if self._compiles_here:
+      dtype = requests_lib.request_dtype(layouts)
+      routed = collections.OrderedDict()
+      for name, table in self.model.tables.items():
+        unique, index, locals_, sizes = kernels.route_ids(
+            [parsed[f].flat.ids for f in table.features], layouts[name],
+            dtype)
+        uniques[name] = (unique, index)
+        routed[name] = (locals_, sizes)
+      requests = requests_lib.StepRequests(
+          layouts, dimensions, self._partition_device, routed=routed)
+      return requests, uniques
     for name, table in self.model.tables.items():
       ids = [parsed[f].flat.ids for f in table.features]
       uniques[name] = tf.unique(tf.concat(ids, axis=0))
     requests = requests_lib.StepRequests(
-        collections.OrderedDict(
-            (name, self.model.shard_layout(name, self.num_shards))
-            for name in self.model.tables),
-        {name: t.dimension for name, t in self.model.tables.items()},
-        self._partition_device,
+        layouts, dimensions, self._partition_device,
         {name: unique for name, (unique, _) in uniques.items()})
     return requests, collections.OrderedDict(
         (name, requests.in_request_order(name, unique, index))

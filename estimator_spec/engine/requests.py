@@ -40,6 +40,13 @@ def _device_scope(device: Any) -> ContextManager[Any]:
   return tf.compat.v1.device(device) if device else contextlib.nullcontext()
 
 
+def request_dtype(layouts: Mapping[str, sharding.ShardLayout]) -> Any:
+  """The type of a step's requests' ids and sizes: int32 where every
+  partition has fewer than 2**31 rows, else int64."""
+  return (tf.int32 if all(max(layout.sizes) < 2**31
+                          for layout in layouts.values()) else tf.int64)
+
+
 class StepRequests:
   """The requests of one step (see module).
 
@@ -47,26 +54,39 @@ class StepRequests:
     layouts: {table: its `ShardLayout`}, in the engine's table order.
     dimensions: {table: its dimension}.
     device_of: (table, partition) -> the device holding the partition.
-    unique_ids: {table: int64 [U] the step's distinct global ids}.
+    unique_ids: {table: int64 [U] the step's distinct global ids}, routed
+      here by TF ops; or
+    routed: {table: ([local ids of partition p], [their number])}, `dtype`
+      (`request_dtype`), of the distinct ids already grouped by partition
+      (the compiled `kernels.route_ids`): `in_request_order` then keeps the
+      order it is given.
   """
 
   def __init__(self, layouts: Mapping[str, sharding.ShardLayout],
                dimensions: Mapping[str, int],
                device_of: Callable[[str, int], Any],
-               unique_ids: Mapping[str, Any]) -> None:
+               unique_ids: Optional[Mapping[str, Any]] = None,
+               routed: Optional[Mapping[str, Tuple[List[Any], List[Any]]]]
+               = None) -> None:
+    if (unique_ids is None) == (routed is None):
+      raise ValueError("StepRequests: give one of unique_ids and routed.")
     self._dimensions = dimensions
     # The type of the requests' ids and sizes (the update reads int64).
-    self.dtype = (tf.int32 if all(max(layout.sizes) < 2**31
-                                  for layout in layouts.values())
-                  else tf.int64)
+    self.dtype = request_dtype(layouts)
     # {table: (the order of its distinct ids in the requests or None where
-    # it has one partition, [local ids of partition p], [their number])}
+    # they are in that order, [local ids of partition p], [their number])}
     self._routes: Dict[str, Tuple[Any, List[Any], List[Any]]] = (
         collections.OrderedDict())
     # device -> [(table, p)]
     self.entries: Dict[Any, List[Tuple[str, int]]] = (
         collections.OrderedDict())
     for name, layout in layouts.items():
+      if routed is not None:
+        locals_, sizes = routed[name]
+        self._routes[name] = (None, list(locals_), list(sizes))
+        for p in range(layout.num_partitions):
+          self.entries.setdefault(device_of(name, p), []).append((name, p))
+        continue
       partition, local = storage.route(layout, unique_ids[name])
       local = tf.cast(local, self.dtype)
       count = layout.num_partitions

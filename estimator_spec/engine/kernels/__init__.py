@@ -152,6 +152,19 @@ def lookup(table, ids, **inputs):
   return row_updates().host_embedding_lookup(table, ids, **inputs)
 
 
+def route_ids(ids, layout, out_type):
+  """(distinct ids, index, [local ids of partition p], [their number]): the
+  distinct ids of one table's features (`ids`, int64 vectors) grouped by
+  partition of `layout` (a `ShardLayout`), the local ids and sizes as
+  `out_type` (row_updates.cc, HostEmbeddingRouteIds)."""
+  unique_ids, index, local_ids, sizes = (
+      row_updates().host_embedding_route_ids(
+          ids, K=layout.num_partitions,
+          vocabulary_size=layout.vocabulary_size, strategy=layout.strategy,
+          out_type=out_type))
+  return unique_ids, index, list(local_ids), list(sizes)
+
+
 def id_gradients(**inputs):
   """(summed, finite): the float32 gradient sum of each distinct id and
   whether all of it is finite."""
