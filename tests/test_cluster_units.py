@@ -337,6 +337,35 @@ def test_requests_carry_int64_ids_only_for_partitions_of_2_31_rows_or_more():
     assert local.dtype == np.int64 and grads.tolist() == [[1, 2], [3, 4]]
 
 
+def test_routed_requests_carry_the_ids_the_tf_routing_gives():
+  # A training task that compiles its ops routes each table by one op
+  # (`kernels.route_ids`); the requests it builds hold the same ids, in the
+  # same order, as the TF ops' routing of the same distinct ids.
+  from estimator_spec.config.sharding import ShardLayout
+  from estimator_spec.engine import kernels
+  from estimator_spec.engine.requests import StepRequests, request_dtype
+  layouts = {"t": ShardLayout(10, 3, "div"), "u": ShardLayout(7, 2, "mod")}
+  device = lambda table, p: f"/device:CPU:{p % 2}"
+  with tf.Graph().as_default():
+    ids = {"t": tf.constant([9, 0, 4, 9, 3], tf.int64),
+           "u": tf.constant([6, 1, 2, 1], tf.int64)}
+    dtype = request_dtype(layouts)
+    routed, reference = {}, {}
+    for name, layout in layouts.items():
+      unique, _, local_ids, sizes = kernels.route_ids([ids[name]], layout,
+                                                      dtype)
+      routed[name] = (local_ids, sizes)
+      reference[name] = tf.unique(ids[name])[0]
+    ours = StepRequests(layouts, {"t": 2, "u": 2}, device, routed=routed)
+    theirs = StepRequests(layouts, {"t": 2, "u": 2}, device, reference)
+    with v1.Session() as sess:
+      for d in ("/device:CPU:0", "/device:CPU:1"):
+        a, b = sess.run([ours.ids(d), theirs.ids(d)])
+        assert a.tolist() == b.tolist()
+    with pytest.raises(ValueError, match="one of unique_ids and routed"):
+      StepRequests(layouts, {"t": 2, "u": 2}, device)
+
+
 # --- the requests of a step ------------------------------------------------------
 # TF sends one tensor per edge of the step's graph that crosses tasks (a
 # RecvTensor request each): the lookups of every table partition a ps task

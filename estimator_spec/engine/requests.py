@@ -87,6 +87,7 @@ class StepRequests:
         for p in range(layout.num_partitions):
           self.entries.setdefault(device_of(name, p), []).append((name, p))
         continue
+      assert unique_ids is not None
       partition, local = storage.route(layout, unique_ids[name])
       local = tf.cast(local, self.dtype)
       count = layout.num_partitions

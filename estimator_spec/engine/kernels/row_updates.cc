@@ -615,6 +615,46 @@ inline uint64_t MixId(uint64_t x) {
   return x;
 }
 
+// The distinct ids of several vectors of ids (feature f's: ids_of(f), a
+// (pointer, count) pair; `total` ids in all), in order of first occurrence:
+// `distinct` gets each id once, where[k] the position in it of the k-th id
+// (counting feature after feature), and on_new(id) runs when an id is met
+// for the first time. Open addressing: slot -> place in `distinct` (-1:
+// free), at most half full.
+template <typename Index, typename IdsOf, typename OnNew>
+void FindDistinct(int features, IdsOf ids_of, int64_t total, int32_t* where,
+                  std::vector<Index>* distinct, OnNew on_new) {
+  int64_t capacity = 16;
+  while (capacity < 2 * total) capacity *= 2;
+  const uint64_t mask = static_cast<uint64_t>(capacity - 1);
+  std::vector<int32_t> slots(capacity, -1);
+  distinct->clear();
+  distinct->reserve(total);
+  int64_t k = 0;
+  for (int f = 0; f < features; ++f) {
+    const std::pair<const Index*, int64_t> piece = ids_of(f);
+    const Index* id = piece.first;
+    for (int64_t i = 0; i < piece.second; ++i, ++k) {
+      uint64_t h = MixId(static_cast<uint64_t>(id[i])) & mask;
+      while (true) {
+        const int32_t place = slots[h];
+        if (place < 0) {
+          slots[h] = static_cast<int32_t>(distinct->size());
+          where[k] = slots[h];
+          distinct->push_back(id[i]);
+          on_new(id[i]);
+          break;
+        }
+        if ((*distinct)[place] == id[i]) {
+          where[k] = place;
+          break;
+        }
+        h = (h + 1) & mask;
+      }
+    }
+  }
+}
+
 // The largest and smallest value of each column of several int64 tensors
 // ([n] or [n, k], the same k for all): for feature f, largest[f] and
 // smallest[f] (k values each). A tensor without rows gives the int64
@@ -1178,38 +1218,16 @@ class LookupOp : public OpKernel {
                                 1, tensorflow::TensorShape({total}), &index));
     int32_t* where = index->flat<int32_t>().data();
     const float* w = table->flat<float>().data();
-    // Open addressing: slot -> place in `distinct` (-1: free), at most half
-    // full.
-    int64_t capacity = 16;
-    while (capacity < 2 * total) capacity *= 2;
-    const uint64_t mask = static_cast<uint64_t>(capacity - 1);
-    std::vector<int32_t> slots(capacity, -1);
     std::vector<Index> distinct;
-    distinct.reserve(total);
-    int64_t k = 0;
-    for (int f = 0; f < ids.size(); ++f) {
-      const Index* id = id_of[f];
-      const int64_t n = ids[f].NumElements();
-      for (int64_t i = 0; i < n; ++i, ++k) {
-        uint64_t h = MixId(static_cast<uint64_t>(id[i])) & mask;
-        while (true) {
-          const int32_t place = slots[h];
-          if (place < 0) {
-            slots[h] = static_cast<int32_t>(distinct.size());
-            where[k] = slots[h];
-            distinct.push_back(id[i]);
-            // Its row is read below: ask for it now.
-            PrefetchRow(w + static_cast<int64_t>(id[i]) * dim, dim);
-            break;
-          }
-          if (distinct[place] == id[i]) {
-            where[k] = place;
-            break;
-          }
-          h = (h + 1) & mask;
-        }
-      }
-    }
+    FindDistinct<Index>(
+        ids.size(),
+        [&](int f) {
+          return std::make_pair(id_of[f], ids[f].NumElements());
+        },
+        total, where, &distinct, [&](Index id) {
+          // Its row is read below: ask for it now.
+          PrefetchRow(w + static_cast<int64_t>(id) * dim, dim);
+        });
     const int64_t u = static_cast<int64_t>(distinct.size());
     Tensor *unique_ids = nullptr, *out = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(
@@ -1331,37 +1349,17 @@ class RouteIdsOp : public OpKernel {
     }
     OP_REQUIRES(context, total <= std::numeric_limits<int32_t>::max(),
                 errors::InvalidArgument("more than 2^31 - 1 ids: ", total));
-    // Distinct ids in order of first occurrence (open addressing as in
-    // LookupOp), then each one's partition and local row.
+    // Distinct ids in order of first occurrence, then each one's partition
+    // and local row.
     std::vector<int32_t> first(total);
-    int64_t capacity = 16;
-    while (capacity < 2 * total) capacity *= 2;
-    const uint64_t mask = static_cast<uint64_t>(capacity - 1);
-    std::vector<int32_t> slots(capacity, -1);
     std::vector<int64_t> distinct;
-    distinct.reserve(total);
-    int64_t k = 0;
-    for (int f = 0; f < ids.size(); ++f) {
-      const int64_t* id = ids[f].flat<int64_t>().data();
-      const int64_t n = ids[f].NumElements();
-      for (int64_t i = 0; i < n; ++i, ++k) {
-        uint64_t h = MixId(static_cast<uint64_t>(id[i])) & mask;
-        while (true) {
-          const int32_t place = slots[h];
-          if (place < 0) {
-            slots[h] = static_cast<int32_t>(distinct.size());
-            first[k] = slots[h];
-            distinct.push_back(id[i]);
-            break;
-          }
-          if (distinct[place] == id[i]) {
-            first[k] = place;
-            break;
-          }
-          h = (h + 1) & mask;
-        }
-      }
-    }
+    FindDistinct<int64_t>(
+        ids.size(),
+        [&](int f) {
+          return std::make_pair(ids[f].flat<int64_t>().data(),
+                                ids[f].NumElements());
+        },
+        total, first.data(), &distinct, [](int64_t) {});
     const int64_t u = static_cast<int64_t>(distinct.size());
     std::vector<int32_t> partition(u);
     std::vector<int64_t> local(u);
