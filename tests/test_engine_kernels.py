@@ -848,3 +848,45 @@ def test_routing_refuses_ids_outside_the_table():
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match=r"ids\[0\]: id -1 at 0 is outside \[0, 10\)"):
     kernels.route_ids([tf.constant([-1], tf.int64)], layout, tf.int32)
+
+
+def test_the_compiled_parse_of_many_features_equals_the_tf_ops():
+  """More features than one compiled drop of negative ids takes (two
+  groups), every third with negative ids, one weighted, one that refuses
+  negative ids (it has none): the compiled parse gives the TF ops' ids,
+  weights, indices and examples."""
+  from tests.ragged import sparse_value
+  from tpu_embedding_columns import lookup
+  rng = np.random.RandomState(11)
+  rows = [[list(rng.randint(-2 if f % 3 == 0 and f != 69 else 0, 40,
+                            rng.randint(0, 3))) for _ in range(5)]
+          for f in range(70)]
+  weights = [[[float(x) + 0.5 for x in row] for row in rows[4]]]
+
+  def parse(compiled_ops):
+    sources = []
+    for f, feature_rows in enumerate(rows):
+      weight = (tf.SparseTensor.from_value(sparse_value(weights[0],
+                                                        np.float32))
+                if f == 4 else None)
+      sources.append(lookup.IdSource(
+          tf.SparseTensor.from_value(sparse_value(feature_rows, np.int64)),
+          weight, 40, f"feature {f}", drop_negative=f != 69))
+    return lookup.flatten_many(sources, compiled_ops)
+
+  ours, theirs = parse(kernels), parse(None)
+  assert len(ours) == len(theirs) == 70
+  for a, b in zip(ours, theirs):
+    np.testing.assert_array_equal(a.ids.numpy(), b.ids.numpy())
+    np.testing.assert_array_equal(a.example.numpy(), b.example.numpy())
+    np.testing.assert_array_equal(a.position.numpy(), b.position.numpy())
+    np.testing.assert_array_equal(a.example_int32.numpy(),
+                                  b.example.numpy().astype(np.int32))
+    assert b.example_int32 is None
+    assert (a.weights is None) == (b.weights is None)
+    if a.weights is not None:
+      np.testing.assert_array_equal(a.weights.numpy(), b.weights.numpy())
+  # Negative ids were there, and were dropped.
+  given = sum(len(row) for feature_rows in rows for row in feature_rows)
+  assert sum(int(a.ids.shape[0]) for a in ours) < given
+  assert all((a.ids.numpy() >= 0).all() for a in ours)

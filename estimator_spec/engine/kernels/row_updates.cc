@@ -1338,13 +1338,13 @@ class RouteIdsOp : public OpKernel {
                                           ids[f].shape().DebugString()));
       const int64_t* id = ids[f].flat<int64_t>().data();
       const int64_t n = ids[f].NumElements();
-      if (!AllInRange(id, n, vocabulary_size_)) {
-        const int64_t i = FirstOutside(id, n, vocabulary_size_);
-        context->CtxFailure(errors::InvalidArgument(
-            "ids[", f, "]: id ", id[i], " at ", i, " is outside [0, ",
-            vocabulary_size_, ")"));
-        return;
-      }
+      const int64_t i = AllInRange(id, n, vocabulary_size_)
+                            ? n
+                            : FirstOutside(id, n, vocabulary_size_);
+      OP_REQUIRES(context, i == n,
+                  errors::InvalidArgument("ids[", f, "]: id ", id[i], " at ",
+                                          i, " is outside [0, ",
+                                          vocabulary_size_, ")"));
       total += n;
     }
     OP_REQUIRES(context, total <= std::numeric_limits<int32_t>::max(),
