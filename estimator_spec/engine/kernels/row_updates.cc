@@ -109,14 +109,16 @@ inline void PrefetchRows(int64_t row, int64_t dim, const float* table,
 }
 
 // The hot loops (the row updates, the combiners' sums, the per-id gradient
-// sums, the ids' range check) are compiled twice on x86-64: for the baseline instruction set and
-// for AVX2 (eight floats per instruction instead of four), and the AVX2 copy
-// runs where the CPU has it. Both compute the same IEEE float operations in
-// the same order for every element (the loops vectorize across a row's
-// columns, or compare integers, and the build allows no contraction into
-// fused multiply-adds), so the results are the same bits. The environment variable
-// HOST_EMBEDDING_KERNELS_BASELINE (set, to anything) keeps the baseline
-// copies: how the tests run them on a machine with AVX2.
+// sums and their finite check, the ids' extremes and range checks, the
+// examples' copy) are compiled twice on x86-64: for the baseline
+// instruction set and for AVX2 (eight floats per instruction instead of
+// four), and the AVX2 copy runs where the CPU has it. Both compute the same
+// IEEE float operations in the same order for every element (the loops
+// vectorize across a row's columns, or compare and copy integers, and the
+// build allows no contraction into fused multiply-adds), so the results are
+// the same bits. The environment variable HOST_EMBEDDING_KERNELS_BASELINE
+// (set, to anything) keeps the baseline copies: how the tests run them on a
+// machine with AVX2.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define ESTIMATOR_SPEC_AVX2 1
 #define ESTIMATOR_SPEC_INLINE inline __attribute__((always_inline))
@@ -186,8 +188,7 @@ void CopyRows(const float* w, int64_t dim, const Index* ids, int64_t n,
 // Whether every v[i], i < n, is in [0, bound): one pass without an early
 // exit, which the compiler vectorizes. Compared as unsigned numbers of T's
 // width, a negative value is at least 2^(bits - 1), so a bound clamped to
-// that refuses it too; the callers look for the first value outside only
-// when there is one.
+// that refuses it too.
 template <typename T>
 using UnsignedOf = typename std::make_unsigned<T>::type;
 
@@ -227,9 +228,11 @@ bool AllInRange(const T* v, int64_t n, int64_t bound) {
   return AllInRangeBaseline(v, n, limit);
 }
 
-// The first i < n with v[i] outside [0, bound), or n.
+// The first i < n with v[i] outside [0, bound), or n: the vectorized pass
+// (AllInRange), and a search for the value outside only when there is one.
 template <typename T>
 int64_t FirstOutside(const T* v, int64_t n, int64_t bound) {
+  if (AllInRange(v, n, bound)) return n;
   for (int64_t i = 0; i < n; ++i) {
     if (v[i] < 0 || v[i] >= bound) return i;
   }
@@ -329,8 +332,8 @@ absl::Status CheckTable(const Var* variable, const char* what) {
 // Whether every one of the `n` row indices is inside [0, rows).
 template <typename Index>
 absl::Status CheckIndices(const Index* ids, int64_t n, int64_t rows) {
-  if (AllInRange(ids, n, rows)) return absl::OkStatus();
   const int64_t i = FirstOutside(ids, n, rows);
+  if (i == n) return absl::OkStatus();
   return errors::InvalidArgument("row index ", ids[i], " at ", i,
                                  " is outside [0, ", rows, ")");
 }
@@ -347,8 +350,8 @@ absl::Status CheckSegments(int f, const Tensor& segments,
         "(weights may be empty)");
   }
   const int32_t* seg = segments.flat<int32_t>().data();
-  if (AllInRange(seg, n, count)) return absl::OkStatus();
   const int64_t i = FirstOutside(seg, n, count);
+  if (i == n) return absl::OkStatus();
   return errors::InvalidArgument("feature ", f, ": segment ", seg[i], " at ",
                                  i, " is outside [0, ", count, ")");
 }
@@ -816,7 +819,6 @@ class DropNegativeIdsOp : public OpKernel {
                     features, "); got shape ",
                     smallest.shape().DebugString()));
     const auto bound = smallest.flat<int64_t>();
-    std::vector<Copy> copies(features);
     for (int f = 0; f < features; ++f) {
       const int64_t n = ids[f].NumElements();
       OP_REQUIRES(context,
@@ -828,82 +830,58 @@ class DropNegativeIdsOp : public OpKernel {
                   errors::InvalidArgument(
                       "feature ", f, ": indices must be [n, k >= 1] for n "
                       "ids, weights empty or n"));
-      Copy& copy = copies[f];
-      copy.id = ids[f].flat<int64_t>().data();
-      copy.n = n;
-      copy.kept = n;
+      const int64_t* id = ids[f].flat<int64_t>().data();
+      int64_t kept = n;
       if (bound(f) < 0) {
-        copy.kept = 0;
-        for (int64_t i = 0; i < n; ++i) copy.kept += copy.id[i] >= 0;
+        kept = 0;
+        for (int64_t i = 0; i < n; ++i) kept += id[i] >= 0;
       }
-      copy.width = indices[f].dim_size(1);
-      copy.index = indices[f].flat<int64_t>().data();
+      const int64_t width = indices[f].dim_size(1);
+      const int64_t* in_index = indices[f].flat<int64_t>().data();
       Tensor* out_examples = nullptr;
       OP_REQUIRES_OK(context, context->allocate_output(
                                   3 * features + f,
-                                  tensorflow::TensorShape({copy.kept}),
+                                  tensorflow::TensorShape({kept}),
                                   &out_examples));
-      copy.example = out_examples->flat<int32_t>().data();
-      if (copy.kept == n) {
+      int32_t* example = out_examples->flat<int32_t>().data();
+      if (kept == n) {
         context->set_output(f, indices[f]);
         context->set_output(features + f, ids[f]);
         context->set_output(2 * features + f, weights[f]);
+        FirstColumn(in_index, n, width, example);
         continue;
       }
       const bool weighted = weights[f].NumElements() > 0;
       Tensor *out_indices = nullptr, *out_ids = nullptr,
              *out_weights = nullptr;
-      OP_REQUIRES_OK(context,
-                     context->allocate_output(
-                         f, tensorflow::TensorShape({copy.kept, copy.width}),
-                         &out_indices));
+      OP_REQUIRES_OK(context, context->allocate_output(
+                                  f, tensorflow::TensorShape({kept, width}),
+                                  &out_indices));
       OP_REQUIRES_OK(context, context->allocate_output(
                                   features + f,
-                                  tensorflow::TensorShape({copy.kept}),
-                                  &out_ids));
+                                  tensorflow::TensorShape({kept}), &out_ids));
       OP_REQUIRES_OK(context,
                      context->allocate_output(
                          2 * features + f,
-                         tensorflow::TensorShape({weighted ? copy.kept : 0}),
+                         tensorflow::TensorShape({weighted ? kept : 0}),
                          &out_weights));
-      copy.weight = weighted ? weights[f].flat<float>().data() : nullptr;
-      copy.out_index = out_indices->flat<int64_t>().data();
-      copy.out_id = out_ids->flat<int64_t>().data();
-      copy.out_weight = weighted ? out_weights->flat<float>().data() : nullptr;
-    }
-    for (const Copy& copy : copies) copy.Run();
-  }
-
- private:
-  // One feature's copy: its examples as int32, and its kept entries when
-  // some id is negative.
-  struct Copy {
-    const int64_t* id = nullptr;
-    const int64_t* index = nullptr;
-    const float* weight = nullptr;
-    int64_t n = 0, kept = 0, width = 0;
-    int32_t* example = nullptr;
-    int64_t* out_index = nullptr;
-    int64_t* out_id = nullptr;
-    float* out_weight = nullptr;
-
-    void Run() const {
-      if (kept == n) {
-        FirstColumn(index, n, width, example);
-        return;
-      }
+      const float* in_weight =
+          weighted ? weights[f].flat<float>().data() : nullptr;
+      int64_t* o_index = out_indices->flat<int64_t>().data();
+      int64_t* o_id = out_ids->flat<int64_t>().data();
+      float* o_weight = weighted ? out_weights->flat<float>().data() : nullptr;
       int64_t k = 0;
       for (int64_t i = 0; i < n; ++i) {
         if (id[i] < 0) continue;
-        std::memcpy(out_index + k * width, index + i * width,
+        std::memcpy(o_index + k * width, in_index + i * width,
                     width * sizeof(int64_t));
-        out_id[k] = id[i];
-        example[k] = static_cast<int32_t>(index[i * width]);
-        if (weight != nullptr) out_weight[k] = weight[i];
+        o_id[k] = id[i];
+        example[k] = static_cast<int32_t>(in_index[i * width]);
+        if (weighted) o_weight[k] = in_weight[i];
         ++k;
       }
     }
-  };
+  }
 };
 
 REGISTER_OP("HostEmbeddingDropNegativeIds")
@@ -1338,9 +1316,7 @@ class RouteIdsOp : public OpKernel {
                                           ids[f].shape().DebugString()));
       const int64_t* id = ids[f].flat<int64_t>().data();
       const int64_t n = ids[f].NumElements();
-      const int64_t i = AllInRange(id, n, vocabulary_size_)
-                            ? n
-                            : FirstOutside(id, n, vocabulary_size_);
+      const int64_t i = FirstOutside(id, n, vocabulary_size_);
       OP_REQUIRES(context, i == n,
                   errors::InvalidArgument("ids[", f, "]: id ", id[i], " at ",
                                           i, " is outside [0, ",
@@ -1596,9 +1572,7 @@ class IdGradientsOp : public OpKernel {
                   errors::InvalidArgument("index has ", index.dim_size(0),
                                           " entries; the features have more "
                                           "ids"));
-      const int64_t outside = AllInRange(idx + total, n, n_out)
-                                  ? n
-                                  : FirstOutside(idx + total, n, n_out);
+      const int64_t outside = FirstOutside(idx + total, n, n_out);
       OP_REQUIRES(context, outside == n,
                   errors::InvalidArgument("feature ", f, ": index ",
                                           idx[total + outside], " at ",
