@@ -19,14 +19,29 @@ Model: `--tables` features (default 8), each its own table of `--vocab` x
 (u^3 * vocab), sum combiner, Adagrad 0.05 on tables (ours: the spec's;
 TF: the model's) and an MLP (64, 1) trained by Adagrad.
 
+Every training task trains in the measured window: each one, after its
+second step (its first ones build and optimize its graphs), waits until all
+of them have made two steps, and only then does the chief start counting.
+On both sides a worker waiting for the chief's initialization looks again
+every second (TF's `SessionManager` waits 30 s by default, so a worker
+of TF's side would join after the few seconds a run takes, and the chief
+would train alone). A run in which some task made no step between the
+marks is reported as failed.
+
 Per run the chief records, after `--warmup` steps and at the end, the time,
 the global step and the loopback interface's transmitted bytes
 (/proc/net/dev, `lo`: every byte between the processes of the cluster; run
-the bench on an otherwise idle machine). Reported:
+the bench on an otherwise idle machine). `--warmup` and `--steps` count
+steps of each task: a synchronous global step is one step of every task;
+in asynchronous training (`async`, `tf`) each task step advances the
+global step, so the marks are at W times those numbers and every side
+trains the same examples between them. Reported:
 
 * examples/s = examples trained between the two marks / seconds (sync: the
   global batch per global step; otherwise a task step's batch per global
   step, as each task step advances the global step once);
+* task steps: the fewest and the most steps a training task made between
+  the marks (in a synchronous run each task makes every step);
 * bytes per global step, measured, against the lower bound: per task step,
   the distinct rows of each table its batch touches x dim x 4 bytes, there
   and back (rows looked up, row gradients sent), plus the dense model's
@@ -114,6 +129,7 @@ def task_main(args):
   quiet.silence_deprecation_notices()
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   import estimator_spec as es  # pylint: disable=import-outside-toplevel
+  from estimator_spec.tf_patches import session_recovery  # pylint: disable=import-outside-toplevel
   import tpu_embedding_columns as tec  # pylint: disable=import-outside-toplevel
 
   tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.WARN)
@@ -191,13 +207,22 @@ def task_main(args):
 
   is_chief = config["task"]["type"] == "chief"
   marks, traces = [], []
-  hook = _marks_hook(args, is_chief, marks, traces)
+  window = _window(args, tasks)
+  name = f"{config['task']['type']}_{config['task']['index']}"
+  hook = _marks_hook(args, is_chief, marks, traces, window,
+                     _Barrier(args.model_dir, name, tasks, args.timeout))
 
-  tf.compat.v1.estimator.train_and_evaluate(
-      estimator,
-      tf.compat.v1.estimator.TrainSpec(input_fn, max_steps=args.steps,
-                                       hooks=[hook]),
-      tf.compat.v1.estimator.EvalSpec(input_fn, steps=1))
+  # Both sides' workers look for the chief's initialization every second
+  # (ours does this itself on a cluster; TF's Estimator waits 30 s).
+  with session_recovery.recovery_wait(1):
+    tf.compat.v1.estimator.train_and_evaluate(
+        estimator,
+        tf.compat.v1.estimator.TrainSpec(input_fn, max_steps=window[1],
+                                         hooks=[hook]),
+        tf.compat.v1.estimator.EvalSpec(input_fn, steps=1))
+  with open(os.path.join(args.model_dir, f"steps_in_window.{name}"),
+            "w") as f:
+    f.write(str(hook.in_window))
   if is_chief and len(marks) == 2:
     with open(args.out, "w") as f:
       json.dump({"marks": marks}, f)
@@ -206,10 +231,48 @@ def task_main(args):
       json.dump(traces, f)
 
 
-def _marks_hook(args, is_chief, marks, traces):
+def _window(args, tasks):
+  """(first, last) global step of the measured window: `--warmup` and
+  `--steps` steps of each task (W times that in asynchronous training,
+  where every task step is a global step)."""
+  per_task = 1 if args.side == "sync" else tasks
+  return args.warmup * per_task, args.steps * per_task
+
+
+class _Barrier:
+  """Every training task of the run waits in `wait()` until all `tasks` of
+  them have called it (a file per task in `<model_dir>/started`), for at
+  most `timeout` seconds."""
+
+  def __init__(self, model_dir, name, tasks, timeout):
+    self._dir = os.path.join(model_dir, "started")
+    self._name, self._tasks, self._timeout = name, tasks, timeout
+
+  def wait(self):
+    os.makedirs(self._dir, exist_ok=True)
+    with open(os.path.join(self._dir, self._name), "w"):
+      pass
+    deadline = time.monotonic() + self._timeout
+    while len(os.listdir(self._dir)) < self._tasks:
+      if time.monotonic() > deadline:
+        raise RuntimeError(
+            f"cluster bench: {self._name} waited {self._timeout} s for the "
+            f"other training tasks' first steps ({os.listdir(self._dir)}).")
+      time.sleep(0.01)
+
+
+# A task's steps before the barrier: the first ones build and optimize the
+# step's graphs.
+_STEPS_BEFORE_BARRIER = 2
+
+
+def _marks_hook(args, is_chief, marks, traces, window, barrier):
   """The hook that appends to `marks` (time, global step, loopback bytes)
-  after the warmup and at the end; with `--trace`, on the chief, the traces
-  of `--trace-steps` steps after the warmup to `traces` (`_step_ops`)."""
+  on the chief, at the `window`'s first and last global step; waits at
+  `barrier` after the task's `_STEPS_BEFORE_BARRIER` steps, before which
+  no mark is taken; counts the task's own steps in the window
+  (`in_window`); with `--trace`, on the chief, the traces of
+  `--trace-steps` steps after the first mark to `traces` (`_step_ops`)."""
   import tensorflow as tf
 
   class Marks(tf.estimator.SessionRunHook):
@@ -217,6 +280,8 @@ def _marks_hook(args, is_chief, marks, traces):
     def begin(self):
       self._step = tf.compat.v1.train.get_global_step()
       self._tracing = False
+      self._own_steps = 0
+      self.in_window = 0
 
     def before_run(self, run_context):
       del run_context
@@ -231,11 +296,20 @@ def _marks_hook(args, is_chief, marks, traces):
     def after_run(self, run_context, run_values):
       if self._tracing:
         traces.append(_step_ops(run_values.run_metadata.step_stats))
+      self._own_steps += 1
+      if self._own_steps == _STEPS_BEFORE_BARRIER:
+        barrier.wait()
+      if self._own_steps < _STEPS_BEFORE_BARRIER:
+        return
       step = run_context.session.run(self._step)
-      if not marks and step >= args.warmup:
+      if window[0] < step <= window[1]:
+        self.in_window += 1
+      if not is_chief:
+        return
+      if not marks and step >= window[0]:
         marks.append((time.time(), int(step), _lo_bytes(),
                       _cluster_cpu_seconds(args.model_dir)))
-      if step >= args.steps and len(marks) == 1:
+      if step >= window[1] and len(marks) == 1:
         marks.append((time.time(), int(step), _lo_bytes(),
                       _cluster_cpu_seconds(args.model_dir)))
 
@@ -332,16 +406,27 @@ def run_side(args, side, tasks, workdir):
                     workers=tasks - 1, ps=2, timeout=args.timeout,
                     program="bench.cluster_bench") as cluster:
     cluster.start_all(lambda task: argv)
-    code = cluster.wait("chief:0")
-    if code != 0 or not os.path.exists(out):
+    training = ["chief:0"] + [f"worker:{i}" for i in range(tasks - 1)]
+    codes = [cluster.wait(task) for task in training]
+    if any(codes) or not os.path.exists(out):
       print(cluster.log_tails(first="chief:0"), file=sys.stderr)
       return None
+  in_window = []
+  for task in training:
+    with open(os.path.join(model_dir, "steps_in_window." +
+                           task.replace(":", "_"))) as f:
+      in_window.append(int(f.read()))
+  if min(in_window) == 0:
+    print(f"{side} at {tasks} tasks: a task made no step between the marks "
+          f"(steps per task {in_window})", file=sys.stderr)
+    return None
   (t0, s0, b0, c0), (t1, s1, b1, c1) = json.load(open(out))["marks"]
   task_batch = args.batch // tasks
   per_step = args.batch if side == "sync" else task_batch
   return {"examples_per_s": (s1 - s0) * per_step / (t1 - t0),
           "bytes_per_step": (b1 - b0) / max(1, s1 - s0),
-          "cpu_us_per_example": (c1 - c0) * 1e6 / ((s1 - s0) * per_step)}
+          "cpu_us_per_example": (c1 - c0) * 1e6 / ((s1 - s0) * per_step),
+          "task_steps": (min(in_window), max(in_window))}
 
 
 def main():
@@ -373,7 +458,8 @@ def main():
         f"{args.steps}")
   print(f"{'tasks':>5} {'side':>6} {'examples/s':>11} {'vs tf':>6} "
         f"{'KB/step':>9} {'bound KB':>9} {'(emb+dense)':>14} {'ratio':>6} "
-        f"{'requests out/in/ps-ps':>22} {'cpu us/ex':>9}")
+        f"{'requests out/in/ps-ps':>22} {'cpu us/ex':>9} "
+        f"{'task steps':>10}")
   with tempfile.TemporaryDirectory() as workdir:
     for tasks in args.tasks:
       results = {}
@@ -396,7 +482,8 @@ def main():
               f"{f'{embedding / 1024:.0f}+{dense / 1024:.0f}':>14} "
               f"{result['bytes_per_step'] / bound:>6.2f} "
               f"{'/'.join(map(str, _requests(side, tasks, args))):>22} "
-              f"{result['cpu_us_per_example']:>9.1f}", flush=True)
+              f"{result['cpu_us_per_example']:>9.1f} "
+              f"{'%d-%d' % result['task_steps']:>10}", flush=True)
 
 
 if __name__ == "__main__":
