@@ -890,3 +890,44 @@ def test_the_compiled_parse_of_many_features_equals_the_tf_ops():
   given = sum(len(row) for feature_rows in rows for row in feature_rows)
   assert sum(int(a.ids.shape[0]) for a in ours) < given
   assert all((a.ids.numpy() >= 0).all() for a in ours)
+
+
+def test_a_features_example_and_position_are_split_when_first_read():
+  """In a graph, the parse splits a feature's indices into example and
+  position only when they are read (a compiled lookup without positions
+  reads neither): then in the scope the parse ran in, without the reader's
+  control dependencies, and equal to the indices' columns."""
+  from tests.ragged import sparse_value
+  from tpu_embedding_columns import lookup
+  rows = [[[1, 2], [], [3]], [[0], [4, 4, 5], []]]
+  graph = tf.Graph()
+  with graph.as_default(), tf.name_scope("parse"):
+    sources = [
+        lookup.IdSource(
+            tf.SparseTensor.from_value(sparse_value(r, np.int64)), None, 8,
+            f"feature {f}") for f, r in enumerate(rows)]
+    flats = lookup.flatten_many(sources, kernels)
+  splits = lambda: [op for op in graph.get_operations()
+                    if op.type == "Unpack" and op.inputs[0].shape.rank == 2
+                    and op.inputs[0].shape[1] == 2]
+  assert not splits()
+  with graph.as_default(), tf.name_scope("reader"):
+    gate = tf.no_op()
+    with tf.control_dependencies([gate]):
+      columns = [(flat.example, flat.position) for flat in flats]
+  assert len(splits()) == 2
+  for op in splits():
+    assert op.name.startswith("parse/"), op.name
+    assert not op.control_inputs
+  # A second read gives the same tensors.
+  assert all(flat.example is pair[0] and flat.position is pair[1]
+             for flat, pair in zip(flats, columns))
+  with tf.compat.v1.Session(graph=graph) as session:
+    got = session.run(columns)
+  expected = [([0, 0, 2], [0, 1, 0]), ([0, 1, 1, 1], [0, 0, 1, 2])]
+  for (example, position), (want_example, want_position) in zip(got,
+                                                                 expected):
+    np.testing.assert_array_equal(example, want_example)
+    np.testing.assert_array_equal(position, want_position)
+  with pytest.raises(ValueError, match="`indices` instead of both"):
+    lookup.FlatIds(None, None, flats[0].ids, None, flats[0].batch_size)

@@ -87,19 +87,62 @@ class FlatIds:
   batch_size: scalar int64 tensor; batch_size_int32: the same as int32 (the
   segments' type) when made with the others, else None; example_int32:
   `example` as int32 when made with the others, else None.
+
+  Given `indices` ([N, 2]: example, position) instead of `example` and
+  `position`, those two are split from it when first read (a lookup that
+  has `example_int32` and no positions never reads them: one op less per
+  feature in the graph).
   """
 
   def __init__(self, example, position, ids, weights, batch_size,
                static_batch_size=None, batch_size_int32=None,
-               example_int32=None):
-    self.example = example
-    self.position = position
+               example_int32=None, indices=None):
+    if (indices is None) == (example is None or position is None):
+      raise ValueError("FlatIds: give `example` and `position`, or "
+                       "`indices` instead of both.")
+    self._columns = (example, position)
+    self._split = None if indices is None else _deferred_split(indices)
     self.ids = ids
     self.weights = weights
     self.batch_size = batch_size
     self.static_batch_size = static_batch_size
     self.batch_size_int32 = batch_size_int32
     self.example_int32 = example_int32
+
+  @property
+  def example(self):
+    return self._read_columns()[0]
+
+  @property
+  def position(self):
+    return self._read_columns()[1]
+
+  def _read_columns(self):
+    if self._split is not None:
+      self._columns, self._split = self._split(), None
+    return self._columns
+
+
+def _deferred_split(indices):
+  """A function that returns `indices`' two columns (one Unpack), built the
+  first time it is called as it would have been here and now: in this name
+  scope, on the device of `indices`, outside any control dependencies.
+  Eagerly, or inside a control-flow context (where an op must be made in
+  its own context), the split is made at once."""
+  graph = getattr(indices, "graph", None)
+  if (tf.executing_eagerly() or graph is None or
+      graph._get_control_flow_context() is not None):
+    columns = tf.unstack(indices, num=2, axis=1)
+    return lambda: columns
+  scope = graph.get_name_scope()
+
+  def split():
+    with graph.as_default(), graph.name_scope(scope + "/" if scope else ""), \
+        tf.control_dependencies(None), \
+        graph.colocate_with(indices.op, ignore_existing=True):
+      return tf.unstack(indices, num=2, axis=1)
+
+  return split
 
 
 class IdSource:
@@ -342,12 +385,11 @@ class _Joined:
     batch_sizes_int32 = tf.unstack(tf.cast(sizes, tf.int32), num=count)
     flats = []
     for k, s in enumerate(self.sources):
-      example, position = tf.unstack(self.indices[k], num=2, axis=1)
       flats.append(FlatIds(
-          example, position, self.ids[k], self.weights[k], batch_sizes[k],
+          None, None, self.ids[k], self.weights[k], batch_sizes[k],
           tf.compat.dimension_value(s.ids.shape[0])
           if s.ids.shape.rank else None, batch_sizes_int32[k],
-          examples[k]))
+          examples[k], indices=self.indices[k]))
     return flats
 
   def _compiled_drop(self):
