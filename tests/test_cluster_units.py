@@ -506,3 +506,55 @@ def test_without_a_cluster_the_session_config_is_estimators(tmp_path,
   estimator = _estimator(tmp_path)
   assert estimator.config.session_config == _estimators_own(tmp_path)
   assert not list(estimator.config.session_config.device_filters)
+
+
+def test_the_step_watch_reports_a_waiting_step_from_one_thread():
+  """The synchronous step's watch: one thread per session (not one per
+  step) reports a step that runs past `report_after_secs` (naming the
+  tasks that have not sent it) and again after as long, stops once the
+  step ends, and ends with the session."""
+  import threading
+  import time
+  import types
+  from estimator_spec.estimator import sync
+  graph = tf.Graph()
+  with graph.as_default():
+    v1.train.create_global_step()
+    table = tf.raw_ops.MutableHashTableV2(key_dtype=tf.int64,
+                                          value_dtype=tf.int64)
+    sent = tf.raw_ops.LookupTableInsertV2(
+        table_handle=table, keys=tf.constant([0], tf.int64),
+        values=tf.constant([0], tf.int64))
+    cluster = types.SimpleNamespace(
+        num_training_tasks=2,
+        training_task_name=lambda index: ["chief", "worker 0"][index])
+    options = types.SimpleNamespace(report_after_secs=0.2,
+                                    step_timeout_secs=60)
+    reports = []
+    hook = sync.SyncWatchHook(cluster, options, table, reports)
+    watchers = lambda: [t for t in threading.enumerate()
+                        if t.name == "synchronous_step_watch"]
+    with v1.Session(graph=graph) as session:
+      session.run([v1.global_variables_initializer(), sent])
+      before = len(watchers())
+      hook.after_create_session(session, None)
+      for _ in range(50):  # quick steps: nothing to report
+        hook.before_run(None)
+        hook.after_run(None, None)
+      assert not reports
+      assert len(watchers()) == before + 1
+      hook.before_run(None)  # a step that waits
+      time.sleep(0.75)
+      assert len(reports) >= 2, reports
+      assert reports[0] == (0, ["worker 0 (nothing sent yet)"])
+      hook.after_run(None, None)
+      time.sleep(0.1)
+      count = len(reports)
+      time.sleep(0.5)
+      assert len(reports) == count
+      hook.end(session)
+      for _ in range(100):
+        if len(watchers()) == before:
+          break
+        time.sleep(0.01)
+      assert len(watchers()) == before

@@ -565,59 +565,86 @@ class SyncWatchHook(tf.estimator.SessionRunHook):
         table_handle=contributions, Tkeys=tf.int64, Tvalues=tf.int64)
     self._global_step = tf.compat.v1.train.get_global_step()
     self._session = None
-    self._timer = None
-    self._lock = threading.Lock()
+    # One watcher thread per session, woken by each step: starting a thread
+    # per step costs more than 100 us and waits for the new thread to be
+    # scheduled, on every task's step.
+    self._condition = threading.Condition()
+    self._deadline = None  # when the running step is next reported, or None
+    self._started = None   # when the running step started
+    self._closed = True
+    self._watcher = None
 
   def after_create_session(self, session, coord):
     del coord
-    self._session = session
+    with self._condition:
+      self._session = session
+      self._closed = False
+      if self._watcher is None or not self._watcher.is_alive():
+        self._watcher = threading.Thread(
+            target=self._watch, name="synchronous_step_watch", daemon=True)
+        self._watcher.start()
 
   def before_run(self, run_context):
     del run_context
-    self._cancel()
-    self._started = time.monotonic()
-    self._schedule()
+    with self._condition:
+      self._started = time.monotonic()
+      self._deadline = self._started + self._options.report_after_secs
+      self._condition.notify()
     options = tf.compat.v1.RunOptions(
         timeout_in_ms=int(self._options.step_timeout_secs * 1000))
     return tf.estimator.SessionRunArgs(None, options=options)
 
   def after_run(self, run_context, run_values):
     del run_context, run_values
-    self._cancel()
+    with self._condition:
+      self._deadline = None
 
   def end(self, session):
     del session
-    self._cancel()
+    with self._condition:
+      self._deadline = None
+      self._closed = True
+      self._condition.notify()
 
-  def _schedule(self):
-    timer = threading.Timer(self._options.report_after_secs, self._report)
-    timer.daemon = True
-    with self._lock:
-      self._timer = timer
-    timer.start()
+  def _watch(self):
+    """The watcher thread: reports a step that runs past its deadline, then
+    again every `report_after_secs` while it still runs."""
+    with self._condition:
+      while not self._closed:
+        if self._deadline is None:
+          self._condition.wait()
+          continue
+        remaining = self._deadline - time.monotonic()
+        if remaining > 0:
+          self._condition.wait(remaining)
+          continue
+        self._deadline += self._options.report_after_secs
+        started, session = self._started, self._session
+        self._condition.release()
+        try:
+          reported = self._report(started, session)
+        finally:
+          self._condition.acquire()
+        if not reported and self._started == started:
+          self._deadline = None  # The step ended: report it no more.
 
-  def _cancel(self):
-    with self._lock:
-      timer, self._timer = self._timer, None
-    if timer is not None:
-      timer.cancel()
-
-  def _report(self):
-    with self._lock:
-      if self._timer is None:
-        return
+  def _report(self, started, session):
+    """Logs which tasks the running step waits for; False when that cannot
+    be read."""
+    # Whatever the read raises, the watcher must live on: the step ended
+    # (or the session closed) meanwhile.
     try:
-      step, names = self.waiting_for(self._session)
-    except Exception:  # pylint: disable=broad-except
-      return  # The step ended (or the session closed) meanwhile.
+      step, names = self.waiting_for(session)
+    except Exception:
+      return False
     self._reports.append((step, names))
-    waited = time.monotonic() - self._started
+    waited = time.monotonic() - started
     tf.compat.v1.logging.warning(
         "Synchronous step %d has waited %.0f s for gradients from: %s "
         "(the step fails after %.0f s: ClusterTraining(step_timeout_secs)).",
         step, waited, ", ".join(names) or "none (the chief is applying it)",
         self._options.step_timeout_secs)
-    self._schedule()
+    return True
 
   def waiting_for(self, session):
     """(step, [names of training tasks that have not sent it])."""
