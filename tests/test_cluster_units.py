@@ -512,7 +512,7 @@ def test_the_step_watch_reports_a_waiting_step_from_one_thread():
   """The synchronous step's watch: one thread per session (not one per
   step) reports a step that runs past `report_after_secs` (naming the
   tasks that have not sent it) and again after as long, stops once the
-  step ends, and ends with the session."""
+  step ends, and ends with the session (or when the session is gone)."""
   import threading
   import time
   import types
@@ -558,3 +558,18 @@ def test_the_step_watch_reports_a_waiting_step_from_one_thread():
           break
         time.sleep(0.01)
       assert len(watchers()) == before
+    # A step that fails does not end the hook; once its session is closed,
+    # the report cannot be read and the watcher ends too.
+    session = v1.Session(graph=graph)
+    session.run(sent)
+    hook.after_create_session(session, None)
+    assert len(watchers()) == before + 1
+    hook.before_run(None)
+    session.close()
+    count = len(reports)
+    for _ in range(100):
+      if len(watchers()) == before:
+        break
+      time.sleep(0.02)
+    assert len(watchers()) == before
+    assert len(reports) == count

@@ -608,7 +608,8 @@ class SyncWatchHook(tf.estimator.SessionRunHook):
 
   def _watch(self):
     """The watcher thread: reports a step that runs past its deadline, then
-    again every `report_after_secs` while it still runs."""
+    again every `report_after_secs` while it still runs; ends with the
+    session, or when a report cannot be read."""
     with self._condition:
       while not self._closed:
         if self._deadline is None:
@@ -625,14 +626,18 @@ class SyncWatchHook(tf.estimator.SessionRunHook):
           reported = self._report(started, session)
         finally:
           self._condition.acquire()
-        if not reported and self._started == started:
-          self._deadline = None  # The step ended: report it no more.
+        if not reported:
+          # The step's state cannot be read: its session is most likely
+          # gone (a failed step does not end the hook), and with it this
+          # thread; a new session starts another.
+          self._deadline = None
+          return
 
   def _report(self, started, session):
     """Logs which tasks the running step waits for; False when that cannot
     be read."""
-    # Whatever the read raises, the watcher must live on: the step ended
-    # (or the session closed) meanwhile.
+    # Whatever the read raises means it cannot be read: the step ended or
+    # the session closed meanwhile.
     try:
       step, names = self.waiting_for(session)
     except Exception:
