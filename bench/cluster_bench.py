@@ -129,7 +129,7 @@ def task_main(args):
   quiet.silence_deprecation_notices()
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   import estimator_spec as es  # pylint: disable=import-outside-toplevel
-  from estimator_spec.tf_patches import session_recovery  # pylint: disable=import-outside-toplevel
+  from estimator_spec.estimator import cluster as cluster_lib
   import tpu_embedding_columns as tec  # pylint: disable=import-outside-toplevel
 
   tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.WARN)
@@ -212,9 +212,9 @@ def task_main(args):
   hook = _marks_hook(args, is_chief, marks, traces, window,
                      _Barrier(args.model_dir, name, tasks, args.timeout))
 
-  # Both sides' workers look for the chief's initialization every second
-  # (ours does this itself on a cluster; TF's Estimator waits 30 s).
-  with session_recovery.recovery_wait(1):
+  # Both sides' workers look for the chief's initialization as often as
+  # ours do on a cluster (every second; TF's Estimator waits 30 s).
+  with cluster_lib.prompt_session_recovery():
     tf.compat.v1.estimator.train_and_evaluate(
         estimator,
         tf.compat.v1.estimator.TrainSpec(input_fn, max_steps=window[1],
@@ -249,16 +249,13 @@ class _Barrier:
     self._name, self._tasks, self._timeout = name, tasks, timeout
 
   def wait(self):
+    from tests.cluster_harness import poll
     os.makedirs(self._dir, exist_ok=True)
     with open(os.path.join(self._dir, self._name), "w"):
       pass
-    deadline = time.monotonic() + self._timeout
-    while len(os.listdir(self._dir)) < self._tasks:
-      if time.monotonic() > deadline:
-        raise RuntimeError(
-            f"cluster bench: {self._name} waited {self._timeout} s for the "
-            f"other training tasks' first steps ({os.listdir(self._dir)}).")
-      time.sleep(0.01)
+    poll(lambda: len(os.listdir(self._dir)) >= self._tasks, self._timeout,
+         f"the other training tasks' first steps ({self._name})",
+         lambda: f" (arrived: {os.listdir(self._dir)})", interval=0.01)
 
 
 # A task's steps before the barrier: the first ones build and optimize the
