@@ -8,6 +8,7 @@ Runs in both environments (TF 2.15 and current TensorFlow): each builds
 its own library.
 """
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -28,7 +29,8 @@ v1 = tf.compat.v1
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNEL_OPS = {"HostEmbeddingAdagradRows", "HostEmbeddingSgdRows",
               "HostEmbeddingGatherRows", "HostEmbeddingLookup",
-              "HostEmbeddingIdGradients",
+              "HostEmbeddingIdGradients", "HostEmbeddingCheckAll",
+              "HostEmbeddingCheckIds",
               "HostEmbeddingCombine", "HostEmbeddingDropNegativeIds",
               "HostEmbeddingExtremes"}
 
@@ -317,6 +319,83 @@ def test_gated_gradients_are_read_before_the_gate_with_the_same_numbers(
   needed = v1.graph_util.extract_sub_graph(graph.as_graph_def(),
                                            [op.name for op in sums])
   assert not {op.name for op in gates} & {node.name for node in needed.node}
+
+
+def test_one_op_checks_every_tables_sums_before_the_first_update():
+  """The step's gate on the per-id sums is one compiled op: it names every
+  table whose sums are not finite (in table order), and nothing is written.
+  The updates' constant inputs do not wait for it: the first update starts
+  when the check ends."""
+  config = es.EmbeddingConfig(steps.spec_of(OPTIMIZERS["adagrad"]()),
+                              batch_size=steps.BATCH)
+  with tf.Graph().as_default() as graph:
+    engine = HostEmbeddingEngine(config)
+    ph = {k: v1.sparse_placeholder(tf.int64, [None, None]) for k in "fgh"}
+    grad_ph = {k: v1.placeholder(tf.float32, [None, 2 if k == "h" else
+                                              steps.DIM]) for k in "fgh"}
+    train = engine.apply_gradients(engine.lookup(ph), grad_ph,
+                                   tf.constant(0, tf.int64))
+    (check,) = [op for op in graph.get_operations()
+                if op.type == "HostEmbeddingCheckAll"]
+    assert [t.op.type for t in check.inputs] == ["HostEmbeddingIdGradients"] * 2
+    updates = [op for op in graph.get_operations()
+               if op.type == "HostEmbeddingAdagradRows"]
+    assert len(updates) == 2
+    for update in updates:
+      constants = [t.op for t in update.inputs if t.op.type == "Const"]
+      assert constants and not any(c.control_inputs for c in constants)
+      # The check is among what the update waits for.
+      needed = v1.graph_util.extract_sub_graph(graph.as_graph_def(),
+                                               [update.name])
+      assert check.name in {node.name for node in needed.node}
+    with v1.Session() as sess:
+      sess.run(v1.global_variables_initializer())
+      steps.set_initial_tables(engine, sess.run)
+      before = steps.state(engine, sess.run)
+      feed = {ph[k]: sparse_value(steps.BATCHES[0][k], np.int64)
+              for k in "fgh"}
+      assert list(engine.model.tables) == ["s", "t"]
+      for bad, named in ((("h",), ["'h' (table 's')"]),
+                         (("g", "h"), ["'h' (table 's')",
+                                       "'f', 'g' (table 't')"])):
+        grads = steps.activation_grads(0)
+        for feature in bad:
+          grads[feature][:, 0] = np.nan
+        feed.update({grad_ph[k]: v for k, v in grads.items()})
+        with pytest.raises(tf.errors.InvalidArgumentError) as info:
+          sess.run(train, feed)
+        lines = info.value.message.splitlines()
+        assert [line for line in lines if "is not finite" in line] == [
+            f"Gradient of features {n} is not finite; no table was updated."
+            for n in named]
+        after = steps.state(engine, sess.run)
+        for key in before:
+          np.testing.assert_array_equal(after[key], before[key], err_msg=key)
+      feed.update({grad_ph[k]: v
+                   for k, v in steps.activation_grads(0).items()})
+      sess.run(train, feed)
+      assert not np.array_equal(steps.state(engine, sess.run)["t"],
+                                before["t"])
+
+
+def test_the_check_of_many_flags_names_each_false_one_in_order():
+  ops = kernels.row_updates()
+  flags = [tf.constant(v) for v in (True, False, True, False)]
+  messages = ["m-one", "m-two", "m-three", "m-four"]
+  with pytest.raises(tf.errors.InvalidArgumentError) as info:
+    ops.host_embedding_check_all(ok=flags, messages=messages)
+  assert "m-two\nm-four" in info.value.message
+  assert "m-one" not in info.value.message
+  assert "m-three" not in info.value.message
+  ops.host_embedding_check_all(ok=flags[:1] + flags[2:3],
+                               messages=["m-one", "m-three"])
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="ok has 2 flags for 1 messages"):
+    ops.host_embedding_check_all(ok=flags[:2], messages=["m-one"])
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"ok\[0\] must be a scalar"):
+    ops.host_embedding_check_all(ok=[tf.constant([True, True])],
+                                 messages=["m-one"])
 
 
 def test_optimizers_without_a_kernel_keep_the_graph_ops(monkeypatch):
@@ -790,7 +869,8 @@ def test_the_baseline_copies_of_the_loops_give_the_same_numbers():
   CPU without AVX2 runs) must give the same bits: the concatenated and
   gated runs above (updates, combiners, per-id sums, each compared exactly
   with TF ops), the ids' extremes, the sums' finite check and the range
-  checks' refusals, again with the baseline forced."""
+  checks' refusals (and the compiled input check's), again with the
+  baseline forced."""
   result = subprocess.run(
       [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
        os.path.join("tests", "test_engine_kernels.py"), "-k",
@@ -800,7 +880,7 @@ def test_the_baseline_copies_of_the_loops_give_the_same_numbers():
                          HOST_EMBEDDING_KERNELS_BASELINE="1"),
       capture_output=True, text=True, timeout=600, check=False)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-  assert "17 passed" in result.stdout, result.stdout[-2000:]
+  assert "18 passed" in result.stdout, result.stdout[-2000:]
 
 
 @pytest.mark.parametrize("dtype", [tf.int32, tf.int64])
@@ -890,6 +970,90 @@ def test_the_compiled_parse_of_many_features_equals_the_tf_ops():
   given = sum(len(row) for feature_rows in rows for row in feature_rows)
   assert sum(int(a.ids.shape[0]) for a in ours) < given
   assert all((a.ids.numpy() >= 0).all() for a in ours)
+
+
+def _failed_check(compiled_ops, rows, shapes=None):
+  """What the parse of features `rows` (vocabulary 10; the second refuses
+  negative ids; `shapes`: dense shapes to give, by feature) fails with:
+  the report after 'assertion failed: ', quotes unescaped."""
+  from tests.ragged import sparse_value
+  from tpu_embedding_columns import lookup
+  sources = []
+  for f, feature_rows in enumerate(rows):
+    value = sparse_value(feature_rows, np.int64)
+    if shapes and shapes.get(f):
+      value = v1.SparseTensorValue(value.indices, value.values,
+                                   np.array(shapes[f], np.int64))
+    sources.append(lookup.IdSource(tf.SparseTensor.from_value(value), None,
+                                   10, f"feature {f}", drop_negative=f != 1))
+  with pytest.raises(tf.errors.InvalidArgumentError) as info:
+    lookup.flatten_many(sources, compiled_ops)
+  message = info.value.message.replace("\\'", "'")
+  return re.search(r"assertion failed: (.*?)(?: \[Op:|\n|$)",
+                   message).group(1)
+
+
+@pytest.mark.parametrize("case", ["range", "negative", "structure", "both"])
+def test_the_compiled_input_check_reports_as_the_asserts_do(case):
+  """The one compiled check of every feature's indices and ids fails where
+  the TF ops' two Asserts fail, with their report: the features at fault,
+  then their dense shapes and largest indices, or their smallest and
+  largest ids; a bad index is reported before a bad id."""
+  rows = [[[1, 2], [3]], [[4], [5, 6]], [[7], []]]
+  shapes = None
+  if case in ("range", "both"):
+    rows[0][1], rows[2][0] = [10], [12, 1]
+  if case == "negative":
+    rows[1][0] = [-1, 2]
+  if case in ("structure", "both"):
+    shapes = {0: [1, 2], 2: [2, 0]}
+  report = _failed_check(kernels, rows, shapes)
+  assert report == _failed_check(None, rows, shapes)
+  if case == "range":
+    assert report.startswith("[feature 0: id out of range [0, 10)")
+    assert "feature 1" not in report and "feature 2: id out of" in report
+    assert report.endswith("[1 1] [10 12]")
+  elif case == "negative":
+    assert report.startswith("[feature 1: id out of range [0, 10) (negative "
+                             "ids are refused")
+    assert report.endswith("[-1] [6]")
+  else:
+    assert "feature 0: SparseTensor indices are out of bounds" in report
+    assert "feature 2: SparseTensor indices are out of bounds" in report
+    largest = "[[1 1][0 0]]" if case == "structure" else "[[1 1][0 1]]"
+    assert report.endswith("[[1 2][2 0]] " + largest)
+  # In a graph: that one op, and no Assert.
+  from tests.ragged import sparse_value
+  from tpu_embedding_columns import lookup
+  with tf.Graph().as_default() as graph:
+    lookup.flatten_many([
+        lookup.IdSource(tf.SparseTensor.from_value(sparse_value(r, np.int64)),
+                        None, 10, f"feature {f}") for f, r in enumerate(rows)
+    ], kernels)
+  types = [op.type for op in graph.get_operations()]
+  assert types.count("HostEmbeddingCheckIds") == 1 and "Assert" not in types
+
+
+def test_the_compiled_input_check_refuses_mismatched_inputs():
+  ops = kernels.row_updates()
+  pair = tf.zeros([2, 2], tf.int64)
+  one = tf.zeros([2], tf.int64)
+  attrs = dict(vocabulary=[3, 3], refuse_negative=[True, False],
+               structure_messages=["s0", "s1"], range_messages=["r0", "r1"])
+  ops.host_embedding_check_ids(pair, pair, pair + 1, one, one, **attrs)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"index extremes and shapes must be \[2, 2\]"):
+    ops.host_embedding_check_ids(pair, pair, tf.zeros([3, 2], tf.int64),
+                                 one, one, **attrs)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="id extremes must have 2 values"):
+    ops.host_embedding_check_ids(pair, pair, pair + 1, one, tf.zeros([1],
+                                                                 tf.int64),
+                                 **attrs)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="one entry per feature"):
+    ops.host_embedding_check_ids(pair, pair, pair + 1, one, one,
+                                 **dict(attrs, range_messages=["r0"]))
 
 
 def test_a_features_example_and_position_are_split_when_first_read():

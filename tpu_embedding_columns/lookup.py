@@ -224,7 +224,12 @@ def flatten_many(sources, compiled_ops=None):
       (features that keep negative ids have none by then: the range check
       refuses them); by default a cond over the features that drop negative
       ids, which copies nothing when no id is negative, and a cast per
-      feature.
+      feature;
+    * `check_ids(index_extremes, shapes, id_extremes, vocabulary,
+      refuse_negative, structure_messages, range_messages)`: one op for
+      both Asserts below (each feature's index extremes, dense shape, id
+      extremes, vocabulary size, whether negative ids are refused, and its
+      message of each check), reporting as they do.
 
   Per feature: ids at positions >= `max_positions` are dropped first (they
   are never looked up, so they are never checked); negative ids are then
@@ -260,6 +265,9 @@ class _Joined:
   def __init__(self, sources, compiled_ops=None):
     self.sources = list(sources)
     self.compiled_ops = compiled_ops
+    # The indices' (largest, smallest) [features, 2] by the compiled
+    # extremes, for the compiled check (`structure_checks`).
+    self.index_extremes = None
     if not self.sources:
       raise ValueError("flatten_many: no features given.")
     pairs = [s.example_and_position() for s in self.sources]
@@ -273,24 +281,22 @@ class _Joined:
 
   def structure_checks(self):
     """Every index inside its feature's dense_shape (one Assert for all
-    features); weights at the ids' positions (per weighted feature)."""
+    features; with compiled ops, `range_check`'s op compares it first);
+    weights at the ids' positions (per weighted feature)."""
     # Reduced first, then compared: cheaper than comparing every index.
     # A feature without ids reduces to the dtype's extremes and passes.
+    checks = []
     if self.compiled_ops is not None:
-      largest, smallest = self.compiled_ops.extremes(self.indices)
+      # Compared by the compiled check of `range_check`, before the ids.
+      self.index_extremes = self.compiled_ops.extremes(self.indices)
     else:
       largest = tf.stack([tf.reduce_max(t, axis=0) for t in self.indices])
       smallest = tf.stack([tf.reduce_min(t, axis=0) for t in self.indices])
-    ok = tf.reduce_all(tf.logical_and(tf.less(largest, self.shapes),
-                                      tf.greater_equal(smallest, 0)), axis=1)
-    checks = [
-        check_each(ok, [
-            f"{s.where}: SparseTensor indices are out of bounds of its "
-            "dense_shape (an id would land in another example or "
-            "position); make dense_shape cover every index. dense_shape "
-            "and the largest example and position:" for s in self.sources
-        ], [self.shapes, largest])
-    ]
+      ok = tf.reduce_all(tf.logical_and(tf.less(largest, self.shapes),
+                                        tf.greater_equal(smallest, 0)),
+                         axis=1)
+      checks.append(check_each(ok, self._structure_messages(),
+                               [self.shapes, largest]))
     for s in self.sources:
       if s.weights is None:
         continue
@@ -308,6 +314,14 @@ class _Joined:
               "exactly the ids' positions.")
       ]
     return checks
+
+  def _structure_messages(self):
+    return [
+        f"{s.where}: SparseTensor indices are out of bounds of its "
+        "dense_shape (an id would land in another example or "
+        "position); make dense_shape cover every index. dense_shape "
+        "and the largest example and position:" for s in self.sources
+    ]
 
   def _keep(self, k, keep):
     """Keeps feature k's ids (and their indices and weights) where the bool
@@ -338,15 +352,11 @@ class _Joined:
   def range_check(self, largest, smallest):
     """One Assert: every id in [0, vocabulary) (below the vocabulary, for
     features that drop negative ids), from `id_extremes`: the batch's
-    smallest and largest id per feature are compared, not every id."""
+    smallest and largest id per feature are compared, not every id. With
+    compiled ops, one op that checks the indices (`structure_checks`) and
+    then this."""
     self.smallest = smallest
-    ok = tf.less(largest, tf.constant(
-        [s.vocabulary_size for s in self.sources], tf.int64))
     refuse = [not s.drop_negative for s in self.sources]
-    if any(refuse):
-      ok = tf.logical_and(ok, tf.logical_or(
-          tf.greater_equal(self.smallest, 0),
-          tf.logical_not(tf.constant(refuse))))
     messages = []
     for s in self.sources:
       message = f"id out of range [0, {s.vocabulary_size})"
@@ -355,6 +365,18 @@ class _Joined:
                     "use_safe_embedding_lookup=False)")
       messages.append(f"{s.where}: {message}; smallest and largest id of "
                       "the batch:")
+    if self.compiled_ops is not None:
+      # The structure check of every feature, then this one: one op.
+      return self.compiled_ops.check_ids(
+          self.index_extremes, self.shapes, (largest, smallest),
+          [s.vocabulary_size for s in self.sources], refuse,
+          self._structure_messages(), messages)
+    ok = tf.less(largest, tf.constant(
+        [s.vocabulary_size for s in self.sources], tf.int64))
+    if any(refuse):
+      ok = tf.logical_and(ok, tf.logical_or(
+          tf.greater_equal(self.smallest, 0),
+          tf.logical_not(tf.constant(refuse))))
     return check_each(ok, messages, [self.smallest, largest])
 
   def flat_ids(self, checks):

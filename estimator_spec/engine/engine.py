@@ -782,7 +782,11 @@ class HostEmbeddingEngine:
     if finite:
       # One Assert for all tables, naming each table at fault.
       with tf.control_dependencies(scalar_checks):
-        checks.append(column_lookup.check_each(tf.stack(finite), messages))
+        if self._compiles_here:
+          # One op between the last sum and the first update.
+          checks.append(kernels.check_all(finite, messages))
+        else:
+          checks.append(column_lookup.check_each(tf.stack(finite), messages))
     ids = collections.OrderedDict(
         (name, lookup.unique_ids) for name, lookup in result.tables.items())
     return StepGradients(ids, accumulated, rates, column_lookup.gate(checks),

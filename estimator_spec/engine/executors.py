@@ -59,6 +59,17 @@ class Target:
   lock_name: Optional[str] = None
 
 
+def _float32(value: Any) -> Any:
+  """`value` as a float32 tensor. A Python number becomes a constant free of
+  the enclosing control dependencies: the update waits for the step's
+  checks itself, and a constant that waited too would run between the
+  checks and the first update of every step."""
+  if isinstance(value, (int, float)):
+    with tf.control_dependencies(None):
+      return tf.constant(value, tf.float32)
+  return tf.cast(value, tf.float32)
+
+
 def _compiled(pipeline: Pipeline, target: Target, ids: Any, grads: Any,
               lr: Any, rows: Any) -> Any:
   del rows  # Read in place by the kernel.
@@ -70,7 +81,7 @@ def _compiled(pipeline: Pipeline, target: Target, ids: Any, grads: Any,
       "grad_lo": pipeline.gradient_min, "grad_hi": pipeline.gradient_max,
       "factor": 0.0 if factor is None else factor,
       "weight_lo": pipeline.weight_min, "weight_hi": pipeline.weight_max}
-  scalars = {k: tf.cast(v, tf.float32) for k, v in scalars.items()}
+  scalars = {k: _float32(v) for k, v in scalars.items()}
   return tf.group(*[
       kernels.row_update(
           pipeline.compiled, table.partitions[p].handle,

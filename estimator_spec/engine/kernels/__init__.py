@@ -113,7 +113,10 @@ def or_empty(tensors):
   are told that a feature has no weights (or a combiner no scale)."""
   if all(t is not None for t in tensors):
     return list(tensors)
-  empty = tf.zeros([0], tf.float32)
+  # Free of the enclosing control dependencies: an op given it waits for
+  # what it waits for itself, not for this constant's dependencies.
+  with tf.control_dependencies(None):
+    empty = tf.zeros([0], tf.float32)
   return [empty if t is None else t for t in tensors]
 
 
@@ -171,6 +174,12 @@ def id_gradients(**inputs):
   return row_updates().host_embedding_id_gradients(**inputs)
 
 
+def check_all(ok, messages):
+  """One op that fails the step with InvalidArgument, naming `messages[i]`
+  for each false `ok[i]` (bool scalars), when any is false."""
+  return row_updates().host_embedding_check_all(ok=ok, messages=messages)
+
+
 # The compiled ops that `tpu_embedding_columns.lookup.flatten_many` takes
 # (`compiled_ops`): this module gives them.
 
@@ -179,6 +188,17 @@ def extremes(tensors):
   """Each int64 tensor's largest and smallest values per column, by one op
   for all of them (see `flatten_many`)."""
   return row_updates().host_embedding_extremes(tensors)
+
+
+def check_ids(index_extremes, shapes, id_extremes, vocabulary,
+              refuse_negative, structure_messages, range_messages):
+  """One op for the input checks of every feature (see `flatten_many`):
+  fails when an index lies outside its feature's dense shape, else when an
+  id is outside its feature's range."""
+  return row_updates().host_embedding_check_ids(
+      *index_extremes, shapes, *id_extremes, vocabulary=vocabulary,
+      refuse_negative=refuse_negative,
+      structure_messages=structure_messages, range_messages=range_messages)
 
 
 def drop_negative_ids(indices, ids, weights, smallest):

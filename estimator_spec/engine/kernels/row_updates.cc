@@ -8,6 +8,8 @@
 //                             combiners of its features, in one op;
 //   HostEmbeddingCombine      the combiners of a table gathered by partition;
 //   HostEmbeddingIdGradients  the per-id gradient sums of one table;
+//   HostEmbeddingCheckIds     the input checks of every feature's ids;
+//   HostEmbeddingCheckAll     the step's gate on every table's sums (finite);
 //   HostEmbedding*Rows        in-place optimizer updates of the touched rows.
 //
 // One update op per optimizer rule. Each runs docs/numerics.md, 'The backward
@@ -1648,6 +1650,182 @@ REGISTER_OP("HostEmbeddingIdGradients")
 
 REGISTER_KERNEL_BUILDER(Name("HostEmbeddingIdGradients").Device(DEVICE_CPU),
                         IdGradientsOp);
+
+// The step's gate on several boolean scalars (one per table): fails with
+// InvalidArgument, naming messages[i] for every false ok[i] in order, when
+// any is false. One op where an Assert would need its flags stacked and
+// its failing messages gathered on every step.
+class CheckAllOp : public OpKernel {
+ public:
+  explicit CheckAllOp(OpKernelConstruction* context) : OpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("messages", &messages_));
+  }
+
+  bool IsExpensive() override { return false; }
+
+  void Compute(OpKernelContext* context) override {
+    tensorflow::OpInputList ok;
+    OP_REQUIRES_OK(context, context->input_list("ok", &ok));
+    OP_REQUIRES(context, static_cast<size_t>(ok.size()) == messages_.size(),
+                errors::InvalidArgument("ok has ", ok.size(),
+                                        " flags for ", messages_.size(),
+                                        " messages"));
+    std::string failing;
+    for (int i = 0; i < ok.size(); ++i) {
+      OP_REQUIRES(context, ok[i].NumElements() == 1,
+                  errors::InvalidArgument("ok[", i, "] must be a scalar"));
+      if (ok[i].flat<bool>()(0)) continue;
+      if (!failing.empty()) failing += "\n";
+      failing += messages_[i];
+    }
+    OP_REQUIRES(context, failing.empty(), errors::InvalidArgument(failing));
+  }
+
+ private:
+  std::vector<std::string> messages_;
+};
+
+REGISTER_OP("HostEmbeddingCheckAll")
+    .Input("ok: N * bool")
+    .Attr("N: int >= 1")
+    .Attr("messages: list(string)")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs);
+
+REGISTER_KERNEL_BUILDER(Name("HostEmbeddingCheckAll").Device(DEVICE_CPU),
+                        CheckAllOp);
+
+// The values of `rows` as the Assert op prints a vector ([1 2]) or a matrix
+// of `width` columns ([[1 2][3 4]]), rows in the order given.
+std::string Printed(const int64_t* values, const std::vector<int>& rows,
+                    int width, bool matrix) {
+  std::string out = "[";
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (matrix) out += "[";
+    for (int c = 0; c < width; ++c) {
+      if (c > 0 || (!matrix && r > 0)) out += " ";
+      out += std::to_string(values[rows[r] * width + c]);
+    }
+    if (matrix) out += "]";
+  }
+  return out + "]";
+}
+
+// The input checks of F features from their extremes (HostEmbeddingExtremes'
+// of the indices [F, 2] and of the ids [F]), in one op, as the two Asserts
+// of the TF-op path report them (docs/numerics.md, 'Checks before any
+// write'):
+//   1. every index inside its feature's dense shape (shapes [F, 2]);
+//   2. every id below its feature's vocabulary size and, where
+//      refuse_negative[f], not negative.
+// The first check that fails names every feature at fault (its message),
+// then their dense shapes and largest indices (1) or their smallest and
+// largest ids (2).
+class CheckIdsOp : public OpKernel {
+ public:
+  explicit CheckIdsOp(OpKernelConstruction* context) : OpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("vocabulary", &vocabulary_));
+    OP_REQUIRES_OK(context,
+                   context->GetAttr("refuse_negative", &refuse_negative_));
+    OP_REQUIRES_OK(context, context->GetAttr("structure_messages",
+                                             &structure_messages_));
+    OP_REQUIRES_OK(context,
+                   context->GetAttr("range_messages", &range_messages_));
+    const size_t features = vocabulary_.size();
+    OP_REQUIRES(context,
+                refuse_negative_.size() == features &&
+                    structure_messages_.size() == features &&
+                    range_messages_.size() == features,
+                errors::InvalidArgument(
+                    "vocabulary, refuse_negative, structure_messages and "
+                    "range_messages must have one entry per feature"));
+  }
+
+  bool IsExpensive() override { return false; }
+
+  void Compute(OpKernelContext* context) override {
+    const int64_t features = static_cast<int64_t>(vocabulary_.size());
+    const Tensor& index_largest = context->input(0);
+    const Tensor& index_smallest = context->input(1);
+    const Tensor& shapes = context->input(2);
+    const Tensor& id_largest = context->input(3);
+    const Tensor& id_smallest = context->input(4);
+    for (const Tensor* t : {&index_largest, &index_smallest, &shapes}) {
+      OP_REQUIRES(context,
+                  t->dims() == 2 && t->dim_size(0) == features &&
+                      t->dim_size(1) == 2,
+                  errors::InvalidArgument(
+                      "index extremes and shapes must be [", features,
+                      ", 2]; got shape ", t->shape().DebugString()));
+    }
+    for (const Tensor* t : {&id_largest, &id_smallest}) {
+      OP_REQUIRES(context, t->NumElements() == features,
+                  errors::InvalidArgument(
+                      "id extremes must have ", features,
+                      " values; got shape ", t->shape().DebugString()));
+    }
+    const int64_t* hi = index_largest.flat<int64_t>().data();
+    const int64_t* lo = index_smallest.flat<int64_t>().data();
+    const int64_t* shape = shapes.flat<int64_t>().data();
+    std::vector<int> failing;
+    for (int f = 0; f < features; ++f) {
+      bool ok = true;
+      for (int c = 0; c < 2; ++c) {
+        ok = ok && hi[2 * f + c] < shape[2 * f + c] && lo[2 * f + c] >= 0;
+      }
+      if (!ok) failing.push_back(f);
+    }
+    OP_REQUIRES(context, failing.empty(),
+                errors::InvalidArgument(
+                    Named(structure_messages_, failing), " ",
+                    Printed(shape, failing, 2, true), " ",
+                    Printed(hi, failing, 2, true)));
+    const int64_t* id_hi = id_largest.flat<int64_t>().data();
+    const int64_t* id_lo = id_smallest.flat<int64_t>().data();
+    for (int f = 0; f < features; ++f) {
+      if (id_hi[f] >= vocabulary_[f] ||
+          (refuse_negative_[f] && id_lo[f] < 0)) {
+        failing.push_back(f);
+      }
+    }
+    OP_REQUIRES(context, failing.empty(),
+                errors::InvalidArgument(
+                    Named(range_messages_, failing), " ",
+                    Printed(id_lo, failing, 1, false), " ",
+                    Printed(id_hi, failing, 1, false)));
+  }
+
+ private:
+  static std::string Named(const std::vector<std::string>& messages,
+                           const std::vector<int>& failing) {
+    std::string out = "assertion failed: [";
+    for (size_t i = 0; i < failing.size(); ++i) {
+      if (i > 0) out += " ";
+      out += messages[failing[i]];
+    }
+    return out + "]";
+  }
+
+  std::vector<int64_t> vocabulary_;
+  std::vector<bool> refuse_negative_;
+  std::vector<std::string> structure_messages_, range_messages_;
+};
+
+REGISTER_OP("HostEmbeddingCheckIds")
+    .Input("index_largest: int64")
+    .Input("index_smallest: int64")
+    .Input("shapes: int64")
+    .Input("id_largest: int64")
+    .Input("id_smallest: int64")
+    .Attr("vocabulary: list(int)")
+    .Attr("refuse_negative: list(bool)")
+    .Attr("structure_messages: list(string)")
+    .Attr("range_messages: list(string)")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs);
+
+REGISTER_KERNEL_BUILDER(Name("HostEmbeddingCheckIds").Device(DEVICE_CPU),
+                        CheckIdsOp);
 
 #define ESTIMATOR_SPEC_ROW_UPDATE_OP(NAME, SLOT_INPUTS)                      \
   REGISTER_OP(NAME)                                                          \
