@@ -23,8 +23,8 @@ label), and each op to a group:
   and the sparse-id handling of the DenseFeatures layer), `emb backward`
   (their `gradients/...`), `emb apply` (the optimizer's sparse update of a
   table).
-* both: `emb checks` also holds every Assert and CheckNumerics op and every
-  op that serves checks only (all its consumers are checks: a condition,
+* both: `emb checks` also holds every Assert and CheckNumerics op (and the
+  engine's compiled checks) and every op that serves checks only (all its consumers are checks: a condition,
   the reductions it compares, a message), wherever it was built; `input`
   (the iterator's ops and the DeserializeSparse of its SparseTensors;
   tf.data's own work runs on its threads, outside the step's trace: only
@@ -97,7 +97,8 @@ SMALL_US = 10  # "small" ops: self time under this (us)
 # Ops every step runs first, whatever they feed (constants, variable
 # handles): a phase's window leaves them out.
 BOOKKEEPING_TYPES = ("Const", "VarHandleOp", "NoOp")
-CHECK_TYPES = ("Assert", "CheckNumerics")
+CHECK_TYPES = ("Assert", "CheckNumerics", "HostEmbeddingCheckIds",
+               "HostEmbeddingCheckAll")
 # DeserializeSparse: the SparseTensors of IteratorGetNext's output.
 INPUT_TYPES = ("IteratorGetNext", "IteratorV2", "MakeIterator",
                "DeserializeSparse",
@@ -205,7 +206,7 @@ _LABEL_TYPE = re.compile(r"=\s*([A-Za-z0-9_]+)\(")
 
 
 def check_only_ops(operations):
-  """Names of the ops that serve checks only: Assert and CheckNumerics, and
+  """Names of the ops that serve checks only: those of CHECK_TYPES, and
   ops all of whose consumers (data and control) serve checks only (a
   check's condition, its message, the reductions it compares)."""
   names = set()

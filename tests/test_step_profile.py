@@ -69,13 +69,15 @@ def test_ours_groups_the_engine_ops_by_the_call_that_built_them(ours):
   writes = {"HostEmbeddingAdagradRows", "ResourceScatterUpdate"} & _types_in(
       ours, sp.EMB_APPLY)
   assert writes
-  # The checks, with the conditions they compute (ids in range, finite
-  # gradients: the compiled per-id sums say whether they are finite, TF
-  # ops ask IsFinite where the kernels are off).
+  # The checks: one compiled op for the inputs and one for the per-id sums
+  # (which say whether they are finite), or where the kernels are off,
+  # Asserts with the conditions they compute (ids in range, IsFinite).
   checks = _types_in(ours, sp.EMB_CHECKS)
-  assert {"Assert", "Less"} <= checks
-  finite = {"IsFinite"} & checks
-  assert finite or "HostEmbeddingIdGradients" in sums
+  if "HostEmbeddingIdGradients" in sums:
+    finite = {"HostEmbeddingCheckIds", "HostEmbeddingCheckAll"}
+  else:
+    finite = {"Assert", "Less", "IsFinite"}
+  assert finite <= checks
   assert "IteratorGetNext" in _types_in(ours, sp.INPUT)
   assert "ResourceApplyAdagrad" in _types_in(ours, sp.DENSE_OPTIMIZER)
   # Each op type of the engine's phases sits in one group only.
