@@ -24,8 +24,9 @@ label), and each op to a group:
   (their `gradients/...`), `emb apply` (the optimizer's sparse update of a
   table).
 * both: `emb checks` also holds every Assert and CheckNumerics op (and the
-  engine's compiled checks) and every op that serves checks only (all its consumers are checks: a condition,
-  the reductions it compares, a message), wherever it was built; `input`
+  engine's compiled checks) and every op that serves checks only (all its
+  consumers are checks: a condition, the reductions it compares, a
+  message), wherever it was built; `input`
   (the iterator's ops and the DeserializeSparse of its SparseTensors;
   tf.data's own work runs on its threads, outside the step's trace: only
   the wait in IteratorGetNext shows), `dense backward` (`gradients/...`),

@@ -16,6 +16,7 @@ All compute the same float32 operations in the same order, so they leave
 the same tables bit for bit.
 """
 import dataclasses
+import numbers
 from typing import Any, Callable, Mapping, Optional, Tuple
 
 import tensorflow as tf
@@ -64,7 +65,7 @@ def _float32(value: Any) -> Any:
   the enclosing control dependencies: the update waits for the step's
   checks itself, and a constant that waited too would run between the
   checks and the first update of every step."""
-  if isinstance(value, (int, float)):
+  if isinstance(value, numbers.Real):
     with tf.control_dependencies(None):
       return tf.constant(value, tf.float32)
   return tf.cast(value, tf.float32)
