@@ -61,13 +61,9 @@ class Target:
 
 
 def _float32(value: Any) -> Any:
-  """`value` as a float32 tensor. A Python number becomes a constant free of
-  the enclosing control dependencies: the update waits for the step's
-  checks itself, and a constant that waited too would run between the
-  checks and the first update of every step."""
+  """`value` as a float32 tensor; a number as `kernels.free_constant`."""
   if isinstance(value, numbers.Real):
-    with tf.control_dependencies(None):
-      return tf.constant(value, tf.float32)
+    return kernels.free_constant(value)
   return tf.cast(value, tf.float32)
 
 

@@ -113,11 +113,17 @@ def or_empty(tensors):
   are told that a feature has no weights (or a combiner no scale)."""
   if all(t is not None for t in tensors):
     return list(tensors)
-  # Free of the enclosing control dependencies: an op given it waits for
-  # what it waits for itself, not for this constant's dependencies.
-  with tf.control_dependencies(None):
-    empty = tf.zeros([0], tf.float32)
+  empty = free_constant([])
   return [empty if t is None else t for t in tensors]
+
+
+def free_constant(value):
+  """`value` as a float32 constant free of the enclosing control
+  dependencies: the kernel given it waits for what it waits for itself
+  (a step's checks, for an update), and a constant that waited too would
+  run, one node after another, between those checks and the kernel."""
+  with tf.control_dependencies(None):
+    return tf.constant(value, tf.float32)
 
 
 # Every op of row_updates.cc has its wrapper here; callers check first that

@@ -1651,6 +1651,18 @@ REGISTER_OP("HostEmbeddingIdGradients")
 REGISTER_KERNEL_BUILDER(Name("HostEmbeddingIdGradients").Device(DEVICE_CPU),
                         IdGradientsOp);
 
+// messages[i] for each i of `selected`, in order, with `separator` between.
+std::string Joined(const std::vector<std::string>& messages,
+                   const std::vector<int>& selected,
+                   const std::string& separator) {
+  std::string out;
+  for (size_t i = 0; i < selected.size(); ++i) {
+    if (i > 0) out += separator;
+    out += messages[selected[i]];
+  }
+  return out;
+}
+
 // The step's gate on several boolean scalars (one per table): fails with
 // InvalidArgument, naming messages[i] for every false ok[i] in order, when
 // any is false. One op where an Assert would need its flags stacked and
@@ -1670,15 +1682,14 @@ class CheckAllOp : public OpKernel {
                 errors::InvalidArgument("ok has ", ok.size(),
                                         " flags for ", messages_.size(),
                                         " messages"));
-    std::string failing;
+    std::vector<int> failing;
     for (int i = 0; i < ok.size(); ++i) {
       OP_REQUIRES(context, ok[i].NumElements() == 1,
                   errors::InvalidArgument("ok[", i, "] must be a scalar"));
-      if (ok[i].flat<bool>()(0)) continue;
-      if (!failing.empty()) failing += "\n";
-      failing += messages_[i];
+      if (!ok[i].flat<bool>()(0)) failing.push_back(i);
     }
-    OP_REQUIRES(context, failing.empty(), errors::InvalidArgument(failing));
+    OP_REQUIRES(context, failing.empty(),
+                errors::InvalidArgument(Joined(messages_, failing, "\n")));
   }
 
  private:
@@ -1798,12 +1809,7 @@ class CheckIdsOp : public OpKernel {
  private:
   static std::string Named(const std::vector<std::string>& messages,
                            const std::vector<int>& failing) {
-    std::string out = "assertion failed: [";
-    for (size_t i = 0; i < failing.size(); ++i) {
-      if (i > 0) out += " ";
-      out += messages[failing[i]];
-    }
-    return out + "]";
+    return "assertion failed: [" + Joined(messages, failing, " ") + "]";
   }
 
   std::vector<int64_t> vocabulary_;
