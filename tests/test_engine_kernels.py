@@ -1034,6 +1034,73 @@ def test_the_compiled_input_check_reports_as_the_asserts_do(case):
   assert types.count("HostEmbeddingCheckIds") == 1 and "Assert" not in types
 
 
+def _upstream(tensors):
+  """Every op that `tensors` (or ops) wait for, through data and control
+  inputs."""
+  pending = [getattr(t, "op", t) for t in tensors]
+  seen = set()
+  while pending:
+    op = pending.pop()
+    if op in seen:
+      continue
+    seen.add(op)
+    pending += [t.op for t in op.inputs] + list(op.control_inputs)
+  return seen
+
+
+def test_the_compiled_drop_runs_beside_the_check_of_the_ids():
+  """The compiled drop of negative ids waits for the weights' Asserts but
+  not for the check of every feature's indices and ids (it reads only the
+  ids' smallest values), so it runs while that check's reductions do; all
+  it gives waits for that check. The reports stay the checks': a bad id,
+  or weights that do not match their ids, fail the step with the check's
+  message, never the drop's."""
+  from tests.ragged import sparse_value
+  from tpu_embedding_columns import lookup
+  with tf.Graph().as_default() as graph:
+    ids = [v1.sparse_placeholder(tf.int64, [None, None]) for _ in range(2)]
+    weights = v1.sparse_placeholder(tf.float32, [None, None])
+    flats = lookup.flatten_many([
+        lookup.IdSource(ids[0], weights, 10, "feature 0"),
+        lookup.IdSource(ids[1], None, 10, "feature 1", drop_negative=False)
+    ], kernels)
+    ops = graph.get_operations()
+    check, = [op for op in ops if op.type == "HostEmbeddingCheckIds"]
+    drop, = [op for op in ops if op.type == "HostEmbeddingDropNegativeIds"]
+    asserts = [op for op in ops if op.type == "Assert"]
+    assert len(asserts) == 2  # the weights' count and positions
+    before_drop = _upstream([drop])
+    assert check not in before_drop and set(asserts) <= before_drop
+    given = [t for f in flats for t in (f.ids, f.weights, f.example_int32)
+             if t is not None]
+    assert len(given) == 5
+    for tensor in given:
+      assert check in _upstream([tensor]), tensor
+    assert flats[1].weights is None
+    fetch = given
+
+    def feed(first, second, first_weights=None):
+      value = sparse_value(first, np.int64)
+      weight_value = sparse_value(first_weights or first, np.float32)
+      return {ids[0]: value, ids[1]: sparse_value(second, np.int64),
+              weights: weight_value}
+
+    with v1.Session() as sess:
+      got = sess.run(fetch, feed([[1, -2], [3]], [[4], [], [5, 6]]))
+      np.testing.assert_array_equal(got[0], [1, 3])
+      np.testing.assert_array_equal(got[1], [1.0, 3.0])
+      np.testing.assert_array_equal(got[2], [0, 1])
+      np.testing.assert_array_equal(got[3], [4, 5, 6])
+      np.testing.assert_array_equal(got[4], [0, 2, 2])
+      with pytest.raises(tf.errors.InvalidArgumentError,
+                         match=r"feature 1: id out of range \[0, 10\) "
+                         r"\(negative ids are refused"):
+        sess.run(fetch, feed([[1], [3]], [[-4]]))
+      with pytest.raises(tf.errors.InvalidArgumentError,
+                         match="feature 0: weights do not match the ids"):
+        sess.run(fetch, feed([[1, 2], [3]], [[4]], [[1.0], [3.0]]))
+
+
 def test_the_compiled_input_check_refuses_mismatched_inputs():
   ops = kernels.row_updates()
   pair = tf.zeros([2, 2], tf.int64)

@@ -242,6 +242,7 @@ def flatten_many(sources, compiled_ops=None):
   """
   joined = _Joined(sources, compiled_ops)
   checks = joined.structure_checks()
+  weight_checks = list(checks)
   joined.truncate()
   # The ids' extremes (reads only) are computed alongside the structure
   # checks; the range Assert waits for them, so that a structure error is
@@ -249,7 +250,7 @@ def flatten_many(sources, compiled_ops=None):
   extremes = joined.id_extremes()
   with tf.control_dependencies(checks):
     checks.append(joined.range_check(*extremes))
-  return joined.flat_ids(checks)
+  return joined.flat_ids(checks, weight_checks)
 
 
 # Features per compiled drop of negative ids (see `_Joined._drop_negative`).
@@ -379,16 +380,19 @@ class _Joined:
           tf.logical_not(tf.constant(refuse))))
     return check_each(ok, messages, [self.smallest, largest])
 
-  def flat_ids(self, checks):
+  def flat_ids(self, checks, weight_checks):
     """The `FlatIds` of every source, in order: the ids and weights pass
-    through `checks`; negative ids are dropped where the source says so."""
+    through `checks`; negative ids are dropped where the source says so.
+    `weight_checks`: those of `checks` that the compiled drop waits for
+    (its own checks of the weights' count would report first otherwise)."""
     examples = [None] * len(self.sources)
     if self.compiled_ops is not None:
-      # The compiled drop, made under the checks, passes them on to what it
-      # gives, for every feature: one that keeps negative ids has none once
-      # the range check passed.
-      with tf.control_dependencies(checks):
-        examples = self._compiled_drop()
+      # The compiled drop reads only the ids' smallest values: it runs
+      # while the indices are reduced and checked, and what it gives passes
+      # through the checks (`_compiled_drop`), for every feature: one that
+      # keeps negative ids has none once the range check passed.
+      with tf.control_dependencies(weight_checks):
+        examples = self._compiled_drop(checks)
     else:
       dropping = [k for k, s in enumerate(self.sources)
                   if s.drop_negative and not s.ids_non_negative]
@@ -414,8 +418,9 @@ class _Joined:
           examples[k], indices=self.indices[k]))
     return flats
 
-  def _compiled_drop(self):
-    """Every feature through the compiled drop of negative ids; returns each
+  def _compiled_drop(self, checks):
+    """Every feature through the compiled drop of negative ids, then through
+    one identity per group of features that waits for `checks`; returns each
     feature's int32 examples."""
     # One op per _DROP_GROUP features: an op with n inputs and n outputs
     # costs graph walkers that visit each input once per output (Keras'
@@ -430,6 +435,8 @@ class _Joined:
           self.compiled_ops.drop_negative_ids(
               [self.indices[k] for k in group], [self.ids[k] for k in group],
               [self.weights[k] for k in group], smallest))
+      indices, ids, weights, kept_examples = _through(
+          checks, indices, ids, weights, kept_examples)
       for k, i, v, w, e in zip(group, indices, ids, weights, kept_examples):
         self.indices[k], self.ids[k], self.weights[k] = i, v, w
         examples[k] = e
@@ -465,6 +472,16 @@ class _Joined:
       self.indices[k], self.ids[k] = i, v
     for k, w in zip(weighted, weights):
       self.weights[k] = w
+
+
+def _through(checks, *lists):
+  """The tensors of `lists` (entries may be None) as one op's outputs that
+  wait for `checks`; the same lists' shape."""
+  flat = [t for tensors in lists for t in tensors if t is not None]
+  with tf.control_dependencies(checks):
+    passed = iter(tf.identity_n(flat))
+  return [[None if t is None else next(passed) for t in tensors]
+          for tensors in lists]
 
 
 # Categorical columns whose ids are never negative: hashing, crossing and
