@@ -220,11 +220,12 @@ def flatten_many(sources, compiled_ops=None):
       lists without the entries of negative ids (weights entries may be
       None), and a fourth: each feature's examples (the first column of its
       kept indices) as int32, given their smallest ids (from `extremes`;
-      int64 [len(ids)]). Called once for all features, after the checks
-      (features that keep negative ids have none by then: the range check
-      refuses them); by default a cond over the features that drop negative
-      ids, which copies nothing when no id is negative, and a cast per
-      feature;
+      int64 [len(ids)]). Called once for all features, after the
+      weights' checks and beside the check of the indices and ids; what it
+      gives waits for that check (features that keep negative ids have
+      none once it passed: it refuses them). By default a cond over the
+      features that drop negative ids, after the checks, which copies
+      nothing when no id is negative, and a cast per feature;
     * `check_ids(index_extremes, shapes, id_extremes, vocabulary,
       refuse_negative, structure_messages, range_messages)`: one op for
       both Asserts below (each feature's index extremes, dense shape, id
