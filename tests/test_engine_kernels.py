@@ -1034,20 +1034,6 @@ def test_the_compiled_input_check_reports_as_the_asserts_do(case):
   assert types.count("HostEmbeddingCheckIds") == 1 and "Assert" not in types
 
 
-def _upstream(tensors):
-  """Every op that `tensors` (or ops) wait for, through data and control
-  inputs."""
-  pending = [getattr(t, "op", t) for t in tensors]
-  seen = set()
-  while pending:
-    op = pending.pop()
-    if op in seen:
-      continue
-    seen.add(op)
-    pending += [t.op for t in op.inputs] + list(op.control_inputs)
-  return seen
-
-
 def test_the_compiled_drop_runs_beside_the_check_of_the_ids():
   """The compiled drop of negative ids waits for the weights' Asserts but
   not for the check of every feature's indices and ids (it reads only the
@@ -1067,17 +1053,21 @@ def test_the_compiled_drop_runs_beside_the_check_of_the_ids():
     ops = graph.get_operations()
     check, = [op for op in ops if op.type == "HostEmbeddingCheckIds"]
     drop, = [op for op in ops if op.type == "HostEmbeddingDropNegativeIds"]
-    asserts = [op for op in ops if op.type == "Assert"]
+    asserts = {op.name for op in ops if op.type == "Assert"}
     assert len(asserts) == 2  # the weights' count and positions
-    before_drop = _upstream([drop])
-    assert check not in before_drop and set(asserts) <= before_drop
+    graph_def = graph.as_graph_def()
+
+    def waited_for(op):
+      return {node.name for node in v1.graph_util.extract_sub_graph(
+          graph_def, [op.name]).node}
+
+    before_drop = waited_for(drop)
+    assert check.name not in before_drop and asserts <= before_drop
     given = [t for f in flats for t in (f.ids, f.weights, f.example_int32)
              if t is not None]
-    assert len(given) == 5
+    assert len(given) == 5 and flats[1].weights is None
     for tensor in given:
-      assert check in _upstream([tensor]), tensor
-    assert flats[1].weights is None
-    fetch = given
+      assert check.name in waited_for(tensor.op), tensor
 
     def feed(first, second, first_weights=None):
       value = sparse_value(first, np.int64)
@@ -1086,7 +1076,7 @@ def test_the_compiled_drop_runs_beside_the_check_of_the_ids():
               weights: weight_value}
 
     with v1.Session() as sess:
-      got = sess.run(fetch, feed([[1, -2], [3]], [[4], [], [5, 6]]))
+      got = sess.run(given, feed([[1, -2], [3]], [[4], [], [5, 6]]))
       np.testing.assert_array_equal(got[0], [1, 3])
       np.testing.assert_array_equal(got[1], [1.0, 3.0])
       np.testing.assert_array_equal(got[2], [0, 1])
@@ -1095,10 +1085,10 @@ def test_the_compiled_drop_runs_beside_the_check_of_the_ids():
       with pytest.raises(tf.errors.InvalidArgumentError,
                          match=r"feature 1: id out of range \[0, 10\) "
                          r"\(negative ids are refused"):
-        sess.run(fetch, feed([[1], [3]], [[-4]]))
+        sess.run(given, feed([[1], [3]], [[-4]]))
       with pytest.raises(tf.errors.InvalidArgumentError,
                          match="feature 0: weights do not match the ids"):
-        sess.run(fetch, feed([[1, 2], [3]], [[4]], [[1.0], [3.0]]))
+        sess.run(given, feed([[1, 2], [3]], [[4]], [[1.0], [3.0]]))
 
 
 def test_the_compiled_input_check_refuses_mismatched_inputs():
