@@ -209,7 +209,7 @@ def task_main(args):
   marks, traces = [], []
   window = _window(args, tasks)
   name = f"{config['task']['type']}_{config['task']['index']}"
-  hook = _marks_hook(args, is_chief, marks, traces, window,
+  hook = _marks_hook(args, is_chief, marks, traces, window, tasks,
                      _Barrier(args.model_dir, name, tasks, args.timeout))
 
   # Both sides' workers look for the chief's initialization as often as
@@ -263,7 +263,7 @@ class _Barrier:
 _STEPS_BEFORE_BARRIER = 2
 
 
-def _marks_hook(args, is_chief, marks, traces, window, barrier):
+def _marks_hook(args, is_chief, marks, traces, window, tasks, barrier):
   """The hook that appends to `marks` (time, global step, loopback bytes)
   on the chief, at the `window`'s first and last global step; waits at
   `barrier` after the task's `_STEPS_BEFORE_BARRIER` steps, before which
@@ -284,11 +284,13 @@ def _marks_hook(args, is_chief, marks, traces, window, barrier):
       del run_context
       self._tracing = bool(args.trace and is_chief and marks and
                            len(traces) < args.trace_steps)
-      if not self._tracing:
-        return None
+      # The global step rides along with the step's own run (read at its
+      # start): a run of its own per step would add a round trip to ps 0
+      # to every task step, which a synchronous step waits for.
       return tf.estimator.SessionRunArgs(
-          fetches=None, options=tf.compat.v1.RunOptions(
-              trace_level=tf.compat.v1.RunOptions.FULL_TRACE))
+          fetches=self._step, options=(tf.compat.v1.RunOptions(
+              trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+                                       if self._tracing else None))
 
     def after_run(self, run_context, run_values):
       if self._tracing:
@@ -298,7 +300,13 @@ def _marks_hook(args, is_chief, marks, traces, window, barrier):
         barrier.wait()
       if self._own_steps < _STEPS_BEFORE_BARRIER:
         return
-      step = run_context.session.run(self._step)
+      # The step after this run: exactly one more than read at its start
+      # in synchronous training; asynchronously other tasks' steps may
+      # have ended meanwhile, so near a mark the chief reads it.
+      step = int(run_values.results) + 1
+      boundary = window[0] if not marks else window[1]
+      if is_chief and len(marks) < 2 and step + tasks >= boundary:
+        step = run_context.session.run(self._step)
       if window[0] < step <= window[1]:
         self.in_window += 1
       if not is_chief:
