@@ -54,12 +54,10 @@ def _step_nodes(graph, fetches):
   return [nodes[name] for name in seen], nodes
 
 
-def cross_task_edges(built, own):
-  """{(source task, destination task): number of distinct tensors (and
-  control edges) that cross from one to the other} in one training step
-  of `built` ((graph, fetches), from `training_graph`), whose ops without
-  a job run on task `own` ('chief:0', 'worker:0')."""
-  crossing = set()
+def step_devices(built, own):
+  """(the nodes a training step of `built` runs, {name: node} of its graph,
+  {name: 'job:task' where the node runs}); ops without a job run on task
+  `own` ('chief:0', 'worker:0'), ops using a resource where it lives."""
   step, nodes = _step_nodes(*built)
   device = {name: _task_of(node.device, own) for name, node in nodes.items()}
   for node in step:
@@ -69,6 +67,16 @@ def cross_task_edges(built, own):
     owners = [o for o in owners if nodes[o].op in _RESOURCES]
     if owners:
       device[node.name] = device[owners[0]]
+  return step, nodes, device
+
+
+def cross_task_edges(built, own):
+  """{(source task, destination task): number of distinct tensors (and
+  control edges) that cross from one to the other} in one training step
+  of `built` ((graph, fetches), from `training_graph`), whose ops without
+  a job run on task `own` ('chief:0', 'worker:0')."""
+  crossing = set()
+  step, _, device = step_devices(built, own)
   for node in step:
     dst = device[node.name]
     for name in node.input:

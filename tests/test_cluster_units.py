@@ -399,6 +399,48 @@ def test_a_step_sends_one_lookup_and_one_update_request_per_ps_task(
     assert four[("worker:0", "ps:0")] == four[("worker:0", "ps:1")] == 2
 
 
+def _closure(start, edges):
+  """Every name reachable from `start` through `edges` ({name: [names]})."""
+  seen, todo = set(), list(start)
+  while todo:
+    name = todo.pop()
+    if name not in seen:
+      seen.add(name)
+      todo.extend(edges.get(name, ()))
+  return seen
+
+
+def test_once_the_entries_are_taken_a_synchronous_step_stays_on_the_ps_tasks():
+  # After the chief takes the tasks' entries, what the replies to the
+  # workers wait for runs on the ps tasks only (the optimizer's join of its
+  # updates and the global step's increment on ps 0): no round trip through
+  # the chief; the dense variables' updates run beside the tables', not
+  # after them.
+  built = cluster_graph.training_graph("chief", 0, "sync", workers=1,
+                                       tables=2)
+  step, nodes, device = cluster_graph.step_devices(built, "chief:0")
+  names = {node.name for node in step}
+  inputs = {node.name: [i.lstrip("^").split(":")[0] for i in node.input]
+            for node in step}
+  outputs = collections.defaultdict(list)
+  for name, sources in inputs.items():
+    for source in sources:
+      outputs[source].append(name)
+  takes = {n for n in names if nodes[n].op == "QueueDequeueV2" and
+           "/gradients_task_" in n}
+  replies = {n for n in names if nodes[n].op == "QueueEnqueueV2" and
+             "/replies_task_" in n}
+  assert takes and replies
+  between = _closure(takes, outputs) & _closure(replies, inputs)
+  tables = {n for n in between if nodes[n].op == "ResourceSparseApplyAdagradV2"}
+  dense = {n for n in between if nodes[n].op == "ResourceApplyAdagrad" and
+           device[n].startswith("ps:")}
+  increments = {n for n in between if nodes[n].op == "AssignAddVariableOp"}
+  assert len(tables) == 4 and len(dense) == 4 and len(increments) == 1
+  assert {device[n] for n in between} == {"ps:0", "ps:1"}
+  assert not _closure(dense, inputs) & tables
+
+
 # --- model_fn checks of a synchronous step ------------------------------------
 
 

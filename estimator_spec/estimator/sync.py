@@ -219,7 +219,7 @@ class SyncStep:
       # setter places variables round-robin in creation order, so every
       # task's graph must create the same variables in the same order.
       for call in self._calls:
-        call.apply(self._original_apply, call.grads_and_vars)
+        self._update(call, call.grads_and_vars)
     for call in self._calls:
       # model_fn's train op holds the stand-ins, built before `done`.
       control_inputs.add_control_input(call.op, done)
@@ -397,7 +397,7 @@ class SyncStep:
           # One op per ps that the others wait for.
           updates.append(tf.group(*done, name=f"table_updates_ps_{ps}"))
         averaged.update(self._dense_averages(ps, entries, dense))
-    applied = self._apply_dense(averaged, updates)
+    applied = self._apply_dense(averaged)
     pipelined = (engine is not None and
                  engine.model.pipeline_execution_with_tensor_core)
     # The step ends once every update and this task's record of what it
@@ -449,10 +449,10 @@ class SyncStep:
             total * tf.cast(scale, total.dtype), grad.shape)
     return averaged
 
-  def _apply_dense(self, averaged, updates):
-    """model_fn's optimizer updates, after the table `updates`, with the
-    `averaged` gradients of the shared variables and this task's own of
-    its local ones."""
+  def _apply_dense(self, averaged):
+    """model_fn's optimizer updates with the `averaged` gradients of the
+    shared variables and this task's own of its local ones. They run beside
+    the table updates: the step's replies wait for both."""
     applied = []
     for c, call in enumerate(self._calls):
       grads_and_vars = [
@@ -461,9 +461,17 @@ class SyncStep:
           if (c, k) in averaged or (grad is not None and
                                    id(var) in self._local)
       ]
-      with tf.control_dependencies(updates):
-        applied.append(call.apply(self._original_apply, grads_and_vars))
+      applied.append(self._update(call, grads_and_vars))
     return applied
+
+  def _update(self, call, grads_and_vars):
+    """model_fn's optimizer update of `call` with `grads_and_vars`, built
+    under ps 0's device (the same on every task, so that every task's graph
+    places the optimizer's variables alike): the op that joins its
+    per-device updates then runs on ps 0, beside the global step it
+    advances and the replies that wait for it, not on this task."""
+    with tf.compat.v1.device(self._cluster.ps_device(0)):
+      return call.apply(self._original_apply, grads_and_vars)
 
   def _reply(self, step, done, pipelined):
     """The op of the chief's step (`done`: its updates), which tells the
