@@ -439,6 +439,11 @@ def test_once_the_entries_are_taken_a_synchronous_step_stays_on_the_ps_tasks():
   assert len(tables) == 4 and len(dense) == 4 and len(increments) == 1
   assert {device[n] for n in between} == {"ps:0", "ps:1"}
   assert not _closure(dense, inputs) & tables
+  # The op the chief's step waits for is ps 0's, after the replies there
+  # only (they wait for everything else).
+  (done,) = [n for n in names if n.endswith("/synchronous_step_done")]
+  assert device[done] == "ps:0"
+  assert {device[n] for n in inputs[done]} == {"ps:0"}
 
 
 # --- model_fn checks of a synchronous step ------------------------------------

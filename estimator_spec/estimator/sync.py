@@ -494,6 +494,8 @@ class SyncStep:
             for task in workers
         ], name="synchronous_step_replies")
       return tf.group(*done, name="synchronous_step_done")
+    if not workers:
+      return tf.group(*done, name="synchronous_step_done")
     with tf.control_dependencies(done), tf.compat.v1.device(
         cluster.ps_device(0)):
       replies = [
@@ -501,7 +503,11 @@ class SyncStep:
               [tf.constant(_DONE, tf.int64), step + 1])
           for task in workers
       ]
-      return tf.group(*(replies + done), name="synchronous_step_done")
+    # The replies wait for every update: the step's op is theirs, one op
+    # on ps 0 (a group that also named the updates elsewhere would wait
+    # for them there, a round trip between the ps tasks).
+    with tf.compat.v1.device(cluster.ps_device(0)):
+      return tf.group(*replies, name="synchronous_step_done")
 
   # --- a worker ----------------------------------------------------------------
 
