@@ -271,6 +271,7 @@ def _marks_hook(args, is_chief, marks, traces, window, tasks, barrier):
   (`in_window`); with `--trace`, on the chief, the traces of
   `--trace-steps` steps after the first mark to `traces` (`_step_ops`)."""
   import tensorflow as tf
+  margin = 0 if args.side == "sync" else 4 * tasks
 
   class Marks(tf.estimator.SessionRunHook):
 
@@ -301,11 +302,12 @@ def _marks_hook(args, is_chief, marks, traces, window, tasks, barrier):
       if self._own_steps < _STEPS_BEFORE_BARRIER:
         return
       # The step after this run: exactly one more than read at its start
-      # in synchronous training; asynchronously other tasks' steps may
-      # have ended meanwhile, so near a mark the chief reads it.
+      # in synchronous training; asynchronously the other tasks' steps
+      # that ended meanwhile (about W - 1 of them) come on top, so near a
+      # mark the chief reads it.
       step = int(run_values.results) + 1
       boundary = window[0] if not marks else window[1]
-      if is_chief and len(marks) < 2 and step + tasks >= boundary:
+      if is_chief and len(marks) < 2 and step + margin >= boundary:
         step = run_context.session.run(self._step)
       if window[0] < step <= window[1]:
         self.in_window += 1
