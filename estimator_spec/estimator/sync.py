@@ -16,7 +16,10 @@ One step, global step g at its start, W training tasks, P ps tasks:
    on each ps task sums the embedding gradients per id and runs the
    optimizer once per touched row there (the tables never leave their ps);
    it averages the dense gradients and applies them with the model's own
-   optimizer, which advances the global step by one.
+   optimizer, which advances the global step by one. The two updates run
+   side by side, and the optimizer's is built under ps 0's device: its
+   join and the step's increment run on ps 0, so once the entries are
+   taken nothing waits for a round trip through the chief.
 3. The chief then tells every worker that step g is done; a worker's step
    ends when it hears so (or that its entry was dropped: it then reruns).
 
