@@ -39,18 +39,30 @@ def _task_of(device, own):
   return f"{spec.job}:{spec.task or 0}"
 
 
+def op_inputs(node):
+  """The names of the ops `node` (a NodeDef) takes an output of or waits
+  for."""
+  return [i.lstrip("^").split(":")[0] for i in node.input]
+
+
+def closure(start, edges):
+  """Every name reachable from the names `start` through `edges`
+  ({name: [names]}), `start` included."""
+  seen, todo = set(), list(start)
+  while todo:
+    name = todo.pop()
+    if name not in seen:
+      seen.add(name)
+      todo.extend(edges.get(name, ()))
+  return seen
+
+
 def _step_nodes(graph, fetches):
   """The nodes a training step runs: the ancestors of `fetches` (the
   train op and the loss Estimator fetches each step)."""
   nodes = {node.name: node for node in graph.as_graph_def().node}
-  todo = [fetch.name.split(":")[0] for fetch in fetches]
-  seen = set()
-  while todo:
-    name = todo.pop()
-    if name in seen:
-      continue
-    seen.add(name)
-    todo.extend(i.lstrip("^").split(":")[0] for i in nodes[name].input)
+  inputs = {name: op_inputs(node) for name, node in nodes.items()}
+  seen = closure([fetch.name.split(":")[0] for fetch in fetches], inputs)
   return [nodes[name] for name in seen], nodes
 
 

@@ -399,17 +399,6 @@ def test_a_step_sends_one_lookup_and_one_update_request_per_ps_task(
     assert four[("worker:0", "ps:0")] == four[("worker:0", "ps:1")] == 2
 
 
-def _closure(start, edges):
-  """Every name reachable from `start` through `edges` ({name: [names]})."""
-  seen, todo = set(), list(start)
-  while todo:
-    name = todo.pop()
-    if name not in seen:
-      seen.add(name)
-      todo.extend(edges.get(name, ()))
-  return seen
-
-
 def test_once_the_entries_are_taken_a_synchronous_step_stays_on_the_ps_tasks():
   # After the chief takes the tasks' entries, what the replies to the
   # workers wait for runs on the ps tasks only (the optimizer's join of its
@@ -420,8 +409,7 @@ def test_once_the_entries_are_taken_a_synchronous_step_stays_on_the_ps_tasks():
                                        tables=2)
   step, nodes, device = cluster_graph.step_devices(built, "chief:0")
   names = {node.name for node in step}
-  inputs = {node.name: [i.lstrip("^").split(":")[0] for i in node.input]
-            for node in step}
+  inputs = {node.name: cluster_graph.op_inputs(node) for node in step}
   outputs = collections.defaultdict(list)
   for name, sources in inputs.items():
     for source in sources:
@@ -431,14 +419,15 @@ def test_once_the_entries_are_taken_a_synchronous_step_stays_on_the_ps_tasks():
   replies = {n for n in names if nodes[n].op == "QueueEnqueueV2" and
              "/replies_task_" in n}
   assert takes and replies
-  between = _closure(takes, outputs) & _closure(replies, inputs)
+  between = (cluster_graph.closure(takes, outputs) &
+             cluster_graph.closure(replies, inputs))
   tables = {n for n in between if nodes[n].op == "ResourceSparseApplyAdagradV2"}
   dense = {n for n in between if nodes[n].op == "ResourceApplyAdagrad" and
            device[n].startswith("ps:")}
   increments = {n for n in between if nodes[n].op == "AssignAddVariableOp"}
   assert len(tables) == 4 and len(dense) == 4 and len(increments) == 1
   assert {device[n] for n in between} == {"ps:0", "ps:1"}
-  assert not _closure(dense, inputs) & tables
+  assert not cluster_graph.closure(dense, inputs) & tables
   # The op the chief's step waits for is ps 0's, after the replies there
   # only (they wait for everything else).
   (done,) = [n for n in names if n.endswith("/synchronous_step_done")]

@@ -496,8 +496,7 @@ class SyncStep:
                                              now])
             for task in workers
         ], name="synchronous_step_replies")
-      return tf.group(*done, name="synchronous_step_done")
-    if not workers:
+    if pipelined or not workers:
       return tf.group(*done, name="synchronous_step_done")
     with tf.control_dependencies(done), tf.compat.v1.device(
         cluster.ps_device(0)):
