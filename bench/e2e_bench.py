@@ -71,7 +71,12 @@ groups of 10 identity columns, vocabulary 1,000, dimension 8),
 DenseFeatures -> logit, batch 64: seconds from calling train() until the
 first step has run (a hook's after_run), one step, and the train graph's
 op count when the session is made (a hook's begin). Default N = 100 and
-1,000 (`--startup-features`). A run still without a first step
+1,000 (`--startup-features`). Its input (`--startup-input`) is by default
+what a TPU program reads: tf.Examples from a TFRecord file, batched and
+parsed by `tf.io.parse_example` (`records`); `constants` gives the
+throughput runs' pre-batched arrays instead, whose map builds each
+feature's SparseTensor with a few ops of its own (about 2.5 s of input_fn
+and 1 s of the iterator's start at 1,000 features, on both sides). A run still without a first step
 `--startup-limit` seconds after train(), or whose RSS passes
 `--rss-limit-mb`, is stopped and reported as "> seconds".
 
@@ -307,7 +312,44 @@ def _batched_input_fn(features, labels, streamed=False):
   return input_fn
 
 
+def _records_input_fn(features, labels, path):
+  """An input_fn as TPU programs write one: tf.Examples read from a TFRecord
+  file, repeated, batched by params['batch_size'] with drop_remainder and
+  parsed by `tf.io.parse_example` (each id feature a VarLenFeature, so its
+  ids arrive as a SparseTensor of the present ids), then prefetched. The
+  file is written to `path` now, before train(), so writing it is not
+  timed."""
+  label_key = "label"
+  if label_key in features:
+    raise ValueError(f"a feature is named {label_key!r}, the labels' key")
+  with tf.io.TFRecordWriter(path) as writer:
+    for i in range(len(labels)):
+      example = {name: tf.train.Feature(int64_list=tf.train.Int64List(
+          value=ids[i][ids[i] >= 0].tolist()))
+                 for name, ids in features.items()}
+      example[label_key] = tf.train.Feature(
+          float_list=tf.train.FloatList(value=labels[i].tolist()))
+      writer.write(tf.train.Example(features=tf.train.Features(
+          feature=example)).SerializeToString())
+  spec = {name: tf.io.VarLenFeature(tf.int64) for name in features}
+  spec[label_key] = tf.io.FixedLenFeature([labels.shape[1]], tf.float32)
+
+  def parse(serialized):
+    parsed = tf.io.parse_example(serialized, spec)
+    return parsed, parsed.pop(label_key)
+
+  def input_fn(params):
+    dataset = tf.data.TFRecordDataset(path).repeat()
+    dataset = dataset.batch(params["batch_size"], drop_remainder=True)
+    return dataset.map(parse).prefetch(2)
+
+  return input_fn
+
+
 def _input_fn(job, features, labels):
+  if job.get("input") == "records":
+    return _records_input_fn(
+        features, labels, os.path.join(job["model_dir"], "input.tfrecord"))
   if job.get("input") == "example":
     # The example's own input_fn: per-example shuffle, then batch.
     return dlrm.input_fn_for(features, labels)
@@ -624,7 +666,9 @@ def _describe(job):
   name = job["workload"]
   inputs = {"batched": "pre-batched input",
             "streamed": "pre-batched input, streamed from a generator",
-            "example": "the example's input_fn (per-example shuffle + batch)"}
+            "example": "the example's input_fn (per-example shuffle + batch)",
+            "records": "tf.Examples from a TFRecord file, batched, parsed by "
+                       "tf.io.parse_example"}
   if name == "dlrm":
     return (f"example model (examples/dlrm.py) at scale {job['scale']}, "
             f"batch {job['batch']}, model optimizer Adam, "
@@ -652,7 +696,7 @@ def _describe(job):
             f"tables and dense variables, {inputs[job['input']]}")
   return (f"{job['features']:,} features over {job['tables']} shared tables "
           f"(vocab {job['vocab']:,}, dim {job['dim']}), batch {job['batch']}, "
-          "one step")
+          f"one step, {inputs[job['input']]}")
 
 
 def peer26_job(steps, warmup):
@@ -662,10 +706,16 @@ def peer26_job(steps, warmup):
           "steps": steps, "warmup": warmup}
 
 
-def _startup_job(features):
+STARTUP_INPUTS = {"records": "records", "constants": "batched"}
+
+
+def _startup_job(features, source="records"):
+  """`source`: 'records' (tf.Examples from a file, parsed by parse_example)
+  or 'constants' (the throughput runs' pre-batched input)."""
   return {"workload": "startup", "features": features,
           "tables": max(1, features // 10), "vocab": 1000, "dim": 8,
-          "batch": 64, "examples": 256, "steps": 1}
+          "batch": 64, "examples": 256, "steps": 1,
+          "input": STARTUP_INPUTS[source]}
 
 
 def _fmt_first_step(result):
@@ -694,6 +744,12 @@ def plan(argv=None):
   parser.add_argument("--startup-features", default=None,
                       help="comma-separated feature counts (10 features per "
                       "table); default 100,1000, --quick 100")
+  parser.add_argument("--startup-input", default="records",
+                      help="comma-separated input_fns of the startup runs: "
+                      "records (tf.Examples from a TFRecord file, parsed by "
+                      "tf.io.parse_example, as TPU programs read their "
+                      "input) and/or constants (the throughput runs' "
+                      "pre-batched arrays, made SparseTensors by a map)")
   parser.add_argument("--startup-limit", type=float, default=120.0,
                       help="seconds after train() before a startup run is "
                       "stopped and reported as '> limit'")
@@ -756,9 +812,17 @@ def plan(argv=None):
       jobs.append((f"vocab{rows:.0e}".replace("+0", ""), dict(
           peer26_job(warmup + steps, warmup), rows=rows, tables=2,
           input="streamed"), 1))
+  sources = [s for s in args.startup_input.split(",") if s]
+  unknown = sorted(set(sources) - set(STARTUP_INPUTS))
+  if unknown or not sources:
+    parser.error(f"--startup-input: {unknown or 'none'}; choose from "
+                 f"{','.join(STARTUP_INPUTS)}")
   if "startup" in chosen:
-    for count in startup_features.split(","):
-      jobs.append((f"start{int(count)}", _startup_job(int(count)), 1))
+    for source in sources:
+      suffix = "" if source == "records" else f"-{source}"
+      for count in startup_features.split(","):
+        jobs.append((f"start{int(count)}{suffix}",
+                     _startup_job(int(count), source), 1))
   return args, jobs, rounds, warmup, steps
 
 
@@ -799,7 +863,8 @@ def main():
         "/ TF. Startup: seconds from train() to the end of the first step, "
         "ratio = TF / ours.\nPeak RSS: largest ru_maxrss of the side's child "
         "processes.")
-  print(f"{'workload':9s} {'ours':>12s} {'TF':>12s} {'ratio':>7s}  "
+  width = max(len(label) for label, _, _ in jobs + [("workload", 0, 0)])
+  print(f"{'workload':{width}s} {'ours':>12s} {'TF':>12s} {'ratio':>7s}  "
         f"{'ours RSS MB':>11s} {'TF RSS MB':>10s}")
   for label, job, _ in jobs:
     by_side = results[label]
@@ -811,7 +876,7 @@ def main():
       else:
         speedup = first[TF]["first_step_s"] / first[OURS]["first_step_s"]
         ratio = f"{speedup:.2f}x"
-      print(f"{label:9s} {_fmt_first_step(first[OURS]):>12s} "
+      print(f"{label:{width}s} {_fmt_first_step(first[OURS]):>12s} "
             f"{_fmt_first_step(first[TF]):>12s} {ratio:>7s}  "
             f"{rss[OURS]:11,.0f} {rss[TF]:10,.0f}")
       continue
@@ -819,7 +884,7 @@ def main():
     for s in SIDES:
       rates = [r["examples_per_s"] for r in by_side[s] if "stopped" not in r]
       rate[s] = statistics.median(rates) if rates else float("nan")
-    print(f"{label:9s} {rate[OURS]:8,.0f} ex/s {rate[TF]:8,.0f} ex/s "
+    print(f"{label:{width}s} {rate[OURS]:8,.0f} ex/s {rate[TF]:8,.0f} ex/s "
           f"{rate[OURS] / rate[TF]:6.2f}x  {rss[OURS]:11,.0f} "
           f"{rss[TF]:10,.0f}")
   print_embedding_cost(results)
@@ -876,25 +941,31 @@ def print_startup(jobs, results):
     return
   print("\nStartup: seconds from train() to the end of the first step and "
         "the train graph's ops, ours / TF")
-  print(f"{'features':>8s} {'ours s':>8s} {'TF s':>8s} {'ratio':>6s} "
-        f"{'ours ops':>9s} {'TF ops':>9s} {'ratio':>6s}")
+  print(f"{'input':9s} {'features':>8s} {'ours s':>8s} {'TF s':>8s} "
+        f"{'ratio':>6s} {'ours ops':>9s} {'TF ops':>9s} {'ratio':>6s}")
   for job, first in runs:
     seconds = {s: first[s]["first_step_s"] for s in SIDES}
     ops = {s: first[s]["graph_ops"] for s in SIDES}
-    print(f"{job['features']:8,d} {seconds[OURS]:8.1f} {seconds[TF]:8.1f} "
+    print(f"{_startup_source(job):9s} {job['features']:8,d} "
+          f"{seconds[OURS]:8.1f} {seconds[TF]:8.1f} "
           f"{seconds[OURS] / seconds[TF]:5.2f}x {ops[OURS]:9,d} "
           f"{ops[TF]:9,d} {ops[OURS] / ops[TF]:5.2f}x")
   print("\nStartup phases, seconds (input: input_fn; graph: model_fn and "
         "the estimator's wiring; session: variables initialized and the "
         "iterator started; step: the first step's run)")
   names = ("input", "graph", "session", "step", "other")
-  print(f"{'features':>8s} {'side':4s} " +
+  print(f"{'input':9s} {'features':>8s} {'side':4s} " +
         " ".join(f"{name:>8s}" for name in names))
   for job, first in runs:
     for side in SIDES:
       phases = first[side]["phases"]
-      print(f"{job['features']:8,d} {side:4s} " +
+      print(f"{_startup_source(job):9s} {job['features']:8,d} {side:4s} " +
             " ".join(f"{phases[name]:8.1f}" for name in names))
+
+
+def _startup_source(job):
+  return next(source for source, name in STARTUP_INPUTS.items()
+              if name == job["input"])
 
 
 def print_memory(jobs, results):

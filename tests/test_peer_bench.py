@@ -398,6 +398,54 @@ def test_streamed_input_gives_the_batches_constants_give_without_constants():
       "vocab1e7": "streamed"}
 
 
+def test_startup_records_input_gives_the_batches_constants_give(tmp_path):
+  """The startup runs read by default what a TPU program reads (tf.Examples
+  from a TFRecord file, parsed by parse_example); its batches are the ones
+  the pre-batched constants give, ids as SparseTensors of the present ids,
+  cycled."""
+  from bench import e2e_bench
+  tf = e2e_bench.tf
+  names = ["t000_f0", "t000_f1", "t001_f0"]
+  features, labels = e2e_bench._identity_data(names, 50, 3 * 8, exponent=1.3,
+                                              seed=0)
+  # One example without an id for one feature, one with two ids.
+  padded = np.full((3 * 8, 2), -1, np.int64)
+  padded[:, :1] = features["t000_f1"]
+  padded[5, 0] = -1
+  padded[9, 1] = 7
+  features["t000_f1"] = padded
+  batches = {}
+  for source in e2e_bench.STARTUP_INPUTS:
+    job = dict(e2e_bench._startup_job(len(names), source),
+               model_dir=str(tmp_path))
+    with tf.Graph().as_default():
+      dataset = e2e_bench._input_fn(job, features, labels)(
+          {"batch_size": 8})
+      batch = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+      with tf.compat.v1.Session() as session:
+        batches[source] = [session.run(batch) for _ in range(4)]
+  assert (tmp_path / "input.tfrecord").stat().st_size > 0
+  for records, constants in zip(batches["records"], batches["constants"]):
+    (ids_r, labels_r), (ids_c, labels_c) = records, constants
+    np.testing.assert_array_equal(labels_r, labels_c)
+    assert sorted(ids_r) == sorted(ids_c) == sorted(names)
+    for name in names:
+      np.testing.assert_array_equal(ids_r[name].indices, ids_c[name].indices)
+      np.testing.assert_array_equal(ids_r[name].values, ids_c[name].values)
+      np.testing.assert_array_equal(ids_r[name].dense_shape[0], 8)
+  first, second = (batches["records"][i][0]["t000_f1"] for i in (0, 1))
+  assert [5, 0] not in first.indices.tolist()
+  assert second.values[second.indices.tolist().index([1, 1])] == 7
+  np.testing.assert_array_equal(batches["records"][3][1], labels[:8])
+  _, jobs, _, _, _ = e2e_bench.plan(
+      ["--workloads", "startup", "--startup-features", "20",
+       "--startup-input", "records,constants"])
+  assert {label: job["input"] for label, job, _ in jobs} == {
+      "start20": "records", "start20-constants": "batched"}
+  with pytest.raises(SystemExit):
+    e2e_bench.plan(["--startup-input", "parquet"])
+
+
 def _peer_training(tmp_path, label):
   """Two steps of the peer26 estimator (26 features, DenseFeatures, tables
   of 1,000 rows) with the compiled kernels: every variable's value after
