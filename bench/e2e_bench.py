@@ -75,10 +75,11 @@ op count when the session is made (a hook's begin). Default N = 100 and
 what a TPU program reads: tf.Examples from a TFRecord file, batched and
 parsed by `tf.io.parse_example` (`records`); `constants` gives the
 throughput runs' pre-batched arrays instead, whose map builds each
-feature's SparseTensor with a few ops of its own (about 2.5 s of input_fn
-and 1 s of the iterator's start at 1,000 features, on both sides). A run still without a first step
-`--startup-limit` seconds after train(), or whose RSS passes
-`--rss-limit-mb`, is stopped and reported as "> seconds".
+feature's SparseTensor with a few ops of its own (at 1,000 features about
+2.8 s of input_fn and 2 s of the iterator's start, on both sides). A run
+still without a first step `--startup-limit` seconds after train(), or
+whose RSS passes `--rss-limit-mb`, is stopped and reported as
+"> seconds".
 
 Every run is its own child process (multiprocessing, 'spawn'), with a fresh
 model_dir, and with checkpoints, summaries and step logging switched off on
