@@ -358,38 +358,51 @@ def test_the_vocab_runs_share_two_tables_and_count_their_slots(tmp_path):
     e2e_bench.build_parts(dict(job, tables=4))
 
 
+def _first_batches(input_fn, batch_size, count):
+  """The first `count` batches `input_fn` gives at `batch_size`, and the
+  graph that read them."""
+  from bench import e2e_bench
+  tf = e2e_bench.tf
+  with tf.Graph().as_default() as graph:
+    dataset = input_fn({"batch_size": batch_size})
+    batch = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+    with tf.compat.v1.Session() as session:
+      return [session.run(batch) for _ in range(count)], graph
+
+
+def _assert_same_batches(a, b, names):
+  """Batches `a` and `b` ((ids, labels) each) hold the same labels and, for
+  exactly the features `names`, the same SparseTensor indices and values."""
+  assert len(a) == len(b)
+  for (ids_a, labels_a), (ids_b, labels_b) in zip(a, b):
+    np.testing.assert_array_equal(labels_a, labels_b)
+    assert sorted(ids_a) == sorted(ids_b) == sorted(names)
+    for name in names:
+      np.testing.assert_array_equal(ids_a[name].indices, ids_b[name].indices)
+      np.testing.assert_array_equal(ids_a[name].values, ids_b[name].values)
+
+
 def test_streamed_input_gives_the_batches_constants_give_without_constants():
   """The `vocab` runs stream their batches (a generator) so that the graph
   holds no copy of the data; the step sees the same batches, cycled."""
   from bench import e2e_bench
-  tf = e2e_bench.tf
   features, labels = peer.make_data(3 * 64, rows=1000)
   batches = {}
   for streamed in (False, True):
-    with tf.Graph().as_default() as graph:
-      dataset = e2e_bench._batched_input_fn(features, labels,
-                                            streamed=streamed)(
-                                                {"batch_size": 64})
-      batch = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
-      # The data's bytes in the graph's constants.
-      constant_bytes = sum(
-          op.get_attr("value").ByteSize() for op in graph.get_operations()
-          if op.type == "Const")
-      with tf.compat.v1.Session() as session:
-        # Four batches of three: the cycle starts again.
-        batches[streamed] = [session.run(batch) for _ in range(4)]
+    # Four batches of three: the cycle starts again.
+    batches[streamed], graph = _first_batches(
+        e2e_bench._batched_input_fn(features, labels, streamed=streamed),
+        64, 4)
+    # The data's bytes in the graph's constants.
+    constant_bytes = sum(
+        op.get_attr("value").ByteSize() for op in graph.get_operations()
+        if op.type == "Const")
     data_bytes = sum(v.nbytes for v in features.values())
     if streamed:
       assert constant_bytes < data_bytes / 10
     else:
       assert constant_bytes > data_bytes
-  for constant, streamed in zip(batches[False], batches[True]):
-    (ids_c, labels_c), (ids_s, labels_s) = constant, streamed
-    np.testing.assert_array_equal(labels_c, labels_s)
-    assert sorted(ids_c) == sorted(ids_s) == peer.feature_names()
-    for name in ids_c:
-      np.testing.assert_array_equal(ids_c[name].indices, ids_s[name].indices)
-      np.testing.assert_array_equal(ids_c[name].values, ids_s[name].values)
+  _assert_same_batches(batches[False], batches[True], peer.feature_names())
   np.testing.assert_array_equal(batches[True][3][1], batches[True][0][1])
   np.testing.assert_array_equal(batches[True][1][1], labels[64:128])
   _, jobs, _, _, _ = e2e_bench.plan(["--workloads", "vocab,peer26"])
@@ -404,7 +417,6 @@ def test_startup_records_input_gives_the_batches_constants_give(tmp_path):
   the pre-batched constants give, ids as SparseTensors of the present ids,
   cycled."""
   from bench import e2e_bench
-  tf = e2e_bench.tf
   names = ["t000_f0", "t000_f1", "t001_f0"]
   features, labels = e2e_bench._identity_data(names, 50, 3 * 8, exponent=1.3,
                                               seed=0)
@@ -418,21 +430,13 @@ def test_startup_records_input_gives_the_batches_constants_give(tmp_path):
   for source in e2e_bench.STARTUP_INPUTS:
     job = dict(e2e_bench._startup_job(len(names), source),
                model_dir=str(tmp_path))
-    with tf.Graph().as_default():
-      dataset = e2e_bench._input_fn(job, features, labels)(
-          {"batch_size": 8})
-      batch = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
-      with tf.compat.v1.Session() as session:
-        batches[source] = [session.run(batch) for _ in range(4)]
+    batches[source], _ = _first_batches(
+        e2e_bench._input_fn(job, features, labels), 8, 4)
   assert (tmp_path / "input.tfrecord").stat().st_size > 0
-  for records, constants in zip(batches["records"], batches["constants"]):
-    (ids_r, labels_r), (ids_c, labels_c) = records, constants
-    np.testing.assert_array_equal(labels_r, labels_c)
-    assert sorted(ids_r) == sorted(ids_c) == sorted(names)
+  _assert_same_batches(batches["records"], batches["constants"], names)
+  for ids, _ in batches["records"]:
     for name in names:
-      np.testing.assert_array_equal(ids_r[name].indices, ids_c[name].indices)
-      np.testing.assert_array_equal(ids_r[name].values, ids_c[name].values)
-      np.testing.assert_array_equal(ids_r[name].dense_shape[0], 8)
+      assert ids[name].dense_shape[0] == 8
   first, second = (batches["records"][i][0]["t000_f1"] for i in (0, 1))
   assert [5, 0] not in first.indices.tolist()
   assert second.values[second.indices.tolist().index([1, 1])] == 7
