@@ -5,12 +5,12 @@
 `EmbeddingConfig` derives the TPU embedding configuration proto.
 
 The TPUEstimator surface (`TPUEstimator`, `TPUEstimatorSpec`,
-`ExportSavedModelApiVersion`, `ClusterTraining`, and TF's own `RunConfig`,
-`TPUConfig` and `InputPipelineConfig`, re-exported unchanged) loads on
-first use and
-needs TF 2.15 and tensorflow-estimator 2.15; on current TensorFlow, using it
-raises an ImportError saying so (`estimator_spec.tf215`), and `__all__`
-leaves it out so that `from estimator_spec import *` still works there.
+`ExportSavedModelApiVersion`, `ClusterTraining`, `RunConfig`, `TPUConfig`
+and `InputPipelineConfig`) loads on first use, on TF 2.15 over
+tensorflow-estimator and on current TensorFlow over the library's own
+Estimator framework (`estimator_spec.estimator`, which also holds the
+counterparts of `tf.estimator`'s names: `ModeKeys`, `EstimatorSpec`,
+`export`, `train_and_evaluate`, ...).
 
 With `estimator_spec.experimental.EmbeddingConfigSpec`, this package holds
 every name of TF's `tf.compat.v1.estimator.tpu` (`estimator_spec.tf_names`
@@ -28,6 +28,12 @@ import sys as _sys
 _ARGV = list(getattr(_sys, "orig_argv", ()))
 if "-m" in _ARGV and _ARGV[_ARGV.index("-m") + 1:][:1] == ["estimator_spec"]:
   _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# TensorFlow, when this package loads it, without the notices its GPU build
+# prints at import on a machine without CUDA (`tf_import`).
+from estimator_spec import tf_import as _tf_import
+
+_tf_import.import_tensorflow()
 
 from estimator_spec._version import __version__
 from estimator_spec.config.modes import EVAL
@@ -51,7 +57,6 @@ from estimator_spec.config.spec import EmbeddingConfigSpec
 from estimator_spec.config.spec import FeatureConfig
 from estimator_spec.config.spec import TableConfig
 
-from estimator_spec import tf215 as _tf215
 from estimator_spec import tpu_runner as _tpu_runner
 
 
@@ -64,9 +69,9 @@ def _run_on_tpu(**arguments):
 
 _tpu_runner.connect(_run_on_tpu)
 
-# The TPUEstimator surface loads TF's Estimator; it is imported on first use,
-# so that the config model, the engine and the columns load without it (and
-# on current TensorFlow, where tensorflow-estimator no longer exists).
+# The TPUEstimator surface loads an Estimator framework; it is imported on
+# first use, so that the config model, the engine and the columns load
+# without it.
 _LAZY = {
     "TPUEstimator": "estimator_spec.estimator",
     "TPUEstimatorSpec": "estimator_spec.estimator",
@@ -77,8 +82,6 @@ _LAZY = {
     "InputPipelineConfig": "estimator_spec.estimator.run_config",
     "HostTPUEmbedding": "estimator_spec.mid_level",
 }
-# Of those, the names that load on current TensorFlow too.
-_ANY_TF = ("HostTPUEmbedding",)
 
 
 def __getattr__(name):
@@ -106,6 +109,4 @@ __all__ = [
     "ProximalYogiParameters", "RMSPropParameters",
     "StochasticGradientDescentParameters", "ALL_OPTIMIZERS", "TRAIN", "EVAL",
     "PREDICT"
-] + list(_ANY_TF)
-if _tf215.available():
-  __all__ += [name for name in _LAZY if name not in _ANY_TF]
+] + list(_LAZY)

@@ -1,16 +1,16 @@
 """The parts of this library that need TensorFlow 2.15's own stack.
 
-The TPUEstimator surface (`estimator_spec.TPUEstimator`, `TPUEstimatorSpec`,
-`ExportSavedModelApiVersion`, `ClusterTraining`, the `estimator_spec.
-estimator` package) is built on tensorflow-estimator, which ended with TF
-2.15; the interop with TF's own TPU classes (`interop.to_tensorflow`,
+The interop with TF's own TPU classes (`interop.to_tensorflow`,
 `from_tensorflow`, `columns_by_name`, `delegate_to_tensorflow`,
-`DelegatedTPUEstimator`) uses TF 2.15's `tensorflow.python.tpu.
-tpu_embedding` and tensorflow-estimator. Each of those modules calls
-`require` before importing them, so that on current TensorFlow it fails with
-one message naming what is missing and which install provides it, instead
-of an attribute or module error from deep inside TensorFlow. The columns,
-the config model and its proto, and the host engine do not need them.
+`DelegatedTPUEstimator`, and so `TPUEstimator(use_tpu=True)` with a real
+TPU) uses TF 2.15's `tensorflow.python.tpu.tpu_embedding` and
+tensorflow-estimator's TPUEstimator, which ended with TF 2.15. Each of
+those modules calls `require` before importing them, so that on current
+TensorFlow it fails with one message naming what is missing and which
+install provides it, instead of an attribute or module error from deep
+inside TensorFlow. Everything else (the columns, the config model and its
+proto, the host engine, the TPUEstimator on the host and its Estimator
+framework, `estimator/stack.py`) runs on both stacks.
 """
 import importlib.util
 
@@ -54,6 +54,5 @@ def require(part):
       f"{part} needs TensorFlow 2.15 and tensorflow-estimator 2.15; this "
       f"environment has TensorFlow {tf.__version__} and lacks "
       f"{' and '.join(lacks)}. To use it, {INSTALL}. On current TensorFlow "
-      "(requirements-tf2.txt, `make venv-tf2`) the columns "
-      "(tpu_embedding_columns), the config model and its proto, and the host "
-      "engine work without them.")
+      "(Python 3.12 and later) the rest of the library works without them, "
+      "the TPUEstimator on the host included.")

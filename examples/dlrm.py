@@ -280,7 +280,7 @@ def model_fn_for(columns, numeric_columns, learning_rate=0.01,
     pairs = tf.gather(tf.reshape(products, [-1, num * num]), upper, axis=1)
     logits = _mlp(tf.concat([bottom, pairs], axis=1), [128, 64, 1], "top")
     probabilities = tf.sigmoid(logits)
-    if mode == tf.estimator.ModeKeys.PREDICT:
+    if mode == estimator_spec.estimator.ModeKeys.PREDICT:
       return spec_class(
           mode=mode, predictions={"probability": probabilities,
                                   "logit": logits})
@@ -294,7 +294,7 @@ def model_fn_for(columns, numeric_columns, learning_rate=0.01,
       }
 
     train_op = None
-    if mode == tf.estimator.ModeKeys.TRAIN:
+    if mode == estimator_spec.estimator.ModeKeys.TRAIN:
       optimizer = tf.compat.v1.tpu.CrossShardOptimizer(
           tf.compat.v1.train.AdamOptimizer(learning_rate))
       train_op = optimizer.minimize(

@@ -112,14 +112,14 @@ def main():
                          pipelining=args.pipelining,
                          profile_data_directory=args.profile_dir)
   every = -(-args.steps // args.evaluations)  # steps between evaluations
-  config = tf.compat.v1.estimator.tpu.RunConfig(
+  config = estimator_spec.RunConfig(
       model_dir=model_dir,
       # A checkpoint every `every` steps, each evaluated as it is saved
       # (EvaluationListener); only the latest is kept (the tables and their
       # optimizer slots: ~19 MB at the default scale).
       save_checkpoints_steps=every, keep_checkpoint_max=1,
       save_summary_steps=100,
-      tpu_config=tf.compat.v1.estimator.tpu.TPUConfig(
+      tpu_config=estimator_spec.TPUConfig(
           iterations_per_loop=100, num_shards=16),
       # A progress line (and examples/sec, loss/mean) every this many steps.
       log_step_count_steps=args.loss_window)
@@ -177,8 +177,8 @@ def main():
 
   parse_spec = tf.compat.v1.feature_column.make_parse_example_spec(
       columns + numeric)
-  serving_fn = tf.estimator.export.build_parsing_serving_input_receiver_fn(
-      parse_spec)
+  export = estimator_spec.estimator.export
+  serving_fn = export.build_parsing_serving_input_receiver_fn(parse_spec)
   export_dir = estimator.export_saved_model(
       os.path.join(model_dir, "export"), serving_fn).decode()
   print(f"Exported SavedModel: {export_dir}", flush=True)

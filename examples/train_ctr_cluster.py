@@ -50,7 +50,7 @@ def main():
   columns, numeric = dlrm.build_columns(args.scale)
   estimator = estimator_spec.TPUEstimator(
       model_fn=dlrm.model_fn_for(columns, numeric),
-      config=tf.compat.v1.estimator.tpu.RunConfig(
+      config=estimator_spec.RunConfig(
           model_dir=args.model_dir, save_checkpoints_steps=200,
           log_step_count_steps=100),
       use_tpu=False,
@@ -60,11 +60,11 @@ def main():
       cluster_training=estimator_spec.ClusterTraining(
           asynchronous=args.asynchronous,
           step_timeout_secs=args.step_timeout))
-  tf.compat.v1.estimator.train_and_evaluate(
+  estimator_spec.estimator.train_and_evaluate(
       estimator,
-      tf.compat.v1.estimator.TrainSpec(
+      estimator_spec.estimator.TrainSpec(
           dlrm.input_fn_for(train_x, train_y), max_steps=args.steps),
-      tf.compat.v1.estimator.EvalSpec(
+      estimator_spec.estimator.EvalSpec(
           dlrm.input_fn_for(eval_x, eval_y, shuffle=False, repeat=False),
           steps=None, throttle_secs=10, start_delay_secs=0))
   print(f"{estimator.config.task_type} {estimator.config.task_id}: done",

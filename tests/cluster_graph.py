@@ -139,6 +139,7 @@ def _model(side, tables, vocab, dim):
         optimization_parameters=(
             tf.compat.v1.tpu.experimental.AdagradParameters(0.05)))
     base, kwargs = tf.compat.v1.estimator.tpu.TPUEstimator, {}
+    spec_class = tf.compat.v1.estimator.tpu.TPUEstimatorSpec
   else:
     columns = [tec.embedding_column(c, dim, combiner="sum")
                for c in categorical]
@@ -147,6 +148,7 @@ def _model(side, tables, vocab, dim):
         optimization_parameters=es.AdagradParameters(0.05))
     base, kwargs = es.TPUEstimator, {"cluster_training": es.ClusterTraining(
         asynchronous=side == "async")}
+    spec_class = es.TPUEstimatorSpec
 
   def input_fn(params):
     size = params["batch_size"]
@@ -164,8 +166,7 @@ def _model(side, tables, vocab, dim):
     train_op = optimizer.minimize(
         loss, global_step=tf.compat.v1.train.get_global_step())
     built.append((tf.compat.v1.get_default_graph(), [train_op, loss]))
-    return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
-        mode, loss=loss, train_op=train_op)
+    return spec_class(mode, loss=loss, train_op=train_op)
 
   built = []
   kwargs["embedding_config_spec"] = spec
@@ -187,7 +188,7 @@ def _build(side, tables, vocab, dim, batch):
                       [spec.train_op, spec.loss]))
         return spec
 
-  class Stop(tf.estimator.SessionRunHook):
+  class Stop(tf.compat.v1.train.SessionRunHook):
 
     def begin(self):
       raise _Built()
@@ -195,7 +196,7 @@ def _build(side, tables, vocab, dim, batch):
   with tempfile.TemporaryDirectory() as model_dir:
     estimator = Estimator(
         model_fn=model_fn,
-        config=tf.compat.v1.estimator.tpu.RunConfig(model_dir=model_dir),
+        config=es.RunConfig(model_dir=model_dir),
         use_tpu=False, train_batch_size=batch, **kwargs)
     try:
       estimator.train(input_fn, max_steps=1, hooks=[Stop()])

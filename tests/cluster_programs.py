@@ -54,7 +54,7 @@ import estimator_spec as es  # pylint: disable=g-import-not-at-top
 import tpu_embedding_columns as tec  # pylint: disable=g-import-not-at-top
 
 fc = tf.feature_column
-ModeKeys = tf.estimator.ModeKeys
+ModeKeys = es.estimator.ModeKeys
 
 # Evaluation reads examples from here on (never trained on; k * k still
 # fits in int64).
@@ -577,7 +577,7 @@ def main(argv=None):
     copy_checkpoint(args.init_from, args.model_dir)
 
   model_fn, spec = MODELS[args.model](args)
-  config = tf.compat.v1.estimator.tpu.RunConfig(
+  config = es.RunConfig(
       model_dir=args.model_dir,
       save_checkpoints_steps=args.save_steps,
       keep_checkpoint_max=1000,
@@ -600,11 +600,11 @@ def main(argv=None):
     if args.evaluate:
       metrics = estimator.evaluate(eval_input_fn_for(args.model), steps=2)
   else:
-    tf.compat.v1.estimator.train_and_evaluate(
+    es.estimator.train_and_evaluate(
         estimator,
-        tf.compat.v1.estimator.TrainSpec(train_input_fn, max_steps=args.steps,
+        es.estimator.TrainSpec(train_input_fn, max_steps=args.steps,
                                          hooks=[progress]),
-        tf.compat.v1.estimator.EvalSpec(eval_input_fn_for(args.model),
+        es.estimator.EvalSpec(eval_input_fn_for(args.model),
                                         steps=2, throttle_secs=1,
                                         start_delay_secs=0))
   seconds = time.time() - start

@@ -3,10 +3,12 @@ which test files run on which TensorFlow.
 
 Two environments run the tests (`make test` runs both): .venv/ with TF 2.15
 and tensorflow-estimator runs every file; .venv-tf2/ with current
-TensorFlow runs only the files that tests/tf2_tests.txt lists (the others
-test the TPUEstimator surface or the interop, or use TF 2.15's own
-implementation as an oracle). Files not listed are not collected there, and
-the session's header says how many were left out, so nothing is counted as
+TensorFlow (Python 3.12, with both Keras 3 and Keras 2 as `tf_keras`) runs
+the files that tests/tf2_tests.txt lists, in two sessions: with
+`TF_USE_LEGACY_KERAS=1` (Keras 2, what TPUEstimator programs use) the files
+of its `[keras 2]` section, without it (Keras 3, TF's default) those of its
+`[keras 3]` section. Files not listed are not collected there, and the
+session's header says how many were left out, so nothing is counted as
 passed that did not run; a listed file that is missing or fails to import
 fails the run. A test inside a listed file that needs TF 2.15 carries
 `@pytest.mark.tf215`: deselected on current TensorFlow (pytest's summary
@@ -31,12 +33,20 @@ TF2_LIST = TESTS / "tf2_tests.txt"
 ON_TF215 = tf.__version__.startswith("2.15.")
 
 
-def tf2_test_files():
-  """The test files (names) that run on current TensorFlow, as listed."""
-  names = []
+KERAS_2 = os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true")
+
+
+def tf2_test_files(section=None):
+  """The test files (names) of a section of tests/tf2_tests.txt ('keras 2'
+  or 'keras 3'; this session's Keras when None)."""
+  if section is None:
+    section = "keras 2" if KERAS_2 else "keras 3"
+  names, current = [], None
   for line in TF2_LIST.read_text().splitlines():
     line = line.split("#", 1)[0].strip()
-    if line:
+    if line.startswith("[") and line.endswith("]"):
+      current = line[1:-1].strip()
+    elif line and current == section:
       names.append(line)
   return names
 
@@ -46,7 +56,8 @@ def pytest_configure(config):
       "markers", "tf215: needs TF 2.15 (or tensorflow-estimator); "
       "deselected on current TensorFlow.")
   if not ON_TF215:
-    missing = [n for n in tf2_test_files() if not (TESTS / n).is_file()]
+    missing = [n for section in ("keras 2", "keras 3")
+               for n in tf2_test_files(section) if not (TESTS / n).is_file()]
     if missing:
       raise pytest.UsageError(
           f"{TF2_LIST} lists test files that do not exist: {missing}")
@@ -56,11 +67,14 @@ def _selection_note():
   if ON_TF215:
     return f"TensorFlow {tf.__version__}: every test file runs"
   listed = set(tf2_test_files())
+  section = "keras 2" if KERAS_2 else "keras 3"
+  keras = "Keras 2 (TF_USE_LEGACY_KERAS=1)" if KERAS_2 else "Keras 3"
   others = sorted(p.name for p in TESTS.glob("test_*.py")
                   if p.name not in listed)
-  return (f"TensorFlow {tf.__version__}: only the {len(listed)} test files "
-          f"of tests/{TF2_LIST.name} run here; the other {len(others)} need "
-          "TF 2.15 and run in .venv/ (not collected here)")
+  return (f"TensorFlow {tf.__version__} with {keras}: only the {len(listed)} "
+          f"test files of the [{section}] section of tests/{TF2_LIST.name} "
+          f"run here; the other {len(others)} run in .venv/ (TF 2.15) or in "
+          "the other Keras's session (not collected here)")
 
 
 def pytest_report_header(config):

@@ -21,9 +21,9 @@ from tests import test_mid_level as ml
 fc = tf.feature_column
 v1 = tf.compat.v1
 TF_TPU = v1.tpu.experimental
-TF_EST_TPU = v1.estimator.tpu
-PREDICT = tf.estimator.ModeKeys.PREDICT
-TRAIN = tf.estimator.ModeKeys.TRAIN
+TF_EST_TPU = ml.TF_EST_TPU  # the oracle: TF 2.15 only
+PREDICT = es.estimator.ModeKeys.PREDICT
+TRAIN = es.estimator.ModeKeys.TRAIN
 
 V = 12  # vocabulary of every table
 D = 2  # dimension
@@ -112,9 +112,9 @@ def our_estimator(model_dir, dense_optimizer, num_shards=None,
   cols = columns("ours")
   return es.TPUEstimator(
       model_fn=model_fn_for(cols, es.TPUEstimatorSpec, dense_optimizer),
-      config=TF_EST_TPU.RunConfig(
+      config=es.RunConfig(
           model_dir=str(model_dir),
-          tpu_config=TF_EST_TPU.TPUConfig(num_shards=num_shards)),
+          tpu_config=es.TPUConfig(num_shards=num_shards)),
       use_tpu=use_tpu, train_batch_size=batch, eval_batch_size=B,
       predict_batch_size=B,
       embedding_config_spec=our_spec(cols, spec_optimizer, strategy))

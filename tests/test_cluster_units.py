@@ -20,7 +20,7 @@ from tests import cluster_graph
 from tests.ragged import sparse_value
 
 v1 = tf.compat.v1
-ModeKeys = tf.estimator.ModeKeys
+ModeKeys = es.estimator.ModeKeys
 
 CLUSTER = {
     "chief": ["localhost:2220"],
@@ -51,7 +51,7 @@ def _model_fn(features, labels, mode, params):
 def _estimator(tmp_path, batch=12, **kwargs):
   return es.TPUEstimator(
       model_fn=_model_fn,
-      config=tf.compat.v1.estimator.tpu.RunConfig(model_dir=str(tmp_path)),
+      config=es.RunConfig(model_dir=str(tmp_path)),
       use_tpu=False, train_batch_size=batch, embedding_config_spec=_spec(),
       **kwargs)
 
@@ -82,7 +82,7 @@ def _build_training_graph(estimator):
   """Builds `estimator`'s training graph on a batch of 3 examples (model_fn
   runs); stops before any session."""
 
-  class Stop(tf.estimator.SessionRunHook):
+  class Stop(tf.compat.v1.train.SessionRunHook):
 
     def begin(self):
       raise _Built()
@@ -157,7 +157,7 @@ def test_evaluation_and_single_process_keep_the_global_batch(tmp_path,
   _tf_config(monkeypatch, "worker", 0)
   estimator = es.TPUEstimator(
       model_fn=_model_fn,
-      config=tf.compat.v1.estimator.tpu.RunConfig(model_dir=str(tmp_path)),
+      config=es.RunConfig(model_dir=str(tmp_path)),
       use_tpu=False, train_batch_size=12, eval_batch_size=7,
       embedding_config_spec=_spec())
   assert _input_params(estimator, ModeKeys.EVAL)["batch_size"] == 7
@@ -484,7 +484,7 @@ def test_a_synchronous_step_refuses_what_it_cannot_run_as_one(
 
   estimator = es.TPUEstimator(
       model_fn=model_fn,
-      config=tf.compat.v1.estimator.tpu.RunConfig(model_dir=str(tmp_path)),
+      config=es.RunConfig(model_dir=str(tmp_path)),
       use_tpu=False, train_batch_size=9, embedding_config_spec=_spec())
   with pytest.raises(ValueError, match=error):
     _build_training_graph(estimator)
@@ -500,10 +500,12 @@ def test_a_synchronous_step_refuses_what_it_cannot_run_as_one(
 
 
 def _estimators_own(tmp_path):
-  """The session config TF's own Estimator runs with (plain RunConfig)."""
-  return tf.compat.v1.estimator.Estimator(
+  """The session config a plain Estimator runs with (plain RunConfig):
+  tensorflow-estimator's on TF 2.15, the library's framework (held to TF
+  2.15's by tests/test_framework_run_config.py) on current TF."""
+  return es.estimator.Estimator(
       model_fn=_model_fn,
-      config=tf.compat.v1.estimator.RunConfig(
+      config=es.estimator.RunConfig(
           model_dir=str(tmp_path))).config.session_config
 
 
@@ -529,7 +531,7 @@ def test_a_session_config_of_the_users_own_is_kept(tmp_path, monkeypatch):
   own = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=3)
   estimator = es.TPUEstimator(
       model_fn=_model_fn,
-      config=tf.compat.v1.estimator.tpu.RunConfig(
+      config=es.RunConfig(
           model_dir=str(tmp_path), session_config=own),
       use_tpu=False, train_batch_size=12, embedding_config_spec=_spec())
   assert estimator.config.session_config == own

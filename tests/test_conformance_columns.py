@@ -689,13 +689,13 @@ def run_on_tpu_shard(impl, columns, features):
   model_fn = tower_model_fn(columns)
   with tpu_function.tpu_shard_context(1):
     if impl == "tf":
-      model_fn(features, None, tf.estimator.ModeKeys.TRAIN, {})
+      model_fn(features, None, es.estimator.ModeKeys.TRAIN, {})
     else:
       spec = es.EmbeddingConfigSpec(
           feature_columns=list(columns),
           optimization_parameters=es.AdagradParameters(0.1))
       interop_tpu.wrap_model_fn(model_fn, spec)(
-          features, tf.zeros([2, 1]), tf.estimator.ModeKeys.TRAIN,
+          features, tf.zeros([2, 1]), es.estimator.ModeKeys.TRAIN,
           {"batch_size": 2}, None)
   return model_fn.outputs
 

@@ -163,10 +163,10 @@ def _table_model(tmp_path, strategy, learning_rate_fn):
         loss, global_step=tf.compat.v1.train.get_global_step())
     return TPUEstimatorSpec(mode=mode, loss=loss, train_op=train_op)
 
-  config = tf.compat.v1.estimator.tpu.RunConfig(
+  config = estimator_spec.RunConfig(
       model_dir=str(tmp_path), save_summary_steps=1,
       save_checkpoints_steps=1000,
-      tpu_config=tf.compat.v1.estimator.tpu.TPUConfig(num_shards=16))
+      tpu_config=estimator_spec.TPUConfig(num_shards=16))
   return TPUEstimator(
       model_fn=model_fn, config=config, use_tpu=False,
       train_batch_size=BATCH, embedding_config_spec=spec), spec

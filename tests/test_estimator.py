@@ -30,9 +30,9 @@ SEQ_LEN = 3
 
 
 def _run_config(model_dir, num_shards=1, **kwargs):
-  return tf.compat.v1.estimator.tpu.RunConfig(
+  return es.RunConfig(
       model_dir=str(model_dir),
-      tpu_config=tf.compat.v1.estimator.tpu.TPUConfig(
+      tpu_config=es.TPUConfig(
           num_shards=8 * num_shards if num_shards > 1 else 1),
       **kwargs)
 
@@ -447,11 +447,11 @@ def _classifier_model_fn(columns, tensor_core, extra_metrics=True):
       parts.append(tf.reduce_sum(values, 1) / tf.maximum(
           tf.cast(lengths, tf.float32), 1.0)[:, None])
     logits = tf.compat.v1.layers.dense(tf.concat(parts, 1), 1)
-    if mode == tf.estimator.ModeKeys.PREDICT:
+    if mode == es.estimator.ModeKeys.PREDICT:
       return TPUEstimatorSpec(mode, predictions={"logits": logits},
                               export_outputs={
                                   "serving_default":
-                                      tf.estimator.export.PredictOutput(
+                                      es.estimator.export.PredictOutput(
                                           {"logits": logits})})
     loss = tf.compat.v1.losses.sigmoid_cross_entropy(labels, logits)
     optimizer = tf.compat.v1.tpu.CrossShardOptimizer(
@@ -540,7 +540,7 @@ def test_every_column_kind_trains_evaluates_predicts_exports(
     }
     inputs["wid_weight"] = tf.compat.v1.sparse_placeholder(
         tf.float32, [None, 2], name="wid_weight")
-    return tf.estimator.export.ServingInputReceiver(inputs, inputs)
+    return es.estimator.export.ServingInputReceiver(inputs, inputs)
 
   export_dir = estimator.export_saved_model(str(tmp_path / "export"),
                                             serving).decode()
@@ -576,7 +576,7 @@ def _small_model_fn(used_columns, labels_shape_fn=None):
     del params
     x = tf.compat.v1.feature_column.input_layer(features, used_columns)
     logits = tf.compat.v1.layers.dense(x, 1)
-    if mode == tf.estimator.ModeKeys.PREDICT:
+    if mode == es.estimator.ModeKeys.PREDICT:
       return TPUEstimatorSpec(mode, predictions={"logits": logits})
     loss = tf.compat.v1.losses.mean_squared_error(labels, logits)
     train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
@@ -675,7 +675,7 @@ def test_partial_training_batch_fails_without_updating_tables(tmp_path):
   model_dir = tmp_path / "model"
   estimator = _small_estimator(
       model_dir, _small_model_fn([a, b]), [a, b],
-      config=tf.estimator.RunConfig(save_checkpoints_steps=1))
+      config=es.estimator.RunConfig(save_checkpoints_steps=1))
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match="train_batch_size=4"):
     estimator.train(_small_input_fn(drop_remainder=False, examples=6),
@@ -712,7 +712,7 @@ def test_constructor_refusals(tmp_path):
     TPUEstimator(model_fn=model_fn, use_tpu=False, train_batch_size=0)
   # A TPU named in the RunConfig: the arguments are checked before the
   # model is handed to TF's TPUEstimator (tests/test_interop_tensorflow.py).
-  config = tf.compat.v1.estimator.tpu.RunConfig(
+  config = es.RunConfig(
       master="grpc://10.1.2.3:8470", model_dir=str(tmp_path / "m"))
   with pytest.raises(ValueError, match="are reserved keys"):
     TPUEstimator(model_fn=model_fn, config=config, use_tpu=True,
@@ -722,8 +722,8 @@ def test_constructor_refusals(tmp_path):
     TPUEstimator(model_fn=model_fn, config=config, use_tpu=True,
                  embedding_config_spec=spec)
   # The TPU topology must fit the batch: 16 cores cannot split 4 examples.
-  config = tf.compat.v1.estimator.tpu.RunConfig(
-      tpu_config=tf.compat.v1.estimator.tpu.TPUConfig(num_shards=16))
+  config = es.RunConfig(
+      tpu_config=es.TPUConfig(num_shards=16))
   with pytest.raises(ValueError, match="multiple of `num_cores`"):
     TPUEstimator(model_fn=model_fn, config=config, use_tpu=False,
                  train_batch_size=4, embedding_config_spec=spec)
@@ -738,12 +738,37 @@ def test_use_tpu_true_without_a_tpu_runs_on_the_host(tmp_path):
       embedding_config_spec=es.EmbeddingConfigSpec(
           feature_columns=[a, b],
           optimization_parameters=es.AdagradParameters(0.1)))
-  assert isinstance(estimator, TPUEstimator) and estimator.use_tpu is True
-  assert not isinstance(estimator, tf.compat.v1.estimator.tpu.TPUEstimator)
+  # Ours, not TF's TPUEstimator (interop.DelegatedTPUEstimator).
+  assert type(estimator) is TPUEstimator and estimator.use_tpu is True
   estimator.train(_small_input_fn(), max_steps=2)
   reader = tf.train.load_checkpoint(str(tmp_path))
   assert reader.get_tensor("global_step") == 2
   assert reader.has_tensor("input_layer/a_embedding/embedding_weights/Adagrad")
+
+
+def _on_tpu_estimator(model_dir, eval_on_tpu):
+  a, b = _small_columns()
+  return TPUEstimator(
+      model_fn=_small_model_fn([a, b]), model_dir=str(model_dir),
+      use_tpu=True, eval_on_tpu=eval_on_tpu, train_batch_size=4,
+      eval_batch_size=4,
+      embedding_config_spec=es.EmbeddingConfigSpec(
+          feature_columns=[a, b],
+          optimization_parameters=es.AdagradParameters(0.1)))
+
+
+@pytest.mark.parametrize("steps", [None, 0, 1.5])
+def test_evaluate_as_on_a_tpu_needs_a_number_of_batches(tmp_path, steps):
+  # TF's TPUEstimator refuses these before evaluating on a TPU
+  # (`_convert_eval_steps_to_hooks`); without a TPU it cannot get that far
+  # here, so this states its rule rather than comparing with it.
+  estimator = _on_tpu_estimator(tmp_path, eval_on_tpu=True)
+  with pytest.raises(ValueError, match="steps` must be a positive int"):
+    estimator.evaluate(_small_input_fn(), steps=steps)
+  assert _nothing_written(tmp_path)
+  # Evaluated on the CPU (eval_on_tpu=False): the whole input, as in TF.
+  estimator = _on_tpu_estimator(tmp_path, eval_on_tpu=False)
+  assert estimator.evaluate(_small_input_fn(), steps=None)["global_step"] == 0
 
 
 def test_host_call_runs_every_step_and_plain_estimator_spec(tmp_path):
@@ -760,8 +785,8 @@ def test_host_call_runs_every_step_and_plain_estimator_spec(tmp_path):
     step = tf.compat.v1.train.get_global_step()
     train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
         loss, step)
-    if mode == tf.estimator.ModeKeys.EVAL:
-      return tf.estimator.EstimatorSpec(mode, loss=loss)
+    if mode == es.estimator.ModeKeys.EVAL:
+      return es.estimator.EstimatorSpec(mode, loss=loss)
 
     def host_call_fn(global_step, loss):
       calls.append(1)
@@ -853,7 +878,7 @@ def test_scaffold_fn_and_prediction_hooks(tmp_path):
       return tf.compat.v1.train.Scaffold(
           init_fn=lambda scaffold, session: initialized.append(mode))
 
-    if mode == tf.estimator.ModeKeys.PREDICT:
+    if mode == es.estimator.ModeKeys.PREDICT:
       return TPUEstimatorSpec(mode, predictions={"logits": logits},
                               prediction_hooks=[CountHook()],
                               scaffold_fn=scaffold_fn)
@@ -867,7 +892,7 @@ def test_scaffold_fn_and_prediction_hooks(tmp_path):
                                predict_batch_size=4)
   estimator.train(_small_input_fn(), max_steps=1)
   # A fresh start runs the scaffold's init_fn (a restore would not).
-  assert initialized == [tf.estimator.ModeKeys.TRAIN]
+  assert initialized == [es.estimator.ModeKeys.TRAIN]
   outputs = list(estimator.predict(_small_input_fn(),
                                    yield_single_examples=False))
   assert len(outputs) == 2 and len(predicted) == 2

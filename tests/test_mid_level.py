@@ -34,8 +34,11 @@ from tensorflow.core.protobuf.tpu import optimization_parameters_pb2
 fc = tf.feature_column
 v1 = tf.compat.v1
 TF2 = tf.tpu.experimental.embedding
-TF_EST_TPU = tf.compat.v1.estimator.tpu
-PREDICT = tf.estimator.ModeKeys.PREDICT
+# TF's own TPUEstimator namespace, the oracle: TF 2.15 only (None elsewhere,
+# where the tests that use it are `tf215`).
+TF_EST_TPU = (tf.compat.v1.estimator.tpu
+              if hasattr(tf.compat.v1, "estimator") else None)
+PREDICT = es.estimator.ModeKeys.PREDICT
 
 V = 20  # three tables of this size: found by name, not by shape
 VH = 17
@@ -362,9 +365,9 @@ def estimator(model_dir, strategy, num_shards=24, optimizer=None):
       feature_columns=list(columns.values()),
       optimization_parameters=optimizer or es.AdagradParameters(0.1),
       partition_strategy=strategy)
-  config = TF_EST_TPU.RunConfig(
+  config = es.RunConfig(
       model_dir=str(model_dir),
-      tpu_config=TF_EST_TPU.TPUConfig(num_shards=num_shards))
+      tpu_config=es.TPUConfig(num_shards=num_shards))
   return es.TPUEstimator(model_fn=model_fn(columns), config=config,
                          use_tpu=False, train_batch_size=BATCH,
                          predict_batch_size=8, embedding_config_spec=spec)

@@ -80,11 +80,11 @@ def _model_fn(features, labels, mode, params):
 
 
 def _estimator(model_dir, spec, rate=1.0, checkpoint_steps=None):
-  config = v1.estimator.tpu.RunConfig(
+  config = es.RunConfig(
       model_dir=str(model_dir), save_checkpoints_steps=checkpoint_steps,
       save_checkpoints_secs=None if checkpoint_steps else 600,
       tf_random_seed=7,
-      tpu_config=v1.estimator.tpu.TPUConfig(num_shards=SHARDS))
+      tpu_config=es.TPUConfig(num_shards=SHARDS))
   return TPUEstimator(model_fn=_model_fn, config=config, use_tpu=False,
                       train_batch_size=BATCH, embedding_config_spec=spec,
                       profile_sampling_rate=rate)

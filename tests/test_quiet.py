@@ -56,7 +56,7 @@ column = tpu_embedding_columns.embedding_column(
 def model_fn(features, labels, mode, params):
   x = tf.compat.v1.feature_column.input_layer(features, [column])
   logits = tf.compat.v1.layers.Dense(1)(x)[:, 0]
-  if mode == tf.estimator.ModeKeys.PREDICT:
+  if mode == estimator_spec.estimator.ModeKeys.PREDICT:
     return estimator_spec.TPUEstimatorSpec(mode, predictions={"x": x})
   loss = tf.reduce_mean(tf.square(logits - labels))
   train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
@@ -119,3 +119,38 @@ def test_tfs_deprecation_flag_is_what_the_quiet_calls_turn():
   assert not [f for f in deprecation._PRINTED_WARNING
               if getattr(f, "__wrapped__", None) is getattr(old, "__wrapped__",
                                                              old)]
+
+
+# --- TensorFlow's import, when the library imports it (tf_import) -----------
+
+
+def test_only_the_gpu_builds_import_notices_are_dropped():
+  from estimator_spec import tf_import  # pylint: disable=import-outside-toplevel
+  absl = (b"WARNING: All log messages before absl::InitializeLog() is called "
+          b"are written to STDERR\n")
+  cuda = (b"I0000 00:00:1795930399.665123   16545 cudart_stub.cc:31] Could "
+          b"not find cuda drivers on your machine, GPU will not be used.\n")
+  real = b"E0000 00:00:1.2   7 something.cc:9] a real problem\n"
+  python = b"UserWarning: something of the user's\n"
+  assert tf_import.kept(absl + cuda + real + absl + cuda + python) == (
+      real + python)
+  assert tf_import.kept(real) == real
+  # Only whole lines of those forms go.
+  assert tf_import.kept(b"see: " + cuda) == b"see: " + cuda
+
+
+def test_importing_the_library_first_writes_nothing_to_stderr():
+  """`import estimator_spec` before TensorFlow (as the command line and the
+  examples do) prints nothing on either stack; a warning written during
+  TensorFlow's import would still come through."""
+  env = {k: v for k, v in os.environ.items()
+         if k not in ("TF_CPP_MIN_LOG_LEVEL",
+                      "ESTIMATOR_SPEC_KEEP_TF_IMPORT_LINES")}
+  env["PYTHONPATH"] = REPO
+  env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+  run = subprocess.run(
+      [sys.executable, "-c", "import estimator_spec, tensorflow"],
+      cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+      check=False)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert run.stderr == ""

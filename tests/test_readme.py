@@ -24,17 +24,24 @@ The README's `describe` shell commands run too (with this interpreter for
 `.venv/bin/python`). Documentation links stay inside the repository.
 
 Which pages run where. With TF 2.15 (.venv/) every page's blocks run. On
-current TensorFlow (.venv-tf2/, where tests/tf2_tests.txt lists this file)
-only the blocks of the pages marked, on a line of their own before their
-first ```python block, with
+current TensorFlow (.venv-tf2/, where tests/tf2_tests.txt lists this file
+in both of its sessions) only the blocks of the pages marked, on a line of
+their own before their first ```python block, run: in the Keras 3 session
+the pages marked
 
     <!-- runs on current TensorFlow too -->
 
-are collected and run (pages whose programs need only current TensorFlow:
-no estimator, no TF 2.15-only module); the other pages' blocks are not
-collected there at all (they run with TF 2.15), so none is counted as
-passed without running. The link checks, the collection checks and the
-`describe` commands (which need no TF 2.15) run in both environments.
+(programs that need only current TensorFlow: no estimator, no TF
+2.15-only module), in the Keras 2 session (`TF_USE_LEGACY_KERAS=1`) the
+pages marked
+
+    <!-- runs on current TensorFlow with Keras 2 too -->
+
+(TPUEstimator programs that take every estimator name from
+`estimator_spec`, docs/estimator.md 'Two stacks'). The other pages' blocks
+are not collected there at all (they run with TF 2.15), so none is
+counted as passed without running. The link checks, the collection checks
+and the `describe` commands (which need no TF 2.15) run in every session.
 """
 import os
 import pathlib
@@ -49,29 +56,33 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 CONTINUES = "<!-- continues -->"
 SETUP = re.compile(r"<!-- setup: (\S+) -->$")
 CURRENT_TF = "<!-- runs on current TensorFlow too -->"
+CURRENT_TF_KERAS_2 = "<!-- runs on current TensorFlow with Keras 2 too -->"
 # As tests/conftest.py decides it: TF 2.15 runs everything.
 ON_TF215 = tf.__version__.startswith("2.15.")
+KERAS_2 = os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true")
 
 
 def documents():
   return [REPO / "README.md"] + sorted((REPO / "docs").glob("*.md"))
 
 
-def runs_on_current_tf(path):
-  """Whether a page is marked as running on current TensorFlow: the marker
-  on a line of its own, before the page's first ```python block."""
+def runs_on_current_tf(path, marker=CURRENT_TF):
+  """Whether a page is marked as running on current TensorFlow (with Keras 2
+  when `marker` is CURRENT_TF_KERAS_2): the marker on a line of its own,
+  before the page's first ```python block."""
   for line in path.read_text().splitlines():
     if line.strip() == "```python":
       return False
-    if line.strip() == CURRENT_TF:
+    if line.strip() == marker:
       return True
   return False
 
 
 def documents_run_here():
   """The pages whose blocks this environment runs."""
+  marker = CURRENT_TF_KERAS_2 if KERAS_2 else CURRENT_TF
   return [path for path in documents()
-          if ON_TF215 or runs_on_current_tf(path)]
+          if ON_TF215 or runs_on_current_tf(path, marker)]
 
 
 def python_programs(path):
@@ -158,8 +169,16 @@ def test_pages_marked_for_current_tensorflow():
       for needs_tf215 in ("tensorflow_estimator", "tf.estimator",
                           "compat.v1.estimator", "TPUEstimator"):
         assert needs_tf215 not in source, f"{path.name}:{first}: {needs_tf215}"
+  keras_2 = [path for path in documents()
+             if runs_on_current_tf(path, CURRENT_TF_KERAS_2)]
+  assert (REPO / "README.md") in keras_2
+  for path in keras_2:
+    text = path.read_text()
+    assert text.count(CURRENT_TF_KERAS_2) == 1, path.name
+    assert python_programs(path), f"{path.name} is marked but has no block"
   if not ON_TF215:
-    assert sorted(documents_run_here()) == sorted(marked)
+    assert sorted(documents_run_here()) == sorted(
+        keras_2 if KERAS_2 else marked)
   else:
     assert documents_run_here() == documents()
 

@@ -36,6 +36,7 @@ from estimator_spec import __main__ as cli
 from estimator_spec.checkpoints import restore as checkpoints
 from estimator_spec.checkpoints import tf_cpu
 # The recipes' small model, shared with docs/recipes.md's setups.
+from tests import recipe_model
 from tests.recipe_model import A_TABLE
 from tests.recipe_model import adam
 from tests.recipe_model import B
@@ -56,7 +57,7 @@ from tests.recipe_model import V
 fc = tf.feature_column
 v1 = tf.compat.v1
 TF_TPU = v1.tpu.experimental
-TF_EST_TPU = v1.estimator.tpu
+TF_EST_TPU = recipe_model.TF_EST_TPU  # the oracle: TF 2.15 only
 
 
 def tf_estimator(model_dir, dense_optimizer):
@@ -368,7 +369,7 @@ def exported(tmp_path_factory):
   # The recipe: a parsing receiver over the columns' parse spec.
   parse_spec = v1.feature_column.make_parse_example_spec(list(
       columns("ours")))
-  serving_input_fn = tf.estimator.export.build_parsing_serving_input_receiver_fn(
+  serving_input_fn = es.estimator.export.build_parsing_serving_input_receiver_fn(
       parse_spec)
   export_dir = estimator.export_saved_model(str(tmp / "export"),
                                             serving_input_fn).decode()

@@ -60,6 +60,10 @@ def tensorflow_api():
       TPUEstimator=tf.estimator.tpu.TPUEstimator,
       TPUEstimatorSpec=tf.estimator.tpu.TPUEstimatorSpec,
       EmbeddingConfigSpec=tf.estimator.tpu.experimental.EmbeddingConfigSpec,
+      RunConfig=tf.estimator.tpu.RunConfig,
+      TPUConfig=tf.estimator.tpu.TPUConfig,
+      InputPipelineConfig=tf.estimator.tpu.InputPipelineConfig,
+      ModeKeys=tf.estimator.ModeKeys,
       AdamParameters=tf.tpu.experimental.AdamParameters,
       AdagradParameters=tf.tpu.experimental.AdagradParameters,
       embedding_column=tf.tpu.experimental.embedding_column,
@@ -83,6 +87,10 @@ def our_api():
       TPUEstimator=estimator_spec.TPUEstimator,
       TPUEstimatorSpec=estimator_spec.TPUEstimatorSpec,
       EmbeddingConfigSpec=estimator_spec.EmbeddingConfigSpec,
+      RunConfig=estimator_spec.RunConfig,
+      TPUConfig=estimator_spec.TPUConfig,
+      InputPipelineConfig=estimator_spec.InputPipelineConfig,
+      ModeKeys=estimator_spec.estimator.ModeKeys,
       AdamParameters=estimator_spec.AdamParameters,
       AdagradParameters=estimator_spec.AdagradParameters,
       embedding_column=tpu_embedding_columns.embedding_column,
@@ -207,7 +215,7 @@ def observed_model_fn(model_fn, recorder, features_to_fetch=()):
   def model_fn_observed(features, mode, params):
     recorder.model_fn(mode, params, features)
     spec = model_fn(features, mode, params)
-    if mode == tf.estimator.ModeKeys.TRAIN:
+    if mode == "train":  # ModeKeys.TRAIN
       fetched = {k: features[k] for k in features_to_fetch}
       hooks = tuple(spec.training_hooks or ()) + (
           recorder.step_hook(spec.loss, fetched),)
@@ -249,15 +257,15 @@ NCF_RATING_COLUMN = "rating"
 
 def ncf_create_tpu_estimator(api, model_fn, feature_columns, params):
   """The TPUEstimator of the NCF model (tables trained by Adam)."""
-  config = tf.estimator.tpu.RunConfig(
+  config = api.RunConfig(
       model_dir=params["model_dir"],
       tf_random_seed=params["seed"],
-      tpu_config=tf.estimator.tpu.TPUConfig(
+      tpu_config=api.TPUConfig(
           iterations_per_loop=params["iterations_per_loop"],
           num_shards=params["num_tpu_shards"],
           experimental_host_call_every_n_steps=100,
           per_host_input_for_training=(
-              tf.estimator.tpu.InputPipelineConfig.PER_HOST_V2)))
+              api.InputPipelineConfig.PER_HOST_V2)))
   adam = api.AdamParameters(
       learning_rate=params["learning_rate"],
       use_gradient_accumulation=params["use_gradient_accumulation"],
@@ -375,7 +383,7 @@ def ncf_create_model_fn(api, feature_columns):
     softmax_logits = tf.concat(
         [tf.zeros(logits.shape, dtype=logits.dtype), logits], axis=1)
 
-    if mode == tf.estimator.ModeKeys.EVAL:
+    if mode == api.ModeKeys.EVAL:
       duplicate_mask = tf.cast(features[NCF_DUPLICATE_MASK], tf.float32)
       labels = tf.cast(features[NCF_TRAIN_LABEL_KEY], tf.int32)
       cross_entropy, metric_fn, metric_tensors = ncf_eval_loss_and_metrics(
@@ -383,7 +391,7 @@ def ncf_create_model_fn(api, feature_columns):
       return api.TPUEstimatorSpec(mode=mode, loss=cross_entropy,
                                   eval_metrics=(metric_fn, metric_tensors))
 
-    elif mode == tf.estimator.ModeKeys.TRAIN:
+    elif mode == api.ModeKeys.TRAIN:
       labels = tf.cast(features[NCF_TRAIN_LABEL_KEY], tf.int32)
       valid_points = features[NCF_VALID_POINT_MASK]
       optimizer = tf.train.AdamOptimizer(
@@ -567,9 +575,9 @@ NCF_SIZES = {"num_users": 48, "num_items": 64, "seen_users": 40,
 
 def embedding_create_tpu_estimator(api, model_fn, feature_columns, params):
   """The TPUEstimator, with the lookups of `feature_columns` on the TPU."""
-  config = tf.estimator.tpu.RunConfig(
+  config = api.RunConfig(
       model_dir=params["model_dir"],
-      tpu_config=tf.estimator.tpu.TPUConfig(
+      tpu_config=api.TPUConfig(
           iterations_per_loop=params["iterations_per_loop"],
           num_shards=params["num_shards"],
           experimental_host_call_every_n_steps=100,
@@ -672,7 +680,7 @@ def embedding_create_model_fn(api, feature_columns):
     logits = embedding_logits_fn(features, feature_columns, params)
     labels = tf.squeeze(features["label"])
 
-    if mode == tf.estimator.ModeKeys.EVAL:
+    if mode == api.ModeKeys.EVAL:
       loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
           labels=labels, logits=logits))
 
@@ -686,7 +694,7 @@ def embedding_create_model_fn(api, feature_columns):
       return api.TPUEstimatorSpec(mode=mode, loss=loss,
                                   eval_metrics=(metric_fn, [labels, logits]))
 
-    elif mode == tf.estimator.ModeKeys.TRAIN:
+    elif mode == api.ModeKeys.TRAIN:
       optimizer = tf.train.AdamOptimizer(
           learning_rate=params["learning_rate"], beta1=params["beta1"],
           beta2=params["beta2"], epsilon=params["epsilon"])
@@ -701,7 +709,7 @@ def embedding_create_model_fn(api, feature_columns):
   return _model_fn
 
 
-def embedding_create_params(settings):
+def embedding_create_params(api, settings):
   params = {
       # The dense model's Adam.
       "beta1": 0.9,
@@ -722,7 +730,7 @@ def embedding_create_params(settings):
       # TPU.
       "iterations_per_loop": 4,
       "num_shards": settings["num_shards"],
-      "input_pipeline": getattr(tf.estimator.tpu.InputPipelineConfig,
+      "input_pipeline": getattr(api.InputPipelineConfig,
                                 settings["input_pipeline"]),
       "pipeline_execution": settings["pipeline_execution"],
       "use_gradient_accumulation": True,
@@ -743,7 +751,7 @@ def embedding_create_params(settings):
 def embedding_main(api, settings, input_fn_factory=None, observe=True,
                    features_to_fetch=(), evaluate=True):
   """Trains and evaluates in cycles; returns the estimator."""
-  params = embedding_create_params(settings)
+  params = embedding_create_params(api, settings)
   input_fn_factory = input_fn_factory or embedding_input_fn_from_files
   input_fn = input_fn_factory(params["train_dataset_path"])
   eval_input_fn = input_fn_factory(params["eval_dataset_path"])

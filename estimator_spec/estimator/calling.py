@@ -4,15 +4,26 @@ TF's Estimator passes `labels`, `mode`, `params` and `config` to model_fn
 only when its signature names them; the host estimator and the model_fn
 handed to TF's TPUEstimator both follow that rule through this module.
 """
+import functools
 import inspect
 
 
 def fn_args(fn):
-  """The parameter names of `fn` (empty when it has no signature)."""
+  """The names of `fn`'s parameters that Estimator fills by name: those
+  that may be given by position or keyword (not `*args`, `**kwargs` or
+  keyword-only ones), without `self` of a bound method or callable object
+  and, for a `functools.partial`, without the ones it binds. Empty when
+  `fn` has no signature."""
+  if isinstance(fn, functools.partial):
+    names = fn_args(fn.func)
+    return tuple(name for name in names[len(fn.args):]
+                 if name not in (fn.keywords or {}))
   try:
-    return set(inspect.signature(fn).parameters)
+    parameters = inspect.signature(fn).parameters.values()
   except (TypeError, ValueError):
-    return set()
+    return ()
+  return tuple(p.name for p in parameters
+               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
 def model_fn_kwargs(args, labels, mode, params, config):

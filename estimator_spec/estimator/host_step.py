@@ -34,10 +34,11 @@ from estimator_spec.estimator import batch_checks
 from estimator_spec.estimator import hooks as hooks_lib
 from estimator_spec.estimator import monitoring
 from estimator_spec.estimator import placement as placement_lib
+from estimator_spec.estimator import stack
 from estimator_spec.tf_patches import control_inputs
 from estimator_spec.tf_patches import gradient_taps
 
-ModeKeys = tf.estimator.ModeKeys
+ModeKeys = stack.ModeKeys
 
 
 class HostStep:

@@ -29,12 +29,13 @@ import time
 import warnings
 
 import tensorflow as tf
-from tensorflow.core.protobuf import rewriter_config_pb2
 
 from estimator_spec import files
 from estimator_spec.estimator import cluster as cluster_lib
 from estimator_spec.estimator import tpu_context
+from estimator_spec.estimator.framework import run_config as run_config_lib
 from estimator_spec.config import embedding_config as config_lib
+from estimator_spec.config import modes
 
 
 class Placement:
@@ -85,7 +86,7 @@ class Placement:
         uses the training batch size.
     """
     hosts, cores, tpu_layout = self.table_topology
-    train = tf.estimator.ModeKeys.TRAIN
+    train = modes.TRAIN
     batch = batch_sizes.get(mode) or batch_sizes[train]
     if batch % cores and not (tpu_layout and mode == train):
       # Only the configuration proto splits the batch over cores; the host
@@ -111,7 +112,7 @@ class Placement:
     if self.cluster is None:
       return None
     assignment = (self.ps_assignment
-                  if mode == tf.estimator.ModeKeys.TRAIN else None)
+                  if mode == modes.TRAIN else None)
     cluster = self.cluster
 
     def device(table, partition):
@@ -168,16 +169,6 @@ def table_topology(config):
 # The devices each task of a between-graph cluster talks to: the ps tasks
 # and itself (the ps tasks serve every training task). Evaluators and
 # other tasks get no filter.
-def _device_filters(task_type, task_id):
-  if task_type in ("chief", "master"):
-    return ["/job:ps", f"/job:{task_type}"]
-  if task_type == "worker":
-    return ["/job:ps", f"/job:worker/task:{task_id}"]
-  if task_type == "ps":
-    return ["/job:ps", "/job:worker", "/job:chief", "/job:master"]
-  return None
-
-
 def cluster_session_config(config):
   """The session config a host run on a cluster needs when the RunConfig
   has none: device filters as Estimator's own RunConfig sets them, so that
@@ -186,15 +177,13 @@ def cluster_session_config(config):
   config of its own, no cluster, or a task that needs no filter."""
   if config.session_config is not None or not config.cluster_spec:
     return None
-  filters = _device_filters(config.task_type, config.task_id)
+  filters = run_config_lib.cluster_device_filters(config.task_type,
+                                                  config.task_id)
   if filters is None:
     return None
-  rewrite = tf.compat.v1.GraphOptions(
-      rewrite_options=rewriter_config_pb2.RewriterConfig(
-          meta_optimizer_iterations=rewriter_config_pb2.RewriterConfig.ONE))
-  return tf.compat.v1.ConfigProto(allow_soft_placement=True,
-                                  graph_options=rewrite,
-                                  device_filters=filters)
+  session_config = run_config_lib.default_session_config()
+  session_config.device_filters.extend(filters)
+  return session_config
 
 
 ASSIGNMENT_FILE = "embedding_ps_assignment.json"

@@ -1,13 +1,11 @@
-"""TF's `RunConfig`, `TPUConfig` and `InputPipelineConfig` of
-`tf.compat.v1.estimator.tpu`, re-exported unchanged: the host estimator
-reads them as TF's TPUEstimator does (docs/estimator.md), so
-`estimator_spec.RunConfig` is TF's class itself and a config built with
-either name works with either estimator."""
-import tensorflow as tf
+"""The TPU `RunConfig`, `TPUConfig` and `InputPipelineConfig` of
+`tf.compat.v1.estimator.tpu`: tensorflow-estimator's own classes on TF 2.15,
+this library's on current TensorFlow (`estimator/stack.py`). The host
+estimator reads them as TF's TPUEstimator does (docs/estimator.md)."""
+from estimator_spec.estimator import stack
 
-_TPU = tf.compat.v1.estimator.tpu
-RunConfig = _TPU.RunConfig
-TPUConfig = _TPU.TPUConfig
-InputPipelineConfig = _TPU.InputPipelineConfig
+RunConfig = stack.TPURunConfig
+TPUConfig = stack.TPUConfig
+InputPipelineConfig = stack.InputPipelineConfig
 
 __all__ = ["RunConfig", "TPUConfig", "InputPipelineConfig"]

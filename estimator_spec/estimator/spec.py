@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from estimator_spec import quiet
 from estimator_spec.estimator import hooks as hooks_lib
+from estimator_spec.estimator import stack
 
 
 class ExportSavedModelApiVersion:
@@ -89,12 +90,13 @@ def to_estimator_spec(spec, host_call_every_n_steps=1):
   """The `tf.estimator.EstimatorSpec` of what model_fn returned: a
   TPUEstimatorSpec's scaffold_fn, eval_metrics and host_call (a training
   hook run every `host_call_every_n_steps` steps) called on the host."""
-  if isinstance(spec, tf.estimator.EstimatorSpec):
+  if isinstance(spec, stack.EstimatorSpec):
     return spec
   if not _is_tpu_spec(spec):
     raise TypeError(
-        "model_fn must return a TPUEstimatorSpec or a tf.estimator."
-        f"EstimatorSpec; got {type(spec).__name__}.")
+        "model_fn must return a TPUEstimatorSpec or an EstimatorSpec "
+        f"(estimator_spec.estimator.EstimatorSpec); got "
+        f"{type(spec).__name__}.")
   scaffold = (quiet.users(spec.scaffold_fn)() if spec.scaffold_fn is not None
               else None)
   if scaffold is not None and not isinstance(scaffold,
@@ -106,11 +108,11 @@ def to_estimator_spec(spec, host_call_every_n_steps=1):
   if spec.eval_metrics is not None:
     eval_metric_ops = _call_with(spec.eval_metrics)
   training_hooks = list(spec.training_hooks or ())
-  if spec.host_call is not None and spec.mode == tf.estimator.ModeKeys.TRAIN:
+  if spec.host_call is not None and spec.mode == stack.ModeKeys.TRAIN:
     training_hooks.append(
         hooks_lib.HostCallHook(_call_with(spec.host_call),
                                host_call_every_n_steps))
-  return tf.estimator.EstimatorSpec(
+  return stack.EstimatorSpec(
       mode=spec.mode,
       predictions=spec.predictions,
       loss=spec.loss,

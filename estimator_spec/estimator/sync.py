@@ -556,7 +556,7 @@ def _refuse_own_step_increments(ops):
         "ClusterTraining(asynchronous=True).")
 
 
-class _ReplyHook(tf.estimator.SessionRunHook):
+class _ReplyHook(tf.compat.v1.train.SessionRunHook):
   """The chief's "step done" to the workers, after each step's hooks that
   come before it (Estimator runs the chief's checkpoint hook, whose
   listeners apply a held pipelined update, before the model's hooks)."""
@@ -569,7 +569,7 @@ class _ReplyHook(tf.estimator.SessionRunHook):
     run_context.session.run(self._replies)
 
 
-class SyncWatchHook(tf.estimator.SessionRunHook):
+class SyncWatchHook(tf.compat.v1.train.SessionRunHook):
   """Gives every training step a deadline and, while a step waits, logs
   which training tasks have not sent their gradients for it."""
 
@@ -608,7 +608,7 @@ class SyncWatchHook(tf.estimator.SessionRunHook):
       self._condition.notify()
     options = tf.compat.v1.RunOptions(
         timeout_in_ms=int(self._options.step_timeout_secs * 1000))
-    return tf.estimator.SessionRunArgs(None, options=options)
+    return tf.compat.v1.train.SessionRunArgs(None, options=options)
 
   def after_run(self, run_context, run_values):
     del run_context, run_values

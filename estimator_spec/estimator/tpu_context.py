@@ -91,7 +91,7 @@ def deployment(topology, pipeline, mode, global_batch):
   per_host = topology.num_of_replicas_per_host
   if pipeline == BROADCAST:
     return Deployment(1, global_batch, 1, cores, False)
-  if pipeline == PER_SHARD_V1 and mode == tf.estimator.ModeKeys.TRAIN:
+  if pipeline == PER_SHARD_V1 and mode == modes.TRAIN:
     return Deployment(cores, _divide(global_batch, cores, mode), 1, 1, True)
   if pipeline == PER_HOST_V2:
     return Deployment(hosts, _divide(global_batch, cores, mode), per_host,

@@ -41,16 +41,18 @@ from estimator_spec.estimator import host_step
 from estimator_spec.estimator import monitoring
 from estimator_spec.estimator import placement
 from estimator_spec.estimator import profiling
+from estimator_spec.estimator import stack
 from estimator_spec.estimator import sync as sync_lib
 from estimator_spec.estimator import target
 from estimator_spec.estimator import tpu_context
 from estimator_spec.estimator.spec import ExportSavedModelApiVersion
 from estimator_spec.estimator.spec import TPUEstimatorSpec
 from estimator_spec.estimator.spec import to_estimator_spec
+from estimator_spec.estimator.framework import keras2
 from estimator_spec.tf_patches import replica_context
 from estimator_spec.tf_patches import tpu_columns
 
-ModeKeys = tf.estimator.ModeKeys
+ModeKeys = stack.ModeKeys
 
 _RESERVED_PARAMS = ("batch_size", "context")
 _BATCH_ARGUMENT = {
@@ -190,7 +192,7 @@ def _with_cluster_session(config):
   return config.replace(session_config=cluster_session)
 
 
-class TPUEstimator(tf.compat.v1.estimator.Estimator):
+class TPUEstimator(stack.Estimator):
   """TF 2.15's TPUEstimator, run on the host embedding engine.
 
   Arguments are those of `tf.compat.v1.estimator.tpu.TPUEstimator`:
@@ -443,6 +445,15 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
 
   def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None,
                name=None):
+    if self._emulates_tpu(ModeKeys.EVAL) and (
+        isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+      # TF's TPUEstimator refuses it too: a TPU evaluates a fixed number of
+      # batches.
+      raise ValueError(
+          "TPUEstimator.evaluate: `steps` must be a positive int when "
+          "evaluation runs as on a TPU (use_tpu=True, eval_on_tpu=True); "
+          f"got {steps!r}. Pass the number of batches, or construct with "
+          "eval_on_tpu=False (or use_tpu=False) to evaluate the whole input.")
     self._refuse_special_checkpoint_files("evaluate")
     with quiet.library_call():
       return super().evaluate(input_fn, steps=steps, hooks=hooks,
@@ -495,7 +506,8 @@ class TPUEstimator(tf.compat.v1.estimator.Estimator):
     def call(params):
       if "params" in args:
         kwargs["params"] = params
-      with tf.compat.v1.device("/cpu:0"), quiet.user_call():
+      with tf.compat.v1.device("/cpu:0"), quiet.user_call(), (
+          keras2.explained("input_fn")):
         return input_fn(**kwargs)
 
     if mode == ModeKeys.TRAIN and self._cluster is not None and (
