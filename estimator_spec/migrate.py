@@ -3,11 +3,14 @@
 Rewrites the TF names of TPU embedding and TPUEstimator programs
 (`tf.compat.v1.estimator.tpu.TPUEstimator`, `from tensorflow.compat.v1.
 estimator import tpu as tpu_estimator`, `tf.contrib.tpu.RunConfig`,
-`tf.compat.v1.tpu.experimental.embedding_column`, ...) to this library's,
-by the one table of names (`estimator_spec.tf_names`). It reads each file's
-syntax tree (Python's `ast`), finds the names through the file's own import
-aliases, and edits only those spans of the source: comments, formatting and
-everything else stay byte for byte. See docs/migration.md.
+`tf.compat.v1.tpu.experimental.embedding_column`, `tf.estimator.ModeKeys`,
+`tf.estimator.export.ServingInputReceiver`, `import tensorflow_estimator`,
+...) to this library's, by the one table of names (`estimator_spec.
+tf_names`), so that the program no longer needs tensorflow-estimator. It
+reads each file's syntax tree (Python's `ast`), finds the names through the
+file's own import aliases, and edits only those spans of the source:
+comments, formatting and everything else stay byte for byte. See
+docs/migration.md.
 
 This module itself uses no TensorFlow: it reads programs, never runs them.
 """
@@ -25,6 +28,7 @@ from estimator_spec import tf_names
 OUR_PACKAGES = ("estimator_spec", "tpu_embedding_columns")
 _TF_ROOTS = ("tensorflow", "tensorflow_estimator")
 _COMPAT_V1 = "tensorflow.compat.v1"
+_ESTIMATOR_MODULE = "estimator_spec.estimator"
 MAX_FILE_BYTES = 16 << 20  # a larger .py file is refused, not read
 
 
@@ -209,11 +213,11 @@ class _Migration:
   # --- uses ---------------------------------------------------------------
 
   def collect_uses(self):
-    for node in _walk_loads(self.tree):
+    for node, local in _walk_loads(self.tree):
       parts = _chain(node)
       binding = self._tf_binding(parts[0])
-      if binding is None:
-        continue
+      if binding is None or parts[0] in local:
+        continue  # not a TF name, or a function's own variable there
       if len(parts) == 1:
         binding.bare_uses += 1
       else:
@@ -221,30 +225,39 @@ class _Migration:
 
   def _resolve(self, binding, parts):
     """(prefix node depth, row) of the longest prefix of a use that the
-    table knows, or (None, None)."""
+    table knows, or (None, None). A module's row counts only for the
+    module itself: an unknown name in it is no name of ours."""
     for keep in range(len(parts), 1, -1):
       dotted = ".".join([binding.path] + parts[1:keep])
       row = tf_names.lookup(dotted)
-      if row is not None:
+      if row is not None and (keep == len(parts) or
+                              row.tf not in tf_names.MODULES):
         return keep, row
     return None, None
+
+  def _same_in(self, target, binding, parts):
+    """Whether a use of a module binding names, through our module
+    `target`, the very counterpart the table gives it."""
+    keep, row = self._resolve(binding, parts)
+    return (row is not None and row.kind in tf_names.OUR_KINDS and
+            row.ours == ".".join([target] + parts[1:keep]))
 
   # --- rewriting ----------------------------------------------------------
 
   def module_aliases(self):
-    """Imports binding a whole TF module that has our counterpart, all of
-    whose uses are ours too: the import alone changes."""
+    """Imports binding a whole TF module that has our counterpart, every
+    use of which names the same counterpart through ours (and which is
+    passed as a value only when ours has all its names): the import alone
+    changes."""
     for binding in list(self.bindings.values()):
       if binding.name in self.ambiguous or not _is_tf(binding.path):
         continue
       row = tf_names.lookup(binding.path)
       if row is None or row.tf not in tf_names.MODULES:
         continue
-      if binding.bare_uses:
-        continue  # the module passed around as a value: rewrite per use
-      if all(self._resolve(binding, parts)[1] is not None and
-             self._resolve(binding, parts)[1].kind in (tf_names.OURS,
-                                                      tf_names.REEXPORT)
+      if binding.bare_uses and row.tf in tf_names.PARTIAL_MODULES:
+        continue  # passed around as a value, ours lacking some names
+      if all(self._same_in(row.ours, binding, parts)
              for _, parts in binding.uses):
         binding.module_target = row.ours
         binding.rewritten.update(id(node) for node, _ in binding.uses)
@@ -261,7 +274,7 @@ class _Migration:
         written = self.source.text(node)
         if row is None:
           dotted = ".".join([binding.path] + parts[1:])
-          if tf_names.is_tpu_name(dotted):
+          if tf_names.is_covered(dotted):
             self._note(node.lineno, written,
                        "not in the table of names (docs/migration.md); "
                        "no counterpart here")
@@ -280,8 +293,8 @@ class _Migration:
 
   def _new_text(self, row, binding):
     """The expression that replaces a use of `row`, or None to keep it."""
-    if row.kind in (tf_names.OURS, tf_names.REEXPORT):
-      self.needed.add(row.ours.split(".")[0])
+    if row.kind in tf_names.OUR_KINDS:
+      self.needed.add(_module_of(row.ours))
       return row.ours
     if row.kind == tf_names.TF and row.ours:
       return self._tf_expression(row.ours, binding)
@@ -324,11 +337,19 @@ class _Migration:
     return binding
 
   def _unused_and_gone(self, binding):
-    """A binding to a module TF 2.15 lacks (tf.contrib) none of whose uses
-    is left: its import goes."""
-    return (binding.path.startswith("tensorflow.contrib") and
+    """A binding into a module some TF lacks (tf.contrib, tf.estimator)
+    none of whose uses is left: its import goes."""
+    return (tf_names.missing_from(binding.path) is not None and
             not binding.bare_uses and
             all(id(node) in binding.rewritten for node, _ in binding.uses))
+
+  def _note_gone(self, statement, binding):
+    """A line for a kept import of a module some TF lacks."""
+    missing = tf_names.missing_from(binding.path)
+    if missing and (binding.uses or binding.bare_uses):
+      self._note(statement.lineno, binding.path,
+                 f"{missing}, and this file still uses {binding.name} (names "
+                 "with no counterpart here, or the module as a value)")
 
   def _rewrite_import(self, statement):
     kept, added, changed = [], [], False
@@ -342,11 +363,8 @@ class _Migration:
         changed = True
       else:
         kept.append(_alias_text(alias))
-        if binding is not None and binding.path.startswith(
-            "tensorflow.contrib"):
-          self._note(statement.lineno, binding.path,
-                     "TF 2.15 has no tensorflow.contrib: the uses left "
-                     "above have no counterpart here")
+        if binding is not None:
+          self._note_gone(statement, binding)
     if changed:
       lines = ([f"import {', '.join(kept)}"] if kept else []) + added
       self._replace_statement(statement, lines)
@@ -364,7 +382,7 @@ class _Migration:
         added.append(f"import {target} as {binding.name}")
         changed = True
       elif row is not None and row.tf not in tf_names.MODULES and (
-          row.kind in (tf_names.OURS, tf_names.REEXPORT) or
+          row.kind in tf_names.OUR_KINDS or
           (row.kind == tf_names.TF and row.ours)):
         module, _, name = row.ours.rpartition(".")
         added.append(f"from {module} import {name}" +
@@ -376,11 +394,8 @@ class _Migration:
         kept.append(_alias_text(alias))
         if row is not None and row.tf not in tf_names.MODULES:
           self._note(statement.lineno, binding.path, _why(row))
-        elif binding.path.startswith("tensorflow.contrib") and (
-            binding.uses or binding.bare_uses):
-          self._note(statement.lineno, binding.path,
-                     "TF 2.15 has no tensorflow.contrib: the uses left "
-                     "have no counterpart here")
+        else:
+          self._note_gone(statement, binding)
     if changed:
       lines = ([f"from {statement.module} import {', '.join(kept)}"]
                if kept else []) + _merged(added)
@@ -406,10 +421,12 @@ class _Migration:
     return False
 
   def add_imports(self):
-    missing = sorted(
-        name for name in self.needed
-        if not (name in self.bindings and self.bindings[name].path == name
-                and name not in self.ambiguous))
+    """Imports the modules the new names need, unless the file does (one
+    of a package and its module: `import estimator_spec.estimator` binds
+    `estimator_spec` too)."""
+    needed = {name for name in self.needed if not any(
+        other.startswith(name + ".") for other in self.needed)}
+    missing = sorted(name for name in needed if not self._imports(name))
     if not missing:
       return
     line = self._import_line()
@@ -417,6 +434,14 @@ class _Migration:
         line, self.source.newline.join(f"import {name}" for name in missing))
     for name in missing:
       self.changes.append(Change(line, "", f"import {name}"))
+
+  def _imports(self, module):
+    """Whether the file already imports `module` as itself."""
+    top = module.split(".")[0]
+    binding = self.bindings.get(top)
+    if binding is None or binding.path != top or top in self.ambiguous:
+      return False
+    return module == top or module in _plain_imports(self.tree)
 
   def _import_line(self):
     """The line before which new imports go: after the last module-level
@@ -504,17 +529,69 @@ def _statements(tree):
       stack.extend(node.cases)
 
 
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_OWN_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+               ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
+               ast.GeneratorExp)
+
+
 def _walk_loads(tree):
-  """The outermost attribute chains and names read in `tree` (a chain's
-  inner parts are not listed again)."""
-  stack = [tree]
+  """(node, the names local there) of the outermost attribute chains and
+  names read in `tree` (a chain's inner parts are not listed again). A
+  function's own variables hide the file's imports of the same names in
+  its body (`estimator` the module, `estimator` the TPUEstimator)."""
+  stack = [(tree, frozenset())]
   while stack:
-    node = stack.pop()
+    node, local = stack.pop()
     if isinstance(node, (ast.Attribute, ast.Name)) and _chain(node):
       if isinstance(node.ctx, ast.Load) or isinstance(node, ast.Attribute):
-        yield node
+        yield node, local
       continue
-    stack.extend(ast.iter_child_nodes(node))
+    body = []
+    if isinstance(node, _FUNCTIONS):
+      body = node.body if isinstance(node.body, list) else [node.body]
+      inner = local | _local_names(node, body)
+      stack.extend((child, inner) for child in body)
+    stack.extend((child, local) for child in ast.iter_child_nodes(node)
+                 if not any(child is statement for statement in body))
+
+
+def _local_names(function, body):
+  """The names a function binds itself: its arguments and what its `body`
+  assigns, less those it declares global or nonlocal."""
+  arguments = function.args
+  names = {arg.arg for arg in arguments.posonlyargs + arguments.args +
+           arguments.kwonlyargs + [arguments.vararg, arguments.kwarg] if arg}
+  declared = set()
+  stack = list(body)
+  while stack:
+    node = stack.pop()
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+      declared.update(node.names)
+    elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+      names.add(node.id)
+    elif isinstance(node, (ast.ExceptHandler, ast.FunctionDef,
+                           ast.AsyncFunctionDef, ast.ClassDef)) and node.name:
+      names.add(node.name)
+    if not isinstance(node, _OWN_SCOPES):  # those bind names of their own
+      stack.extend(ast.iter_child_nodes(node))
+  return names - declared
+
+
+def _plain_imports(tree):
+  """The modules `tree` imports as `import a.b` (no `as`)."""
+  return {alias.name for _, statement in _statements(tree)
+          if isinstance(statement, ast.Import)
+          for alias in statement.names if not alias.asname}
+
+
+def _module_of(name):
+  """The module to import for one of our names: `estimator_spec.
+  estimator` for the names in it (it loads the Estimator framework), else
+  the package."""
+  if name.startswith(_ESTIMATOR_MODULE + "."):
+    return _ESTIMATOR_MODULE
+  return name.split(".")[0]
 
 
 def migrate_source(data: bytes) -> Result:

@@ -1,4 +1,5 @@
-"""Where each name of TF's TPU embedding and TPUEstimator APIs lives here.
+"""Where each name of TF's TPU embedding and TPUEstimator APIs, and of the
+`tf.estimator` names a TPUEstimator program uses beside them, lives here.
 
 One table (`NAMES`), plain data: `tests/test_tf_names.py` walks TF 2.15's
 namespaces against it, `python -m estimator_spec migrate` rewrites programs
@@ -6,27 +7,33 @@ by it, and docs/migration.md's table is generated from it
 (`markdown_table()`).
 
 A row's `tf` is the name as written under `tensorflow.compat.v1` (TF 1.x's
-`tensorflow`), e.g. `tpu.experimental.embedding_column`; its `kind` says
+`tensorflow`; for the few `tf.estimator.experimental` names only TF2's
+`tensorflow` has, under that), e.g. `tpu.experimental.embedding_column`, or
+in full for the names outside those (`LEGACY`, `PRIVATE`); its `kind` says
 what a program that uses it gets here:
 
 * `ours`: this library's own implementation, at `ours`;
-* `re-export`: TF's own object, unchanged, also reachable at `ours`;
+* `framework`: the Estimator framework's object, at `ours`: on TF 2.15
+  tensorflow-estimator's own (the library stands on it there), on current
+  TF (no tensorflow-estimator) this library's (`estimator/framework/`);
 * `tf`: stays TF's (it works unchanged with this library); `migrate` keeps
-  it (`ours` None) or moves it to where TF 2.15 keeps it (`ours`);
+  it (`ours` None) or moves it to where TF keeps it (`ours`);
 * `refused`: no counterpart here; `note` says what to do instead.
 
 `ALIASES` are the other spellings of those names that programs use (TF 1.x's
-`tf.contrib.tpu`, the modules behind the public names); `MODULES` are the TF
-modules every public name of which has a counterpart in one of ours, so that
-an alias of the whole module can be rewritten as an alias of ours.
+`tf.contrib.tpu` and `tensorflow.python.estimator`, the modules behind the
+public names, the `tensorflow_estimator` package); `MODULES` are the TF
+modules that have a counterpart module of ours, so that an alias of the
+whole module can become an alias of ours.
 """
 import collections
 
 OURS = "ours"
-REEXPORT = "re-export"
+FRAMEWORK = "framework"
 TF = "tf"
 REFUSED = "refused"
-KINDS = (OURS, REEXPORT, TF, REFUSED)
+KINDS = (OURS, FRAMEWORK, TF, REFUSED)
+OUR_KINDS = (OURS, FRAMEWORK)  # the kinds `migrate` rewrites to `ours`
 
 Name = collections.namedtuple("Name", ["tf", "ours", "kind", "note"])
 
@@ -40,7 +47,7 @@ _TPU_TOPOLOGY = ("describes a TPU's cores; a host run has none (it emulates "
 _MID_LEVEL_CONFIG = ("TF's own configuration object: estimator_spec."
                      "HostTPUEmbedding takes it unchanged")
 
-NAMES = (
+TPU_NAMES = (
     # tf.compat.v1.tpu.experimental: the columns and their optimizers.
     Name("tpu.experimental.embedding_column",
          "tpu_embedding_columns.embedding_column", OURS, ""),
@@ -102,34 +109,162 @@ NAMES = (
          ""),
     Name("estimator.tpu.TPUEstimatorSpec", "estimator_spec.TPUEstimatorSpec",
          OURS, ""),
-    Name("estimator.tpu.RunConfig", "estimator_spec.RunConfig", REEXPORT,
-         "TF's class: the estimator reads it as TF's does"),
-    Name("estimator.tpu.TPUConfig", "estimator_spec.TPUConfig", REEXPORT,
-         "TF's class: the host run emulates the topology it describes"),
+    Name("estimator.tpu.RunConfig", "estimator_spec.RunConfig", FRAMEWORK,
+         "the estimator reads it as TF's does"),
+    Name("estimator.tpu.TPUConfig", "estimator_spec.TPUConfig", FRAMEWORK,
+         "the host run emulates the topology it describes"),
     Name("estimator.tpu.InputPipelineConfig",
-         "estimator_spec.InputPipelineConfig", REEXPORT,
-         "TF's class: its modes deploy input_fn as on a TPU"),
+         "estimator_spec.InputPipelineConfig", FRAMEWORK,
+         "its modes deploy input_fn as on a TPU"),
     Name("estimator.tpu.experimental.EmbeddingConfigSpec",
          "estimator_spec.experimental.EmbeddingConfigSpec", OURS,
          "also estimator_spec.EmbeddingConfigSpec"),
 )
 
-# TF modules whose every name has a counterpart in one of ours: an alias of
-# the module (`from tensorflow.compat.v1.estimator import tpu as
-# tpu_estimator`) becomes an alias of ours (`import estimator_spec as
-# tpu_estimator`).
+
+def _rows(module, names, ours, kind, note):
+  """One row per name of `module`: `ours` is the module holding our
+  counterparts (None for none)."""
+  return tuple(Name(f"{module}.{name}", ours and f"{ours}.{name}", kind, note)
+               for name in names)
+
+
+_ESTIMATOR = "estimator_spec.estimator"
+
+# tf.estimator (tf.compat.v1.estimator: the same names but for a few
+# experimental ones) and its modules: what a TPUEstimator program uses beside
+# tf.compat.v1.estimator.tpu.
+_FRAMEWORK_NAMES = (
+    Name("estimator.Estimator", f"{_ESTIMATOR}.Estimator", FRAMEWORK,
+         "TF2's tf.estimator.Estimator (EstimatorV2) migrates to it too"),
+    Name("estimator.EstimatorSpec", f"{_ESTIMATOR}.EstimatorSpec", FRAMEWORK,
+         ""),
+    Name("estimator.ModeKeys", f"{_ESTIMATOR}.ModeKeys", FRAMEWORK, ""),
+    Name("estimator.RunConfig", f"{_ESTIMATOR}.RunConfig", FRAMEWORK,
+         "the plain RunConfig; the TPU one is estimator_spec.RunConfig"),
+    Name("estimator.TrainSpec", f"{_ESTIMATOR}.TrainSpec", FRAMEWORK, ""),
+    Name("estimator.EvalSpec", f"{_ESTIMATOR}.EvalSpec", FRAMEWORK, ""),
+    Name("estimator.train_and_evaluate", f"{_ESTIMATOR}.train_and_evaluate",
+         FRAMEWORK, ""),
+    Name("estimator.WarmStartSettings", f"{_ESTIMATOR}.WarmStartSettings",
+         FRAMEWORK, ""),
+)
+_IN_TF_TRAIN = (
+    "CheckpointSaverHook", "CheckpointSaverListener", "FeedFnHook",
+    "FinalOpsHook", "GlobalStepWaiterHook", "LoggingTensorHook",
+    "NanLossDuringTrainingError", "NanTensorHook", "ProfilerHook",
+    "SecondOrStepTimer", "SessionRunArgs", "SessionRunContext",
+    "SessionRunHook", "SessionRunValues", "StepCounterHook", "StopAtStepHook",
+    "SummarySaverHook", "VocabInfo")
+_CANNED = (
+    "BaselineClassifier", "BaselineEstimator", "BaselineRegressor",
+    "DNNClassifier", "DNNEstimator", "DNNLinearCombinedClassifier",
+    "DNNLinearCombinedEstimator", "DNNLinearCombinedRegressor",
+    "DNNRegressor", "LinearClassifier", "LinearEstimator", "LinearRegressor")
+_HEADS = (
+    "Head", "BinaryClassHead", "LogisticRegressionHead", "MultiClassHead",
+    "MultiHead", "MultiLabelHead", "PoissonRegressionHead", "RegressionHead")
+_EXPORTERS = ("Exporter", "LatestExporter", "FinalExporter", "BestExporter")
+_EXPORT_NAMES = (
+    "ExportOutput", "PredictOutput", "ClassificationOutput",
+    "RegressionOutput", "ServingInputReceiver", "TensorServingInputReceiver",
+    "build_parsing_serving_input_receiver_fn",
+    "build_raw_serving_input_receiver_fn")
+_EXPERIMENTAL_CANNED = ("KMeans", "LinearSDCA", "RNNClassifier",
+                        "RNNEstimator")
+_LOGIT_FNS = ("call_logit_fn", "dnn_logit_fn_builder",
+              "linear_logit_fn_builder")
+_STOP_HOOKS = (
+    "InMemoryEvaluatorHook", "make_early_stopping_hook",
+    "make_stop_at_checkpoint_step_hook", "stop_if_higher_hook",
+    "stop_if_lower_hook", "stop_if_no_decrease_hook",
+    "stop_if_no_increase_hook")
+
+_WRITE_A_MODEL_FN = ("a canned estimator: no counterpart here; write a "
+                     "model_fn for estimator_spec.estimator.Estimator (or "
+                     "TPUEstimator)")
+ESTIMATOR_NAMES = (
+    _FRAMEWORK_NAMES +
+    _rows("estimator", _IN_TF_TRAIN, "tensorflow.compat.v1.train", TF,
+          "TF's own, which tf.estimator re-exported from tf.compat.v1."
+          "train, where TF 2.15 and current TF keep it") +
+    _rows("estimator", _CANNED, None, REFUSED, _WRITE_A_MODEL_FN) +
+    _rows("estimator", _HEADS, None, REFUSED,
+          "a canned estimator's head: no counterpart here; write a model_fn "
+          "that computes the loss, predictions and metrics itself") +
+    _rows("estimator", ("add_metrics",), None, REFUSED,
+          "adds metrics to a canned estimator: no counterpart here; write a "
+          "model_fn whose EstimatorSpec returns them (`eval_metric_ops`)") +
+    _rows("estimator", ("classifier_parse_example_spec",
+                        "regressor_parse_example_spec"), None, REFUSED,
+          "a canned estimator's parsing spec: no counterpart here; write a "
+          "model_fn, and parse with TF's own "
+          "tf.feature_column.make_parse_example_spec") +
+    _rows("estimator", _EXPORTERS, None, REFUSED,
+          "no counterpart here: export with `estimator.export_saved_model` "
+          "after `evaluate`, or pass to `EvalSpec(exporters=...)` an object "
+          "with a `name` and an `export(estimator, export_path, "
+          "checkpoint_path, eval_result, is_the_final_export)` method") +
+    _rows("estimator.export", _EXPORT_NAMES, f"{_ESTIMATOR}.export",
+          FRAMEWORK, "") +
+    _rows("estimator.export", ("EvalOutput",), None, REFUSED,
+          "the framework exports serving graphs only (no eval graph): "
+          "export one with `export_saved_model` and a serving input "
+          "receiver") +
+    _rows("estimator.experimental", _EXPERIMENTAL_CANNED, None, REFUSED,
+          _WRITE_A_MODEL_FN) +
+    _rows("estimator.experimental", _LOGIT_FNS, None, REFUSED,
+          "builds a canned estimator's logits: no counterpart here; "
+          "compute the logits in your model_fn") +
+    _rows("estimator.experimental", _STOP_HOOKS, None, REFUSED,
+          "tf.estimator.experimental's hook: no counterpart here; stop with "
+          "`max_steps`, or with a tf.compat.v1.train.SessionRunHook of your "
+          "own that calls `run_context.request_stop()`") +
+    _rows("estimator.experimental",
+          ("build_raw_supervised_input_receiver_fn",), None, REFUSED,
+          "a receiver for training and eval graphs: the framework exports "
+          "serving graphs only; use estimator.export."
+          "build_raw_serving_input_receiver_fn") +
+    _rows("estimator.inputs", ("numpy_input_fn", "pandas_input_fn"), None,
+          REFUSED, "builds an input_fn from in-memory data: no counterpart "
+          "here; return `tf.data.Dataset.from_tensor_slices(...)` from your "
+          "input_fn"))
+
+NAMES = TPU_NAMES + ESTIMATOR_NAMES
+
+# TF modules that have a counterpart module of ours: an alias of the module
+# (`from tensorflow.compat.v1.estimator import tpu as tpu_estimator`) becomes
+# an alias of ours (`import estimator_spec as tpu_estimator`) when every name
+# the program uses through it is in ours under the same name. The root of the
+# `tensorflow_estimator` package is spelled in full.
 MODULES = {
     "estimator.tpu": "estimator_spec",
     "estimator.tpu.experimental": "estimator_spec.experimental",
+    "estimator": _ESTIMATOR,
+    "estimator.export": f"{_ESTIMATOR}.export",
+    "tensorflow_estimator": "estimator_spec",
 }
+# Those of them some of whose names have no counterpart: the module itself
+# (passed around as a value) is not replaced by ours.
+PARTIAL_MODULES = ("estimator", "estimator.export", "tensorflow_estimator")
 
-# The TF modules whose public names the table covers (a test walks them).
+# The TF modules whose public names the table covers (a test walks them
+# under tf.compat.v1); TF2's `tf.estimator` modules, walked too, hold the
+# same names but for a few experimental ones.
 COVERED_MODULES = ("tpu.experimental", "tpu.experimental.embedding",
-                   "estimator.tpu", "estimator.tpu.experimental")
+                   "estimator", "estimator.tpu", "estimator.tpu.experimental",
+                   "estimator.export", "estimator.experimental",
+                   "estimator.inputs")
+TF2_COVERED_MODULES = ("estimator", "estimator.export",
+                       "estimator.experimental")
 
 # Other spellings of the names above, as full dotted paths (prefixes end in
-# '.'): TF 1.x's `tf.contrib.tpu`, and the modules behind the public names
-# that programs import directly.
+# '.'; the longest that matches applies, and a spelling it gives in full is
+# resolved again): TF 1.x's `tf.contrib.tpu` and `tensorflow.python.
+# estimator`, the modules behind the public names that programs import
+# directly, and the `tensorflow_estimator` package.
+_TFE = "tensorflow_estimator.python.estimator."
+_LOAD_GLOBAL_STEP = "_load_global_step_from_checkpoint_dir"
 ALIASES = {
     "tensorflow.contrib.tpu.TPUEstimator": "estimator.tpu.TPUEstimator",
     "tensorflow.contrib.tpu.TPUEstimatorSpec":
@@ -138,11 +273,9 @@ ALIASES = {
     "tensorflow.contrib.tpu.TPUConfig": "estimator.tpu.TPUConfig",
     "tensorflow.contrib.tpu.InputPipelineConfig":
         "estimator.tpu.InputPipelineConfig",
-    "tensorflow_estimator.python.estimator.tpu.tpu_estimator.":
-        "estimator.tpu.",
-    "tensorflow_estimator.python.estimator.tpu.tpu_config.": "estimator.tpu.",
-    "tensorflow_estimator.python.estimator.tpu._tpu_estimator_embedding.":
-        "estimator.tpu.experimental.",
+    _TFE + "tpu.tpu_estimator.": "estimator.tpu.",
+    _TFE + "tpu.tpu_config.": "estimator.tpu.",
+    _TFE + "tpu._tpu_estimator_embedding.": "estimator.tpu.experimental.",
     "tensorflow.python.tpu.tpu_embedding.": "tpu.experimental.",
     "tensorflow.python.tpu.feature_column_v2.embedding_column_v2":
         "tpu.experimental.embedding_column",
@@ -152,6 +285,21 @@ ALIASES = {
         "tpu.experimental.embedding.TPUEmbedding",
     "tensorflow.python.tpu.tpu_embedding_v1.TPUEmbeddingV0":
         "tpu.experimental.embedding.TPUEmbeddingV0",
+    # tf.estimator's modules, and TF 1.x's copies of them.
+    "tensorflow_estimator.estimator.": "estimator.",
+    _TFE + "estimator.": "estimator.",
+    _TFE + "estimator.EstimatorV2": "estimator.Estimator",
+    _TFE + "model_fn.": "estimator.",
+    _TFE + "run_config.": "estimator.",
+    _TFE + "training.": "estimator.",
+    _TFE + "mode_keys.": "estimator.",
+    _TFE + "export.export.": "estimator.export.",
+    _TFE + "export.export_lib.": "estimator.export.",
+    _TFE + "export.export_output.": "estimator.export.",
+    # (TF 2.15's tpu_estimator lacks it, but programs call it there.)
+    _TFE + "tpu.tpu_estimator." + _LOAD_GLOBAL_STEP:
+        _TFE + "estimator." + _LOAD_GLOBAL_STEP,
+    "tensorflow.python.estimator.": _TFE,
 }
 
 # TF 1.x's own columns (`tensorflow.python.tpu.feature_column`, which TF 1.x
@@ -174,39 +322,67 @@ CONTRIB_TPU_IN_COMPAT_V1 = (
     "cross_replica_sum", "initialize_system", "outside_compilation",
     "replicate", "rewrite", "shard", "shutdown_system")
 
-_BY_TF = {name.tf: name for name in NAMES}
-_LEGACY_BY_TF = {name.tf: name for name in LEGACY}
+# Names outside TF's public API that public TPU programs call.
+PRIVATE = (
+    Name(_TFE + "estimator." + _LOAD_GLOBAL_STEP,
+         f"{_ESTIMATOR}.load_global_step_from_checkpoint_dir", OURS,
+         "the global step of the latest checkpoint, 0 without one; public "
+         "TPU programs call it through tensorflow.python.estimator.estimator "
+         "or tpu_estimator"),
+)
+
+_BY_TF = {name.tf: name for name in NAMES + LEGACY + PRIVATE}
+# Spellings in full: the rows outside tf.compat.v1, the package root.
+_FULL = {name.tf for name in LEGACY + PRIVATE} | {
+    module for module in MODULES if module.startswith("tensorflow")}
+_TF_ROOTS = ("tensorflow", "tensorflow_estimator")
+
+
+def _replaced(alias, dotted):
+  """`dotted` with the alias `alias` replaced, or None when it does not
+  apply."""
+  if alias.endswith("."):
+    if dotted.startswith(alias):
+      return ALIASES[alias] + dotted[len(alias):]
+    if dotted == alias[:-1]:  # the module itself
+      return ALIASES[alias][:-1]
+  elif dotted == alias or dotted.startswith(alias + "."):
+    return ALIASES[alias] + dotted[len(alias):]
+  return None
 
 
 def canonical(dotted):
   """The table's spelling of a full dotted TF name (`tensorflow.compat.v1.
   estimator.tpu.RunConfig` -> `estimator.tpu.RunConfig`), or None when it
   is not a TF name."""
-  for prefix, replacement in ALIASES.items():
-    if prefix.endswith("."):
-      if dotted.startswith(prefix):
-        return replacement + dotted[len(prefix):]
-      if dotted == prefix[:-1]:  # the module itself
-        return replacement[:-1]
-    elif dotted == prefix or dotted.startswith(prefix + "."):
-      return replacement + dotted[len(prefix):]
-  for prefix in ("tensorflow.compat.v1.", "tensorflow.compat.v2.",
-                 "tensorflow."):
-    if dotted.startswith(prefix):
-      return dotted[len(prefix):]
-  return None
+  if dotted in _FULL:
+    return dotted
+  matching = [alias for alias in ALIASES if _replaced(alias, dotted)]
+  if matching:
+    new = _replaced(max(matching, key=len), dotted)
+    return canonical(new) if new.split(".")[0] in _TF_ROOTS else new
+  if not dotted.startswith("tensorflow."):
+    return None
+  name = dotted[len("tensorflow."):]
+  # `tf.compat.v1.X`, and `tf.compat.v1.compat.v1.X` under `import
+  # tensorflow.compat.v1 as tf`, are `X`.
+  while name.startswith(("compat.v1.", "compat.v2.")):
+    name = name[len("compat.v1."):]
+  return name
 
 
 def lookup(dotted):
   """The `Name` row of a full dotted TF name, a module counterpart (a
   `Name` whose `tf` is the module), or None."""
-  if dotted in _LEGACY_BY_TF:
-    return _LEGACY_BY_TF[dotted]
   name = canonical(dotted)
   if name is None:
     return None
   if name in _BY_TF:
     return _BY_TF[name]
+  if name in PARTIAL_MODULES:
+    return Name(name, MODULES[name], REFUSED,
+                f"the module itself: only some of its names are in "
+                f"{MODULES[name]}; use those by name")
   if name in MODULES:
     return Name(name, MODULES[name], OURS, "every name of the module")
   head, _, last = name.rpartition(".")
@@ -216,21 +392,53 @@ def lookup(dotted):
   return None
 
 
-def is_tpu_name(dotted):
+def _is_estimator_module(dotted):
+  """Whether a full dotted TF name lies in tensorflow-estimator's modules
+  (TF 2.16 and later have none of them)."""
+  if dotted.split(".")[0] == "tensorflow_estimator" or (
+      dotted + ".").startswith("tensorflow.python.estimator."):
+    return True
+  name = canonical(dotted) or ""
+  return name == "estimator" or name.startswith("estimator.")
+
+
+def is_covered(dotted):
   """Whether a full dotted TF name lies in a namespace this table covers
   (so that an unknown name there is worth a line in migrate's report)."""
+  if _is_estimator_module(dotted):
+    return True
   name = canonical(dotted)
-  if name is None:
-    return False
-  return any(name.startswith(prefix + ".") for prefix in
-             COVERED_MODULES + ("contrib.tpu",))
+  return name is not None and any(
+      name.startswith(prefix + ".") for prefix in
+      COVERED_MODULES + ("contrib.tpu",))
+
+
+# Modules some TF version lacks, beside tensorflow-estimator's, with the
+# words of migrate's report.
+_MISSING_MODULES = {
+    "tensorflow.contrib": "TF 2.15 has no tensorflow.contrib",
+    "tensorflow.python.tpu.tpu_embedding":
+        "current TF has no tensorflow.python.tpu.tpu_embedding",
+}
+
+
+def missing_from(dotted):
+  """Which TF versions lack the module of a full dotted TF name, as words
+  for migrate's report (a program that still imports it fails there), or
+  None."""
+  for module, words in _MISSING_MODULES.items():
+    if (dotted + ".").startswith(module + "."):
+      return words
+  if _is_estimator_module(dotted):
+    return "TF 2.16 and later have no tf.estimator (tensorflow-estimator)"
+  return None
 
 
 def markdown_table():
   """docs/migration.md's table of names, generated from `NAMES`."""
-  lines = ["| TF name (`tf.compat.v1.` ...) | here | kind | note |",
+  lines = ["| TF name (`tf.compat.v1.` or `tf.` ...) | here | kind | note |",
            "| --- | --- | --- | --- |"]
-  for name in NAMES + LEGACY:
+  for name in NAMES + LEGACY + PRIVATE:
     ours = "—" if name.ours is None else f"`{name.ours}`"
     if name.kind == TF and name.ours is None:
       ours = "TF's own, unchanged"

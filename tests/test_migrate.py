@@ -1,14 +1,19 @@
 """`python -m estimator_spec migrate`: the import change made by a program.
 
 * programs written with public TPU code's import habits
-  (tests/data/migrate), migrated, then run: train, evaluate, predict,
-  export; migrating the result again changes nothing;
+  (tests/data/migrate, and a TPUEstimator program using tf.estimator's
+  names beside the TPU ones), migrated, then run: train, evaluate, predict,
+  export; migrating the result again changes nothing, and the result names
+  nothing of tensorflow-estimator (so it runs on current TF too);
 * the rewriting: each alias form, names imported one by one, whole-module
-  aliases, tf.contrib, what is left alone and why, comments and formatting
-  kept byte for byte, source encodings and line endings;
+  aliases, tf.contrib, tf.estimator and tensorflow_estimator, what is left
+  alone and why, a function's own variables, comments and formatting kept
+  byte for byte, source encodings and line endings;
 * the files: --output, --in-place, links, unparseable files, exit codes.
 """
+import ast
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -19,6 +24,7 @@ from hypothesis import strategies as st
 import pytest
 
 from estimator_spec import migrate
+from estimator_spec import tf_names
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROGRAMS = os.path.join(REPO, "tests", "data", "migrate")
@@ -29,6 +35,24 @@ def _migrated(source):
   result = migrate.migrate_source(textwrap.dedent(source).encode())
   assert result.error is None, result.error
   return result.source.decode(), result
+
+
+_TF_ESTIMATOR_TEXT = re.compile(
+    r"\btensorflow_estimator\b|\btensorflow\.python\.estimator\b|"
+    r"\btf(\.compat\.v[12])*\.estimator\b|\b_load_global_step")
+
+
+def _tf_estimator_names(source):
+  """What a program's text still names of tensorflow-estimator: by a regex
+  over the text, and by the table for every module it imports."""
+  found = [m.group(0) for m in _TF_ESTIMATOR_TEXT.finditer(source)]
+  for node in ast.walk(ast.parse(source)):
+    if isinstance(node, ast.Import):
+      found += [a.name for a in node.names if tf_names.missing_from(a.name)]
+    elif isinstance(node, ast.ImportFrom) and node.module:
+      found += [f"{node.module}.{a.name}" for a in node.names
+                if tf_names.missing_from(f"{node.module}.{a.name}")]
+  return found
 
 
 def _cli(*args):
@@ -56,7 +80,7 @@ def test_programs_migrated_mechanically_train_evaluate_predict_export(
   assert process.returncode == 0, process.stderr
   report = process.stdout.splitlines()
   assert report[-1] == (
-      "migrate: 3 Python files, 3 changed (30 changes), 0 names left alone, "
+      "migrate: 3 Python files, 3 changed (38 changes), 0 names left alone, "
       f"0 refused; written under {output}.")
   assert (output / "README.md").read_text() == open(
       os.path.join(PROGRAMS, "README.md")).read()  # other files copied
@@ -64,6 +88,7 @@ def test_programs_migrated_mechanically_train_evaluate_predict_export(
     text = (output / name).read_text()
     assert "tensorflow.contrib" not in text and "contrib_tpu." not in text
     assert "estimator.tpu." not in text
+    assert not _tf_estimator_names(text), name
   # Migrating the migrated tree again changes nothing.
   again = migrate.run([str(output)], out=open(os.devnull, "w"))
   assert again == 0
@@ -85,6 +110,138 @@ def test_programs_migrated_mechanically_train_evaluate_predict_export(
     export = result[-1].split("=", 1)[1]
     assert export.startswith(str(tmp_path / name / "export"))
     assert os.path.isfile(os.path.join(export, "saved_model.pb"))
+
+
+# A TPUEstimator program as public TPU code writes one: TF2's
+# `import tensorflow.compat.v1 as tf`, tf.estimator's names beside the TPU
+# ones, and tensorflow-estimator's private global-step reader.
+_TPU_PROGRAM = '''\
+"""A TPUEstimator click model, as public TPU code writes one."""
+import os
+import sys
+
+import numpy as np
+import tensorflow.compat.v1 as tf
+from tensorflow.python.estimator import estimator
+
+VOCAB, DIM, BATCH = 20, 4, 8
+
+
+def input_fn(params):
+  rng = np.random.RandomState(0)
+  ids = rng.randint(0, VOCAB, (64, 1)).astype(np.int64)
+  dense = rng.rand(64, 2).astype(np.float32)
+  labels = (ids % 2).astype(np.float32)
+  dataset = tf.data.Dataset.from_tensor_slices(
+      ({"ids": ids, "dense": dense}, labels))
+  return dataset.repeat().batch(params["batch_size"], drop_remainder=True)
+
+
+ids_column = tf.tpu.experimental.embedding_column(
+    tf.feature_column.categorical_column_with_identity("ids", VOCAB), DIM)
+
+
+def model_fn(features, labels, mode, params):
+  del params
+  net = tf.concat([tf.feature_column.input_layer(features, [ids_column]),
+                   features["dense"]], axis=1)
+  logits = tf.layers.dense(net, 1)
+  probability = tf.sigmoid(logits)
+  if mode == tf.estimator.ModeKeys.PREDICT:
+    return tf.estimator.tpu.TPUEstimatorSpec(
+        mode, predictions={"probability": probability},
+        export_outputs={"serving": tf.estimator.export.PredictOutput(
+            {"probability": probability})})
+  loss = tf.losses.sigmoid_cross_entropy(labels, logits)
+  if mode == tf.estimator.ModeKeys.EVAL:
+    return tf.estimator.EstimatorSpec(
+        mode, loss=loss, eval_metric_ops={"accuracy": tf.metrics.accuracy(
+            labels, tf.round(probability))})
+  optimizer = tf.tpu.CrossShardOptimizer(tf.train.AdagradOptimizer(0.1))
+  train_op = optimizer.minimize(loss, tf.train.get_global_step())
+  logging_hook = tf.estimator.LoggingTensorHook({"loss": loss},
+                                                every_n_iter=2)
+  return tf.estimator.tpu.TPUEstimatorSpec(mode, loss=loss, train_op=train_op,
+                                           training_hooks=[logging_hook])
+
+
+def serving_input_fn():
+  features = {"ids": tf.placeholder(tf.int64, [None, 1], name="ids"),
+              "dense": tf.placeholder(tf.float32, [None, 2], name="dense")}
+  return tf.estimator.export.build_raw_serving_input_receiver_fn(features)()
+
+
+def export(estimator, model_dir):
+  """`estimator` here is the TPUEstimator, not the module."""
+  return estimator.export_saved_model(os.path.join(model_dir, "export"),
+                                      serving_input_fn)
+
+
+def main(model_dir):
+  config = tf.compat.v1.estimator.tpu.RunConfig(
+      model_dir=model_dir, save_checkpoints_steps=2,
+      tpu_config=tf.compat.v1.estimator.tpu.TPUConfig(
+          iterations_per_loop=2, num_shards=2,
+          per_host_input_for_training=(
+              tf.compat.v1.estimator.tpu.InputPipelineConfig.PER_HOST_V2)))
+  classifier = tf.compat.v1.estimator.tpu.TPUEstimator(
+      model_fn=model_fn, config=config, use_tpu=False,
+      train_batch_size=BATCH, eval_batch_size=BATCH, predict_batch_size=BATCH,
+      embedding_config_spec=tf.estimator.tpu.experimental.EmbeddingConfigSpec(
+          feature_columns=[ids_column],
+          optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)))
+  current_step = estimator._load_global_step_from_checkpoint_dir(model_dir)
+  train_spec = tf.compat.v1.estimator.TrainSpec(input_fn, max_steps=4)
+  eval_spec = tf.compat.v1.estimator.EvalSpec(input_fn, steps=1,
+                                             throttle_secs=0)
+  tf.compat.v1.estimator.train_and_evaluate(classifier, train_spec, eval_spec)
+  metrics = classifier.evaluate(input_fn, steps=2)
+  prediction = next(classifier.predict(input_fn))
+  exported = export(classifier, model_dir)
+  if isinstance(exported, bytes):
+    exported = exported.decode()
+  print(f"RESULT start={current_step} "
+        f"step={estimator._load_global_step_from_checkpoint_dir(model_dir)} "
+        f"eval_step={metrics['global_step']} "
+        f"probability={float(prediction['probability'][0]):.3f} "
+        f"export={exported}")
+
+
+if __name__ == "__main__":
+  main(sys.argv[1])
+'''
+
+
+def test_a_tpu_program_migrated_names_nothing_of_tensorflow_estimator():
+  assert "tensorflow.python.estimator" in _tf_estimator_names(_TPU_PROGRAM)
+  new, result = _migrated(_TPU_PROGRAM)
+  assert not result.notes
+  assert not _tf_estimator_names(new)
+  assert "import estimator_spec.estimator\nimport tpu_embedding_columns\n" \
+      in new
+  assert "tf.train.LoggingTensorHook({" in new
+  assert ("current_step = estimator_spec.estimator."
+          "load_global_step_from_checkpoint_dir(model_dir)") in new
+  # The function's own `estimator` (the TPUEstimator) is not the module.
+  assert "return estimator.export_saved_model(" in new
+  assert not migrate.migrate_source(new.encode()).changes
+
+
+@pytest.mark.slow
+def test_a_tpu_program_migrated_trains_evaluates_predicts_exports(tmp_path):
+  program = tmp_path / "tpu_program.py"
+  program.write_text(_migrated(_TPU_PROGRAM)[0])
+  run = subprocess.run([sys.executable, str(program), str(tmp_path / "m")],
+                       cwd=tmp_path, env=dict(_ENV, PYTHONPATH=REPO),
+                       capture_output=True, text=True, timeout=600,
+                       check=False)
+  assert run.returncode == 0, run.stderr[-3000:]
+  result = dict(field.split("=", 1) for field in
+                run.stdout.splitlines()[-1].split()[1:])
+  assert (result["start"], result["step"], result["eval_step"]) == (
+      "0", "4", "4")
+  assert 0 < float(result["probability"]) < 1
+  assert os.path.isfile(os.path.join(result["export"], "saved_model.pb"))
 
 
 # --- the rewriting ----------------------------------------------------------
@@ -161,6 +318,7 @@ def test_names_imported_one_by_one_keep_their_local_names():
       _OptimizationParameters
   from tensorflow.contrib.tpu import CrossShardOptimizer
   E(config=RunConfig()), embedding_column_v2, AdagradParameters
+  _OptimizationParameters
   """)
   assert new == textwrap.dedent("""\
   from estimator_spec import RunConfig, TPUEstimator as E
@@ -169,6 +327,7 @@ def test_names_imported_one_by_one_keep_their_local_names():
   from tpu_embedding_columns import AdagradParameters
   from tensorflow.compat.v1.tpu import CrossShardOptimizer
   E(config=RunConfig()), embedding_column_v2, AdagradParameters
+  _OptimizationParameters
   """)
 
 
@@ -196,7 +355,12 @@ def test_a_whole_module_alias_becomes_an_alias_of_ours_when_every_use_is():
   import estimator_spec
   estimator_spec.TPUEstimator, tpu_estimator.SOMETHING_ELSE
   """)
-  assert [n.name for n in result.notes] == ["tpu_estimator.SOMETHING_ELSE"]
+  assert [(n.line, n.name) for n in result.notes] == [
+      (1, "tensorflow.compat.v1.estimator.tpu"),
+      (2, "tpu_estimator.SOMETHING_ELSE")]
+  assert result.notes[0].why.startswith(
+      "TF 2.16 and later have no tf.estimator (tensorflow-estimator), and "
+      "this file still uses tpu_estimator")
 
 
 def test_contrib_tpu_moves_and_its_import_goes_when_nothing_is_left():
@@ -227,6 +391,165 @@ def test_contrib_tpu_moves_and_its_import_goes_when_nothing_is_left():
       "tensorflow.contrib.tpu"]
 
 
+@pytest.mark.parametrize("imports, prefix, train", [
+    ("import tensorflow as tf", "tf.", "tf.compat.v1.train."),
+    ("import tensorflow as tf", "tf.compat.v1.", "tf.compat.v1.train."),
+    ("import tensorflow.compat.v1 as tf", "tf.", "tf.train."),
+    ("import tensorflow.compat.v1 as tf", "tf.compat.v1.", "tf.train."),
+    ("from tensorflow.compat import v1", "v1.", "v1.train."),
+])
+def test_tf_estimator_names_are_rewritten_in_each_spelling(imports, prefix,
+                                                           train):
+  new, result = _migrated(f"""\
+  {imports}
+  if mode == {prefix}estimator.ModeKeys.TRAIN:
+    spec = {prefix}estimator.EstimatorSpec(mode, loss=loss)
+  receiver = {prefix}estimator.export.ServingInputReceiver(f, f)
+  config = {prefix}estimator.tpu.RunConfig(model_dir=d)
+  hook = {prefix}estimator.LoggingTensorHook({{"loss": loss}}, 1)
+  vocab = {prefix}estimator.VocabInfo("new.txt", 10, 0, "old.txt")
+  """)
+  assert new == textwrap.dedent(f"""\
+  {imports}
+  import estimator_spec.estimator
+  if mode == estimator_spec.estimator.ModeKeys.TRAIN:
+    spec = estimator_spec.estimator.EstimatorSpec(mode, loss=loss)
+  receiver = estimator_spec.estimator.export.ServingInputReceiver(f, f)
+  config = estimator_spec.RunConfig(model_dir=d)
+  hook = {train}LoggingTensorHook({{"loss": loss}}, 1)
+  vocab = {train}VocabInfo("new.txt", 10, 0, "old.txt")
+  """)
+  assert not result.notes
+
+
+def test_tf_estimator_names_imported_one_by_one_keep_their_local_names():
+  new, result = _migrated("""\
+  from tensorflow.compat.v1.estimator import ModeKeys, EstimatorSpec as Spec
+  from tensorflow.estimator import LoggingTensorHook, DNNClassifier
+  from tensorflow_estimator.python.estimator.export.export import (
+      ServingInputReceiver)
+  from tensorflow.python.estimator.estimator import (
+      _load_global_step_from_checkpoint_dir as load_step)
+  from tensorflow_estimator.python.estimator.estimator import EstimatorV2
+  ModeKeys, Spec, LoggingTensorHook, DNNClassifier, ServingInputReceiver
+  load_step, EstimatorV2
+  """)
+  assert new == textwrap.dedent("""\
+  from estimator_spec.estimator import ModeKeys, EstimatorSpec as Spec
+  from tensorflow.estimator import DNNClassifier
+  from tensorflow.compat.v1.train import LoggingTensorHook
+  from estimator_spec.estimator.export import ServingInputReceiver
+  from estimator_spec.estimator import LOAD_STEP as load_step
+  from estimator_spec.estimator import Estimator as EstimatorV2
+  ModeKeys, Spec, LoggingTensorHook, DNNClassifier, ServingInputReceiver
+  load_step, EstimatorV2
+  """).replace("LOAD_STEP", "load_global_step_from_checkpoint_dir")
+  assert [(n.line, n.name) for n in result.notes] == [
+      (2, "tensorflow.estimator.DNNClassifier")]
+  assert "write a model_fn" in result.notes[0].why
+
+
+def test_tf_estimator_module_aliases_become_ours_when_every_use_is():
+  new, result = _migrated("""\
+  from tensorflow import estimator as tf_estimator
+  from tensorflow.python.estimator.export import export as export_lib
+  from tensorflow_estimator.python.estimator import model_fn as model_fn_lib
+  import tensorflow_estimator as tfe
+  tf_estimator.ModeKeys.EVAL, tf_estimator.export.PredictOutput
+  export_lib.ServingInputReceiver, model_fn_lib.EstimatorSpec
+  tfe.estimator.ModeKeys, tfe.estimator.RunConfig
+  """)
+  assert new == textwrap.dedent("""\
+  import estimator_spec.estimator as tf_estimator
+  import estimator_spec.estimator.export as export_lib
+  import estimator_spec.estimator as model_fn_lib
+  import estimator_spec as tfe
+  tf_estimator.ModeKeys.EVAL, tf_estimator.export.PredictOutput
+  export_lib.ServingInputReceiver, model_fn_lib.EstimatorSpec
+  tfe.estimator.ModeKeys, tfe.estimator.RunConfig
+  """)
+  assert len(result.changes) == 4 and not result.notes
+
+
+def test_tf_estimator_module_aliases_otherwise_move_use_by_use():
+  # Ours lacks `tpu` under estimator_spec.estimator, and the hook moves to
+  # TF's tf.compat.v1.train: each use moves, and the import goes.
+  new, result = _migrated("""\
+  from tensorflow import estimator as tf_estimator
+  import tensorflow_estimator as tfe
+  tf_estimator.ModeKeys, tf_estimator.tpu.TPUEstimator
+  tf_estimator.SessionRunHook, tfe.estimator.ModeKeys
+  tfe.estimator.LatestExporter("latest", serving_input_fn)
+  """)
+  assert new == textwrap.dedent("""\
+  import tensorflow_estimator as tfe
+  import estimator_spec.estimator
+  import tensorflow
+  estimator_spec.estimator.ModeKeys, estimator_spec.TPUEstimator
+  tensorflow.compat.v1.train.SessionRunHook, estimator_spec.estimator.ModeKeys
+  tfe.estimator.LatestExporter("latest", serving_input_fn)
+  """)
+  # A name without a counterpart keeps its import, reported as such.
+  assert [(n.line, n.name) for n in result.notes] == [
+      (2, "tensorflow_estimator"), (5, "tfe.estimator.LatestExporter")]
+  assert result.notes[0].why.startswith("TF 2.16 and later have no "
+                                        "tf.estimator")
+  assert "EvalSpec(exporters=...)" in result.notes[1].why
+
+
+def test_tf_estimator_names_without_a_counterpart_say_what_to_do():
+  source = textwrap.dedent("""\
+  import tensorflow as tf
+  tf.estimator.DNNClassifier(hidden_units=[2])
+  tf.estimator.BinaryClassHead()
+  tf.estimator.LatestExporter("latest", serving_input_fn)
+  tf.estimator.export.EvalOutput(loss)
+  tf.estimator.experimental.stop_if_no_decrease_hook(e, "loss", 10)
+  tf.compat.v1.estimator.inputs.numpy_input_fn(x)
+  tf.estimator.NotAName
+  tf.estimator
+  """)
+  new, result = _migrated(source)
+  assert new == source
+  notes = [(n.line, n.why) for n in result.notes]
+  for (line, why), words in zip(notes, [
+      "write a model_fn", "write a model_fn", "export_saved_model",
+      "serving graphs only", "request_stop()", "from_tensor_slices",
+      "not in the table", "only some of its names"]):
+    assert words in why, (line, why)
+  assert [line for line, _ in notes] == list(range(2, 10))
+
+
+def test_a_functions_own_variable_hides_the_import_of_its_name():
+  new, result = _migrated("""\
+  from tensorflow.python.estimator import estimator
+
+  def train(estimator, steps):
+    return estimator.train(steps)
+
+  def run(model_dir):
+    estimator = make(model_dir)
+    return estimator.evaluate(), [estimator for estimator in (1, 2)]
+
+  def step(model_dir):
+    return estimator._load_global_step_from_checkpoint_dir(model_dir)
+  """)
+  assert new == textwrap.dedent("""\
+  import estimator_spec.estimator
+
+  def train(estimator, steps):
+    return estimator.train(steps)
+
+  def run(model_dir):
+    estimator = make(model_dir)
+    return estimator.evaluate(), [estimator for estimator in (1, 2)]
+
+  def step(model_dir):
+    return estimator_spec.estimator.LOAD_STEP(model_dir)
+  """).replace("LOAD_STEP", "load_global_step_from_checkpoint_dir")
+  assert not result.notes
+
+
 def test_names_without_a_counterpart_are_left_alone_with_the_reason():
   new, result = _migrated("""\
   import tensorflow as tf
@@ -246,20 +569,31 @@ def test_names_without_a_counterpart_are_left_alone_with_the_reason():
   assert "not in the table" in notes["tf.compat.v1.tpu.experimental.NotAName"]
 
 
-def test_a_module_passed_as_a_value_and_other_names_stay():
+def test_a_module_passed_as_a_value_becomes_ours_only_if_ours_has_it_all():
   new, result = _migrated("""\
   import tensorflow.compat.v1 as tf
   from tensorflow.compat.v1.estimator import tpu as tpu_estimator
-  use(tpu_estimator)
-  tpu_estimator.TPUEstimator
+  from tensorflow.compat.v1 import estimator as tf_estimator
+  use(tpu_estimator, tf_estimator)
+  tpu_estimator.TPUEstimator, tf_estimator.ModeKeys
   tf.train.AdamOptimizer(0.1)
   numpy.tpu.experimental.embedding_column
   """)
-  assert "from tensorflow.compat.v1.estimator import tpu as tpu_estimator" in new
-  assert "use(tpu_estimator)\nestimator_spec.TPUEstimator" in new
-  assert "tf.train.AdamOptimizer(0.1)" in new
-  assert "numpy.tpu.experimental.embedding_column" in new
-  assert not result.notes
+  assert new == textwrap.dedent("""\
+  import tensorflow.compat.v1 as tf
+  import estimator_spec as tpu_estimator
+  from tensorflow.compat.v1 import estimator as tf_estimator
+  import estimator_spec.estimator
+  use(tpu_estimator, tf_estimator)
+  tpu_estimator.TPUEstimator, estimator_spec.estimator.ModeKeys
+  tf.train.AdamOptimizer(0.1)
+  numpy.tpu.experimental.embedding_column
+  """)
+  # tf.estimator has names with no counterpart (DNNClassifier, ...): the
+  # module itself stays TF's, which TF 2.16 and later lack.
+  assert [(n.line, n.name) for n in result.notes] == [
+      (3, "tensorflow.compat.v1.estimator")]
+  assert "the module as a value" in result.notes[0].why
 
 
 def test_a_name_bound_to_two_modules_is_left_with_a_note():
@@ -340,7 +674,13 @@ def test_random_bytes_give_a_result_or_a_refusal_never_an_exception(data):
     "x = tf.estimator.tpu.RunConfig()", "y = contrib_tpu.TPUEstimator",
     "z = tpu_estimator.TPUEstimatorSpec", "def f():\n  return tf.tpu",
     "w = tf.compat.v1.tpu.experimental.embedding_column  # note",
-    "if a:\n  import tensorflow as tf"]), max_size=8))
+    "if a:\n  import tensorflow as tf",
+    "from tensorflow import estimator as tf_estimator",
+    "import tensorflow_estimator as tfe", "v = tf.estimator.ModeKeys.TRAIN",
+    "u = tf_estimator.export.PredictOutput", "t = tfe.estimator.DNNClassifier",
+    "from tensorflow.python.estimator import estimator",
+    "s = estimator._load_global_step_from_checkpoint_dir(d)",
+    "def g(estimator):\n  return estimator.train"]), max_size=8))
 def test_random_programs_migrate_to_python_and_again_to_themselves(lines):
   data = "\n".join(lines).encode() + b"\n"
   result = migrate.migrate_source(data)
