@@ -2,59 +2,69 @@
 # virtual environment at .venv/ ready (tools/ensure_venv.sh, run on every
 # make and cheap): created when missing, rebuilt when broken (bin/python
 # missing or not running, another Python than 3.11, packages missing), the
-# package installed again when pyproject.toml changed. Building it needs Python
-# 3.11: python3.11 when it is on the PATH, else python3; another one is
-# named with `make PYTHON=/path/to/python3.11 demo`.
+# package installed again when pyproject.toml changed. .venv holds Python
+# 3.11 and what pyproject.toml installs there: TensorFlow 2.15 and
+# tensorflow-estimator.
 #
 # `make test` first runs the type check (mypy, configured in pyproject.toml's
 # [tool.mypy]) in .venv, then the tests.
 #
 # `make test` also makes .venv-tf2/ ready the same way (`make venv-tf2`):
-# current TensorFlow (requirements-tf2.txt) with this checkout installed
-# without pyproject.toml's TF 2.15 pins, and runs there the test files that
-# tests/tf2_tests.txt lists (tests/conftest.py collects only those on a
-# TensorFlow other than 2.15).
+# Python 3.12 with this checkout installed as in .venv, `pip install -e
+# '.[test]'`, where pyproject.toml's markers choose TensorFlow 2.21 with
+# Keras 2 (tf_keras) and Keras 3. It runs there the test files that
+# tests/tf2_tests.txt lists, in two sessions: with TF_USE_LEGACY_KERAS=1
+# (tf.keras is tf_keras, as TPUEstimator programs run on TensorFlow 2.21)
+# the [keras 2] section, then without it (Keras 3, TensorFlow's default)
+# the [keras 3] section; tests/conftest.py chooses the section.
+#
+# The Python that builds each environment: PYTHON for .venv (3.11),
+# PYTHON_TF2 for .venv-tf2 (3.12), given on the command line
+# (`make PYTHON_TF2=/path/to/python3.12 test`) or in the environment.
+# Without it, tools/ensure_venv.sh looks for one when it has to build:
+# python3.11 (python3.12) on the PATH when it runs, else pyenv's newest
+# 3.11 (3.12), else python3 when it is that version; otherwise it stops
+# with one message saying how to point make at one.
 #
 # `make bench-peers` (optional, heavy, not part of `make test`): the TorchRec
 # peer benchmark (bench/peers/compare.py), with TorchRec in its own
-# .venv-peers/ (`make venv-peers`: bench/peers/requirements.txt, then
-# torchrec without its CUDA dependency, bench/peers/requirements-torchrec.txt).
-ifeq ($(origin PYTHON),undefined)
-PYTHON := $(shell command -v python3.11 2>/dev/null || echo python3)
-endif
+# .venv-peers/ (`make venv-peers`, Python 3.11: bench/peers/requirements.txt,
+# then torchrec without its CUDA dependency,
+# bench/peers/requirements-torchrec.txt).
+PYTHON ?=
+PYTHON_TF2 ?=
 VENV := .venv
 PY := $(VENV)/bin/python
+PY_VERSION := 3.11
 EXTRAS := test,demo
+PACKAGES := tensorflow tensorflow_estimator
 VENV_TF2 := .venv-tf2
 PY_TF2 := $(VENV_TF2)/bin/python
-TF2_REQUIREMENTS := requirements-tf2.txt
-TF2_PACKAGES := tensorflow keras numpy pytest hypothesis
+PY_TF2_VERSION := 3.12
+EXTRAS_TF2 := test
+PACKAGES_TF2 := tensorflow tf_keras
 export TF_CPP_MIN_LOG_LEVEL := 2
-
-VENV_TF_KERAS := .venv-tf-keras
-TF_KERAS_REQUIREMENTS := requirements-tf-keras.txt
-TF_KERAS_PACKAGES := tensorflow tf_keras numpy pytest hypothesis
+# The test sessions set TF_USE_LEGACY_KERAS themselves: one from the
+# caller's environment is not passed on, so the Keras 3 session is Keras 3.
+unexport TF_USE_LEGACY_KERAS
 
 VENV_PEERS := .venv-peers
 PEERS_REQUIREMENTS := bench/peers/requirements.txt
 PEERS_TORCHREC := bench/peers/requirements-torchrec.txt
 PEERS_PACKAGES := torch fbgemm_gpu numpy
 
-.PHONY: demo test test-tf2 test-tf-keras venv venv-tf2 venv-tf-keras clean browser venv-peers bench-peers dist
+.PHONY: demo test test-tf2 venv venv-tf2 clean browser venv-peers bench-peers dist
 
 venv:
-	@sh tools/ensure_venv.sh '$(PYTHON)' '$(VENV)' '$(EXTRAS)'
+	@sh tools/ensure_venv.sh 'PYTHON=$(PYTHON)' $(PY_VERSION) '$(VENV)' '$(EXTRAS)' '$(PACKAGES)'
 
 venv-tf2:
-	@sh tools/ensure_venv.sh '$(PYTHON)' '$(VENV_TF2)' 'requirements=$(TF2_REQUIREMENTS)' '$(TF2_PACKAGES)'
-
-venv-tf-keras:
-	@sh tools/ensure_venv.sh '$(PYTHON)' '$(VENV_TF_KERAS)' 'requirements=$(TF_KERAS_REQUIREMENTS)' '$(TF_KERAS_PACKAGES)'
+	@sh tools/ensure_venv.sh 'PYTHON_TF2=$(PYTHON_TF2)' $(PY_TF2_VERSION) '$(VENV_TF2)' '$(EXTRAS_TF2)' '$(PACKAGES_TF2)'
 
 # torchrec after the rest, without its dependencies (requirements.txt says
 # why); pip returns at once when it is already there.
 venv-peers:
-	@sh tools/ensure_venv.sh '$(PYTHON)' '$(VENV_PEERS)' 'requirements=$(PEERS_REQUIREMENTS)' '$(PEERS_PACKAGES)'
+	@sh tools/ensure_venv.sh 'PYTHON=$(PYTHON)' $(PY_VERSION) '$(VENV_PEERS)' 'requirements=$(PEERS_REQUIREMENTS)' '$(PEERS_PACKAGES)'
 	@$(VENV_PEERS)/bin/python -m pip install --quiet --no-deps -r $(PEERS_TORCHREC)
 
 demo: venv
@@ -63,16 +73,14 @@ demo: venv
 test: venv venv-tf2 browser
 	$(PY) -m mypy
 	$(PY) -m pytest -q
+	TF_USE_LEGACY_KERAS=1 $(PY_TF2) -m pytest -q
 	$(PY_TF2) -m pytest -q
 
-# Only the current-TensorFlow part of `make test`.
+# Only the TensorFlow 2.21 part of `make test`: the [keras 2] session, then
+# the [keras 3] one.
 test-tf2: venv-tf2
+	TF_USE_LEGACY_KERAS=1 $(PY_TF2) -m pytest -q
 	$(PY_TF2) -m pytest -q
-
-# The Keras example's tests with Keras 2 on current TensorFlow (tf_keras);
-# optional, not part of `make test` (requirements-tf-keras.txt says why).
-test-tf-keras: venv-tf-keras
-	TF_USE_LEGACY_KERAS=1 $(VENV_TF_KERAS)/bin/python -m pytest -q tests/test_keras_example.py
 
 # This library, TF 2.15 and TorchRec on the same workload, side by side
 # (bench/peers/compare.py; ours and TF in .venv, TorchRec in .venv-peers).
@@ -109,6 +117,7 @@ dist: venv
 # the environments, build output, and runs/ (the demo's and your training
 # runs' model directories). The compiled-kernel cache is shared by every
 # checkout and environment of this user, so it stays; its folder is named.
+# .venv-tf-keras is the environment an earlier version of this Makefile made.
 clean:
-	rm -rf $(VENV) $(VENV_TF2) $(VENV_TF_KERAS) $(VENV_PEERS) build dist *.egg-info .pytest_cache .hypothesis .mypy_cache runs
+	rm -rf $(VENV) $(VENV_TF2) .venv-tf-keras $(VENV_PEERS) build dist *.egg-info .pytest_cache .hypothesis .mypy_cache runs
 	@echo "clean: the compiled-kernel cache is kept: $${HOST_EMBEDDING_KERNEL_CACHE:-$${XDG_CACHE_HOME:-$$HOME/.cache}/tpu-embedding-estimator/kernels} (remove it by hand if you like)"

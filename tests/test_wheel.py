@@ -7,6 +7,10 @@ dependencies come from this environment's site-packages, read as a plain
 path so that this checkout's editable install is not), and the README's
 program runs there from an empty directory: it trains with the compiled
 kernels built from the installed package's own source into an empty cache.
+The fresh environment has the running Python, so the test holds on both
+stacks: in .venv (Python 3.11, TensorFlow 2.15) and in .venv-tf2 (Python
+3.12, TensorFlow 2.21), where the program runs with TF_USE_LEGACY_KERAS=1
+(tf.keras is tf_keras, Keras 2), as TPUEstimator programs do there.
 """
 import os
 import pathlib
@@ -24,6 +28,13 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 _ENV = {k: v for k, v in os.environ.items()
         if k not in ("PYTHONPATH", "PYTHONHOME")}
 _ENV["TF_CPP_MIN_LOG_LEVEL"] = "2"
+# Keras 2 for the README's program: on Python 3.12 and later (TensorFlow
+# 2.21) only with TF_USE_LEGACY_KERAS=1; on 3.11 TensorFlow 2.15's own.
+ON_TF221_STACK = sys.version_info >= (3, 12)
+if ON_TF221_STACK:
+  _ENV["TF_USE_LEGACY_KERAS"] = "1"
+else:
+  _ENV.pop("TF_USE_LEGACY_KERAS", None)
 
 
 def _readme_program():
@@ -67,9 +78,23 @@ def test_sdist_and_wheel_carry_version_licence_and_kernel_source(dist):
   assert not [n for n in names if n.split("/")[0] in ("tests", "bench",
                                                        "examples")]
   assert "License-Expression: Apache-2.0" in metadata
-  assert "Requires-Python: <3.12,>=3.11" in metadata
-  assert "Requires-Dist: tensorflow-cpu==2.15.*" in metadata
-  assert "Classifier: Programming Language :: Python :: 3.11" in metadata
+  assert "Requires-Python: <3.14,>=3.11" in metadata
+  # The stack by Python version: TF 2.15 on 3.11, TF 2.21 and tf_keras on
+  # 3.12 and 3.13, and nothing without a marker.
+  requires = sorted(line for line in metadata.splitlines()
+                    if line.startswith("Requires-Dist: ")
+                    and "extra ==" not in line)
+  assert requires == sorted(
+      [f'Requires-Dist: {r}; python_version < "3.12"' for r in (
+          "tensorflow-cpu==2.15.*", "tensorflow-estimator==2.15.*",
+          "protobuf<5,>=3.20.3", "numpy<2")] +
+      [f'Requires-Dist: {r}; python_version >= "3.12"' for r in (
+          "tensorflow==2.21.*", "tf_keras==2.21.*", "tensorboard==2.21.*",
+          "protobuf<8,>=6.31.1", "numpy<3,>=2")]), requires
+  for minor in ("3.11", "3.12", "3.13"):
+    assert f"Classifier: Programming Language :: Python :: {minor}\n" in (
+        metadata)
+  assert "Classifier: Programming Language :: Python :: 3.14" not in metadata
 
 
 @pytest.mark.slow
@@ -98,7 +123,10 @@ def test_the_installed_wheel_runs_the_readme_program(dist, tmp_path):
   program = (
       "import estimator_spec, tpu_embedding_columns\n"
       "print('FROM', estimator_spec.__file__, tpu_embedding_columns.__file__)"
-      "\nprint('VERSION', estimator_spec.__version__)\n" + _readme_program())
+      "\nprint('VERSION', estimator_spec.__version__)\n"
+      "import sys, tensorflow as tf\n"
+      "print('PYTHON', *sys.version_info[:2], 'KERAS', tf.keras.__name__)\n"
+      + _readme_program())
   env = dict(_ENV, HOST_EMBEDDING_KERNEL_CACHE=str(cache),
              HOST_EMBEDDING_KERNELS="1")
   run = _run([str(python), "-c", program], cwd=work, env=env, timeout=900)
@@ -107,6 +135,11 @@ def test_the_installed_wheel_runs_the_readme_program(dist, tmp_path):
   origin = next(line for line in lines if line.startswith("FROM ")).split()
   assert all(path.startswith(str(site)) for path in origin[1:]), origin
   assert f"VERSION {estimator_spec.__version__}" in lines
+  # The running Python, with Keras 2 as tf.keras: TF 2.15's own keras, or
+  # tf_keras on TF 2.21 (Keras 3 would be keras._tf_keras.keras).
+  keras = "tf_keras.api._v2.keras" if ON_TF221_STACK else "keras.api._v2.keras"
+  assert (f"PYTHON {sys.version_info[0]} {sys.version_info[1]} "
+          f"KERAS {keras}") in lines, [line for line in lines if "PYTHON" in line]
   assert any("'logits': array(" in line for line in lines), lines[-5:]
   # The kernels were built from the installed package's source, into the
   # empty cache (HOST_EMBEDDING_KERNELS=1 makes a failed build an error).

@@ -1,25 +1,38 @@
 #!/bin/sh
-# Makes the virtual environment that `make demo` and `make test` use ready,
-# or says in one message why it cannot. Run by the Makefile on every make,
-# so the check is cheap: two short Python starts when the environment is
-# usable, nothing installed, nothing printed.
+# Makes one of the virtual environments `make` uses ready, or says in one
+# message why it cannot. Run by the Makefile on every make, so the check is
+# cheap: two short Python starts when the environment is usable, nothing
+# installed, nothing printed.
 #
-#   tools/ensure_venv.sh PYTHON VENV [WHAT [PACKAGES]]
+#   tools/ensure_venv.sh [NAME=]PYTHON VERSION VENV WHAT PACKAGES
 #
-# PYTHON builds VENV when it has to be built; it must be Python 3.11.
+# VERSION: the Python VENV holds, major.minor ("3.11" for .venv, "3.12" for
+# .venv-tf2).
+# PYTHON builds VENV when it has to be built; it must be Python VERSION.
+# NAME is the make variable that gives it (PYTHON, PYTHON_TF2; default
+# PYTHON), named in the messages. When PYTHON is empty (the variable was not
+# given), a build uses the first of these that runs and is Python VERSION:
+#   * python$VERSION on the PATH (a pyenv shim runs only when pyenv has
+#     that version selected, so it may be there and fail);
+#   * pyenv's own, the newest $(pyenv root)/versions/$VERSION*/bin/python$VERSION,
+#     when pyenv is on the PATH ($PYENV_ROOT when only that is set);
+#   * python3 on the PATH.
 # WHAT says what is installed into VENV:
-#   * EXTRAS (the default, "test"): this checkout with pyproject.toml's
-#     dependencies and those extras, `pip install -e REPO[EXTRAS]` (.venv,
-#     the TensorFlow 2.15 stack);
+#   * EXTRAS ("test,demo" for .venv, "test" for .venv-tf2): this checkout
+#     with pyproject.toml's dependencies and those extras,
+#     `pip install -e REPO[EXTRAS]`; pyproject.toml's markers choose the
+#     stack by the Python version (TensorFlow 2.15 on 3.11, 2.21 with
+#     tf_keras on 3.12);
 #   * requirements=FILE (a path inside this checkout): the packages FILE
 #     lists, then this checkout without pyproject.toml's dependencies,
-#     `pip install -r FILE` and `pip install --no-deps -e REPO` (.venv-tf2,
-#     current TensorFlow, which pyproject.toml's TF 2.15 pins would refuse).
+#     `pip install -r FILE` and `pip install --no-deps -e REPO`
+#     (.venv-peers, TorchRec's environment).
 # PACKAGES: the third-party modules VENV must hold, space-separated
-# (default "tensorflow tensorflow_estimator").
-# VENV is usable when its bin/python runs, is Python 3.11, the install stamp
-# VENV/.installed matches this checkout (Python version, WHAT, checksums of
-# pyproject.toml and of FILE), and PACKAGES, estimator_spec and
+# ("tensorflow tensorflow_estimator" for .venv, "tensorflow tf_keras" for
+# .venv-tf2).
+# VENV is usable when its bin/python runs, is Python VERSION, the install
+# stamp VENV/.installed matches this checkout (Python version, WHAT,
+# checksums of pyproject.toml and of FILE), and PACKAGES, estimator_spec and
 # tpu_embedding_columns are found (the last two in this checkout).
 # Otherwise:
 #   * bin/python missing, not running or another Python, or packages
@@ -29,14 +42,43 @@
 #
 # Environment: VENV_CHECK_ONLY=1 prints the verdict and exits (0 usable,
 # 1 not) without building anything; VENV_DRY_RUN=1 prints the commands a
-# build would run instead of running them. Exit status 2: no Python 3.11 to
-# build with.
+# build would run instead of running them. Exit status 2: no Python VERSION
+# to build with; 1: anything else that failed.
 set -u
 
-python=$1
-venv=$2
-what=${3:-test}
-packages=${4:-tensorflow tensorflow_estimator}
+if [ $# -ne 5 ]; then
+  echo "usage: tools/ensure_venv.sh [NAME=]PYTHON VERSION VENV WHAT PACKAGES" >&2
+  exit 1
+fi
+# NAME=PYTHON, or a bare PYTHON (named PYTHON).
+case $1 in
+  *=*)
+    name=${1%%=*}
+    python=${1#*=}
+    ;;
+  *)
+    name=PYTHON
+    python=$1
+    ;;
+esac
+case $name in
+  '' | [0-9]* | *[!A-Za-z0-9_]*)
+    # Not a variable name: a path with an "=" in it.
+    name=PYTHON
+    python=$1
+    ;;
+esac
+wanted=$2
+case $wanted in
+  [0-9].[0-9] | [0-9].[0-9][0-9]) ;;
+  *)
+    echo "tools/ensure_venv.sh: VERSION must be major.minor (3.12), not '$wanted'" >&2
+    exit 1
+    ;;
+esac
+venv=$3
+what=$4
+packages=$5
 repo=$(cd "$(dirname "$0")/.." && pwd)
 case $what in
   requirements=*)
@@ -50,7 +92,6 @@ case $what in
 esac
 venv_python=$venv/bin/python
 stamp=$venv/.installed
-wanted=3.11
 
 # The Python version of an interpreter ("3.11.7"); fails when it does not run.
 version_of() {
@@ -109,6 +150,62 @@ run() {
   else
     "$@" || exit 1
   fi
+}
+
+# Looks for a Python $wanted to build with (PYTHON was not given): sets
+# found and found_version, or leaves found empty and says in tried what each
+# place held.
+find_python() {
+  found=
+  found_version=
+  tried=
+  if candidate=$(command -v "python$wanted" 2>/dev/null); then
+    if ! version=$(version_of "$candidate") || [ -z "$version" ]; then
+      tried="python$wanted on the PATH ($candidate) does not run"
+    elif [ "${version%.*}" != "$wanted" ]; then
+      tried="python$wanted on the PATH ($candidate) is Python $version"
+    else
+      found=$candidate
+      found_version=$version
+      return 0
+    fi
+  else
+    tried="no python$wanted on the PATH"
+  fi
+  root=
+  if command -v pyenv >/dev/null 2>&1; then
+    root=$(pyenv root 2>/dev/null)
+  elif [ -n "${PYENV_ROOT:-}" ]; then
+    root=$PYENV_ROOT
+  fi
+  if [ -z "$root" ]; then
+    tried="$tried; no pyenv"
+  else
+    # The newest: the highest micro version of those that run.
+    for candidate in "$root"/versions/"$wanted"*/bin/python"$wanted"; do
+      [ -x "$candidate" ] || continue
+      version=$(version_of "$candidate") || continue
+      [ "${version%.*}" = "$wanted" ] || continue
+      if [ -z "$found" ] || [ "${version##*.}" -gt "${found_version##*.}" ]; then
+        found=$candidate
+        found_version=$version
+      fi
+    done
+    [ -n "$found" ] && return 0
+    tried="$tried; pyenv has no $wanted ($root/versions/$wanted*/bin/python$wanted)"
+  fi
+  if candidate=$(command -v python3 2>/dev/null); then
+    if ! version=$(version_of "$candidate") || [ -z "$version" ]; then
+      tried="$tried; python3 ($candidate) does not run"
+    elif [ "${version%.*}" != "$wanted" ]; then
+      tried="$tried; python3 ($candidate) is Python $version"
+    else
+      found=$candidate
+      found_version=$version
+      return 0
+    fi
+  fi
+  return 1
 }
 
 if [ -n "$requirements" ] && [ ! -f "$repo/$requirements" ]; then
@@ -171,29 +268,38 @@ if [ "$action" = install ]; then
   exit 0
 fi
 
-# --- Rebuild: needs a Python 3.11 ------------------------------------------
-hint="Install Python $wanted, or point make at one: make PYTHON=python$wanted demo (or: make PYTHON=/path/to/python$wanted test)."
+# --- Rebuild: needs a Python $wanted ----------------------------------------
+hint="Install Python $wanted, or point make at one: make $name=/path/to/python$wanted test."
 if [ -n "$requirements" ]; then
-  why="Python $wanted is needed: the packages of $requirements are installed into $venv, and the project is tested on $wanted only."
+  why="Python $wanted is needed: the packages of $requirements are installed into $venv for Python $wanted."
 else
-  why="Python $wanted is needed: the pinned TensorFlow 2.15 and tensorflow-estimator 2.15 are installed into $venv, and the project is tested on $wanted only."
+  why="Python $wanted is needed: $venv holds what pyproject.toml installs on Python $wanted (with the extras $extras)."
 fi
 if [ "$reason" = "$venv does not exist" ]; then
   context="to create $venv"
 else
   context="to rebuild $venv ($reason)"
 fi
-if ! command -v "$python" >/dev/null 2>&1; then
-  echo "make: cannot use PYTHON=$python $context: it was not found. $why $hint" >&2
-  exit 2
-fi
-if ! python_version=$(version_of "$python") || [ -z "$python_version" ]; then
-  echo "make: cannot use PYTHON=$python $context: it does not run. $why $hint" >&2
-  exit 2
-fi
-if [ "${python_version%.*}" != "$wanted" ]; then
-  echo "make: cannot use PYTHON=$python $context: it is Python $python_version. $why $hint" >&2
-  exit 2
+if [ -z "$python" ]; then
+  if ! find_python; then
+    echo "make: found no Python $wanted $context: $name not given; $tried. $why $hint" >&2
+    exit 2
+  fi
+  python=$found
+  python_version=$found_version
+else
+  if ! command -v "$python" >/dev/null 2>&1; then
+    echo "make: cannot use $name=$python $context: it was not found. $why $hint" >&2
+    exit 2
+  fi
+  if ! python_version=$(version_of "$python") || [ -z "$python_version" ]; then
+    echo "make: cannot use $name=$python $context: it does not run. $why $hint" >&2
+    exit 2
+  fi
+  if [ "${python_version%.*}" != "$wanted" ]; then
+    echo "make: cannot use $name=$python $context: it is Python $python_version. $why $hint" >&2
+    exit 2
+  fi
 fi
 
 if [ "$reason" = "$venv does not exist" ]; then
