@@ -7,7 +7,10 @@
 # tensorflow-estimator.
 #
 # `make test` first runs the type check (mypy, configured in pyproject.toml's
-# [tool.mypy]) in .venv, then the tests.
+# [tool.mypy]) in .venv, then the tests. Each test session runs on
+# TEST_WORKERS processes (pytest-xdist, default 2: this machine's cores;
+# `make TEST_WORKERS=1 test` runs them in one), a test file's tests on one
+# worker so that a module's shared fixtures are built once.
 #
 # `make test` also makes .venv-tf2/ ready the same way (`make venv-tf2`):
 # Python 3.12 with this checkout installed as in .venv, `pip install -e
@@ -43,6 +46,8 @@ PY_TF2 := $(VENV_TF2)/bin/python
 PY_TF2_VERSION := 3.12
 EXTRAS_TF2 := test
 PACKAGES_TF2 := tensorflow tf_keras
+TEST_WORKERS ?= 2
+PYTEST := -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 export TF_CPP_MIN_LOG_LEVEL := 2
 # The test sessions set TF_USE_LEGACY_KERAS themselves: one from the
 # caller's environment is not passed on, so the Keras 3 session is Keras 3.
@@ -72,15 +77,15 @@ demo: venv
 
 test: venv venv-tf2 browser
 	$(PY) -m mypy
-	$(PY) -m pytest -q
-	TF_USE_LEGACY_KERAS=1 $(PY_TF2) -m pytest -q
-	$(PY_TF2) -m pytest -q
+	$(PY) $(PYTEST)
+	TF_USE_LEGACY_KERAS=1 $(PY_TF2) $(PYTEST)
+	$(PY_TF2) $(PYTEST)
 
 # Only the TensorFlow 2.21 part of `make test`: the [keras 2] session, then
 # the [keras 3] one.
 test-tf2: venv-tf2
-	TF_USE_LEGACY_KERAS=1 $(PY_TF2) -m pytest -q
-	$(PY_TF2) -m pytest -q
+	TF_USE_LEGACY_KERAS=1 $(PY_TF2) $(PYTEST)
+	$(PY_TF2) $(PYTEST)
 
 # This library, TF 2.15 and TorchRec on the same workload, side by side
 # (bench/peers/compare.py; ours and TF in .venv, TorchRec in .venv-peers).

@@ -12,7 +12,11 @@ session's header says how many were left out, so nothing is counted as
 passed that did not run; a listed file that is missing or fails to import
 fails the run. A test inside a listed file that needs TF 2.15 carries
 `@pytest.mark.tf215`: deselected on current TensorFlow (pytest's summary
-counts it as deselected, never as passed).
+counts it as deselected, never as passed). A test that runs on both stacks
+but whose second run would add little beside its time (`make test` must
+stay under 35 minutes) carries `@pytest.mark.reference_only`: it runs with
+TF 2.15 only, deselected (and counted so) on current TensorFlow; each one
+says why in a comment.
 """
 import os
 import pathlib
@@ -22,7 +26,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import hypothesis  # pylint: disable=g-import-not-at-top
 
 import pytest  # pylint: disable=g-import-not-at-top
-import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+# TensorFlow as the library imports it (without TF 2.21's GPU-build import
+# notices, estimator_spec/tf_import.py).
+from estimator_spec import tf_import  # pylint: disable=g-import-not-at-top
+
+tf_import.import_tensorflow()
+import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from estimator_spec import quiet  # pylint: disable=g-import-not-at-top
 
@@ -52,6 +62,9 @@ def tf2_test_files(section=None):
 
 
 def pytest_configure(config):
+  config.addinivalue_line(
+      "markers", "reference_only: runs with TF 2.15 only (time); "
+      "deselected on current TensorFlow.")
   config.addinivalue_line(
       "markers", "tf215: needs TF 2.15 (or tensorflow-estimator); "
       "deselected on current TensorFlow.")
@@ -104,11 +117,14 @@ def pytest_ignore_collect(collection_path, config):
 def pytest_collection_modifyitems(config, items):
   if ON_TF215:
     return
-  deselected = [item for item in items if item.get_closest_marker("tf215")]
+  def stays(item):
+    return not (item.get_closest_marker("tf215") or
+                item.get_closest_marker("reference_only"))
+
+  deselected = [item for item in items if not stays(item)]
   if deselected:
     config.hook.pytest_deselected(items=deselected)
-    items[:] = [item for item in items
-                if not item.get_closest_marker("tf215")]
+    items[:] = [item for item in items if stays(item)]
 
 # Local runs draw new examples each time ("project"); CI (CI=true, as
 # .ci/run is started) draws the same examples on every run ("ci"), so that a

@@ -322,6 +322,10 @@ def _disk_use(directory):
              for root, _, files in os.walk(directory) for name in files)
 
 
+# The full-size demo (1,500 steps) once per suite, on the reference stack;
+# the small run of test_demo_run_is_small_and_tells_what_it_did runs the
+# same program on both.
+@pytest.mark.reference_only
 @pytest.mark.slow
 def test_make_demo_at_its_defaults_stays_under_50_mb(tmp_path):
   """What `make demo` runs (`python -m examples.train_ctr`, every setting at

@@ -507,8 +507,9 @@ CHECK_VENV = (f"sh tools/ensure_venv.sh 'PYTHON=' 3.11 '.venv' '{EXTRAS}' "
               f"'{PACKAGES}'")
 CHECK_VENV_TF2 = (f"sh tools/ensure_venv.sh 'PYTHON_TF2=' 3.12 '.venv-tf2' "
                   f"'{EXTRAS_TF2}' '{PACKAGES_TF2}'")
-KERAS_2_SESSION = "TF_USE_LEGACY_KERAS=1 .venv-tf2/bin/python -m pytest -q"
-KERAS_3_SESSION = ".venv-tf2/bin/python -m pytest -q"
+PYTEST = "-m pytest -q -n 2 --dist loadfile"
+KERAS_2_SESSION = f"TF_USE_LEGACY_KERAS=1 .venv-tf2/bin/python {PYTEST}"
+KERAS_3_SESSION = f".venv-tf2/bin/python {PYTEST}"
 
 
 @needs_make
@@ -521,7 +522,7 @@ def test_demo_and_test_check_the_venvs_first():
   # The type check and the whole suite in .venv (TF 2.15), then the two
   # sessions of tests/tf2_tests.txt in .venv-tf2 (TF 2.21): Keras 2, Keras 3.
   assert lines[-4:] == [".venv/bin/python -m mypy",
-                        ".venv/bin/python -m pytest -q",
+                        f".venv/bin/python {PYTEST}",
                         KERAS_2_SESSION, KERAS_3_SESSION]
   checks = [line for line in lines if "tools/ensure_venv.sh" in line]
   assert checks == [CHECK_VENV, CHECK_VENV_TF2]
@@ -532,6 +533,9 @@ def test_venv_tf2_and_test_tf2_targets():
   assert _make("-n", "venv-tf2").stdout.splitlines() == [CHECK_VENV_TF2]
   test = _make("-n", "test-tf2").stdout.rstrip().splitlines()
   assert test == [CHECK_VENV_TF2, KERAS_2_SESSION, KERAS_3_SESSION]
+  # TEST_WORKERS sets the processes of every session.
+  test = _make("-n", "test-tf2", "TEST_WORKERS=1").stdout
+  assert test.count("-m pytest -q -n 1 --dist loadfile") == 2
 
 
 @needs_make
@@ -571,8 +575,8 @@ esac""")
   sessions = [line for line in result.stdout.splitlines()
               if line.startswith("session ")]
   assert sessions == [
-      "session TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=2 -m pytest -q",
-      "session TF_USE_LEGACY_KERAS=unset TF_CPP_MIN_LOG_LEVEL=2 -m pytest -q",
+      f"session TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=2 {PYTEST}",
+      f"session TF_USE_LEGACY_KERAS=unset TF_CPP_MIN_LOG_LEVEL=2 {PYTEST}",
   ]
 
 
