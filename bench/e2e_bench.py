@@ -168,7 +168,11 @@ def _estimator(side, model_fn, model_dir, batch_size, spec,
                summaries_every=None):
   """`summaries_every`: RunConfig's save_summary_steps and
   log_step_count_steps (None: no summaries and no step logging)."""
-  config = tf.compat.v1.estimator.tpu.RunConfig(
+  # Each side's own RunConfig (ours is the library's framework's when it
+  # stands on it, docs/estimator.md 'Two stacks').
+  config_class = (estimator_spec.RunConfig if side == OURS else
+                  tf.compat.v1.estimator.tpu.RunConfig)
+  config = config_class(
       model_dir=model_dir,
       tf_random_seed=tf_random_seed,
       save_checkpoints_steps=None,
