@@ -23,11 +23,13 @@ import tokenize
 from typing import Dict, List, Optional, Tuple
 
 from estimator_spec import files as files_lib
+from estimator_spec import tf1_names
 from estimator_spec import tf_names
 
 OUR_PACKAGES = ("estimator_spec", "tpu_embedding_columns")
 _TF_ROOTS = ("tensorflow", "tensorflow_estimator")
 _COMPAT_V1 = "tensorflow.compat.v1"
+_KEPT_AT = (tf_names.TF, tf_names.TPU_ONLY)  # TF's own, maybe moved
 _ESTIMATOR_MODULE = "estimator_spec.estimator"
 MAX_FILE_BYTES = 16 << 20  # a larger .py file is refused, not read
 
@@ -49,11 +51,14 @@ class Note:
 @dataclasses.dataclass
 class Result:
   """What migrating one file's source gave: the new source (None when it
-  could not be parsed), its changes, what was left alone, or the error."""
+  could not be parsed), its changes, what was left alone, or the error;
+  `tf1`: the TF 1.x-only names it uses (docs/migration.md, 'TF 1.x code'),
+  as written, with the first line of each."""
   source: Optional[bytes]
   changes: List[Change]
   notes: List[Note]
   error: Optional[str] = None
+  tf1: Dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 class _Binding:
@@ -171,6 +176,7 @@ class _Migration:
     self.changes: List[Change] = []
     self.notes: List[Note] = []
     self.needed = set()  # top-level modules the new names need
+    self.tf1: Dict[str, int] = {}  # TF 1.x-only name -> its first line
     self._noted = set()
 
   # --- bindings ---------------------------------------------------------
@@ -273,30 +279,61 @@ class _Migration:
         keep, row = self._resolve(binding, parts)
         written = self.source.text(node)
         if row is None:
-          dotted = ".".join([binding.path] + parts[1:])
-          if tf_names.is_covered(dotted):
-            self._note(node.lineno, written,
-                       "not in the table of names (docs/migration.md); "
-                       "no counterpart here")
+          self._unknown_use(binding, node, parts)
           continue
         target = node
         for _ in range(len(parts) - keep):
           target = target.value
         written = self.source.text(target)
         new = self._new_text(row, binding)
-        if new is None:
+        if row.kind == tf_names.TPU_ONLY or new is None:
           self._note(target.lineno, written, _why(row))
+        if new is None or new == written:
           continue
         self.source.replace(target, new)
         binding.rewritten.add(id(node))
         self.changes.append(Change(target.lineno, _one_line(written), new))
+
+  def _unknown_use(self, binding, node, parts):
+    """A use the table does not know: TF 1.x's `tf.flags` moves to
+    `tf.compat.v1.flags`; another TF 1.x-only name is counted for the
+    report; one in a namespace the table covers gets a line."""
+    dotted = ".".join([binding.path] + parts[1:])
+    relative = _under_tf_root(dotted)
+    if relative is None:
+      relative = ""
+    moved = tf1_names.moved(relative)
+    # Steps from the use up to the moved name's node (none when the import
+    # itself names it: the import moves, _rewrite_import_from).
+    up = moved and len(parts) - 1 - (len(moved[0].split(".")) -
+                                     len(binding.path.split(".")) + 1)
+    if moved and up < len(parts) - 1:
+      target = node
+      for _ in range(up):
+        target = target.value
+      written = self.source.text(target)
+      new = self._tf_expression(f"{_COMPAT_V1}.{moved[1]}", binding)
+      self.source.replace(target, new)
+      binding.rewritten.add(id(node))
+      self.changes.append(Change(target.lineno, _one_line(written), new))
+      return
+    if tf_names.is_covered(dotted):
+      self._note(node.lineno, self.source.text(node),
+                 "not in the table of names (docs/migration.md); "
+                 "no counterpart here")
+    prefix = tf1_names.tf1_prefix(relative) if relative else None
+    if prefix and not moved:  # (a moved module's import moves)
+      if prefix == "contrib" and len(relative.split(".")) > 1:
+        prefix = ".".join(relative.split(".")[:2])  # tf.contrib.layers
+      name = "tf." + prefix
+      self.tf1[name] = min(self.tf1.get(name, node.lineno), node.lineno)
 
   def _new_text(self, row, binding):
     """The expression that replaces a use of `row`, or None to keep it."""
     if row.kind in tf_names.OUR_KINDS:
       self.needed.add(_module_of(row.ours))
       return row.ours
-    if row.kind == tf_names.TF and row.ours:
+    if row.kind in _KEPT_AT and row.ours:
       return self._tf_expression(row.ours, binding)
     return None
 
@@ -383,10 +420,20 @@ class _Migration:
         changed = True
       elif row is not None and row.tf not in tf_names.MODULES and (
           row.kind in tf_names.OUR_KINDS or
-          (row.kind == tf_names.TF and row.ours)):
+          (row.kind in _KEPT_AT and row.ours)):
         module, _, name = row.ours.rpartition(".")
+        if row.kind == tf_names.TPU_ONLY:
+          self._note(statement.lineno, binding.path, _why(row))
+        if module == statement.module and name == alias.name:
+          kept.append(_alias_text(alias))  # already where TF keeps it
+          continue
         added.append(f"from {module} import {name}" +
                      ("" if name == binding.name else f" as {binding.name}"))
+        changed = True
+      elif _moved_module(binding.path):
+        new = _moved_module(binding.path)
+        added.append(f"from {_COMPAT_V1} import {new}" +
+                     ("" if new == binding.name else f" as {binding.name}"))
         changed = True
       elif self._unused_and_gone(binding):
         changed = True
@@ -502,7 +549,29 @@ def _merged(imports):
 def _why(row):
   if row.kind == tf_names.REFUSED:
     return f"refused: {row.note}"
+  if row.kind == tf_names.TPU_ONLY:
+    return f"needs a TPU: {row.note}"
   return f"kept: {row.note}"
+
+
+def _moved_module(path):
+  """The name under tf.compat.v1 of a TF 1.x module that an import binds
+  itself (`from tensorflow import flags`), or None."""
+  relative = _under_tf_root(path)
+  moved = relative and tf1_names.moved(relative)
+  return moved[1] if moved and moved[0] == relative else None
+
+
+def _under_tf_root(dotted):
+  """'train.AdamOptimizer' of 'tensorflow.train.AdamOptimizer': a name
+  under TF's own root (not `tf.compat`, not TF's private modules), or
+  None."""
+  if not dotted.startswith("tensorflow."):
+    return None
+  relative = dotted[len("tensorflow."):]
+  if relative.split(".")[0] in ("compat", "python"):
+    return None
+  return relative
 
 
 def _alias_text(alias):
@@ -612,7 +681,8 @@ def migrate_source(data: bytes) -> Result:
   except SyntaxError as error:  # a bug here: never write it
     return Result(None, [], [], f"the rewrite does not parse ({error}); "
                   "file left unchanged, please report it")
-  return Result(new.encode(encoding), migration.changes, migration.notes)
+  return Result(new.encode(encoding), migration.changes, migration.notes,
+                tf1=migration.tf1)
 
 
 def _parse_error(error):
@@ -724,7 +794,8 @@ def run(paths, output=None, in_place=False, force=False, out=None):
   import sys
   out = out or sys.stdout
   work = plan(paths, output, in_place)
-  counts = {"files": 0, "changed": 0, "lines": 0, "notes": 0, "refused": 0}
+  counts = {"files": 0, "changed": 0, "lines": 0, "notes": 0, "refused": 0,
+            "tf1": 0}
   for path, reason in work.skipped:
     print(f"{path}: skipped: {reason}", file=out)
   for path, destination, is_python in work.files:
@@ -753,6 +824,9 @@ def run(paths, output=None, in_place=False, force=False, out=None):
       print(f"{path}:{note.line}: left alone: {note.name}: {note.why}",
             file=out)
     counts["notes"] += len(result.notes)
+    if result.tf1:
+      counts["tf1"] += 1
+      print(f"{path}: {_tf1_words(result.tf1)}", file=out)
     if result.changes:
       counts["changed"] += 1
       counts["lines"] += len(result.changes)
@@ -769,10 +843,28 @@ def run(paths, output=None, in_place=False, force=False, out=None):
   where = ("written under " + output if output else
            "rewritten in place" if in_place else
            "nothing written (give --output DIR or --in-place)")
+  upgrade = (f", {counts['tf1']} need TF's tf_upgrade_v2 first (TF 1.x "
+             "code)" if counts["tf1"] else "")
   print(f"migrate: {counts['files']} Python files, {counts['changed']} "
         f"changed ({counts['lines']} changes), {counts['notes']} names left "
-        f"alone, {counts['refused']} refused; {where}.", file=out)
+        f"alone, {counts['refused']} refused{upgrade}; {where}.", file=out)
   return 2 if counts["refused"] else 0
+
+
+_TF1_SHOWN = 6  # TF 1.x names named in a file's line
+
+
+def _tf1_words(tf1):
+  """The report's line for a file of TF 1.x code."""
+  names = sorted(tf1, key=lambda name: (tf1[name], name))
+  shown = ", ".join(f"{name} (line {tf1[name]})"
+                    for name in names[:_TF1_SHOWN])
+  more = (f" and {len(names) - _TF1_SHOWN} more"
+          if len(names) > _TF1_SHOWN else "")
+  return (f"TF 1.x code ({shown}{more} exist only in TF 1.x): run TF's "
+          "`tf_upgrade_v2 --intree DIR --outtree NEW_DIR` (`--infile`/"
+          "`--outfile` for one file; TF installs it) first, then migrate "
+          "its output (docs/migration.md, 'TF 1.x code').")
 
 
 def _write(destination, data, mode, force, out, source):

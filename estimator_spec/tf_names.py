@@ -18,7 +18,11 @@ what a program that uses it gets here:
   TF (no tensorflow-estimator) this library's (`estimator/framework/`);
 * `tf`: stays TF's (it works unchanged with this library); `migrate` keeps
   it (`ours` None) or moves it to where TF keeps it (`ours`);
-* `refused`: no counterpart here; `note` says what to do instead.
+* `refused`: no counterpart here; `note` says what to do instead;
+* `tpu-only`: TF's own, which needs a TPU (a resolver, a strategy,
+  `rewrite`, the TPU system calls): `migrate` keeps it (or moves it to
+  where TF keeps it, `ours`) and reports it, `note` saying what a host run
+  does instead.
 
 `ALIASES` are the other spellings of those names that programs use (TF 1.x's
 `tf.contrib.tpu` and `tensorflow.python.estimator`, the modules behind the
@@ -28,11 +32,14 @@ whole module can become an alias of ours.
 """
 import collections
 
+from estimator_spec import tf1_names
+
 OURS = "ours"
 FRAMEWORK = "framework"
 TF = "tf"
 REFUSED = "refused"
-KINDS = (OURS, FRAMEWORK, TF, REFUSED)
+TPU_ONLY = "tpu-only"
+KINDS = (OURS, FRAMEWORK, TF, REFUSED, TPU_ONLY)
 OUR_KINDS = (OURS, FRAMEWORK)  # the kinds `migrate` rewrites to `ours`
 
 Name = collections.namedtuple("Name", ["tf", "ours", "kind", "note"])
@@ -41,6 +48,18 @@ _TPU_SYSTEM = ("a TPU system call: a host run has no TPU to set up, so "
                "leave it out of the host program; a TPU run keeps TF's "
                "(estimator_spec.TPUEstimator hands use_tpu=True runs with a "
                "TPU `master` to TF's own TPUEstimator)")
+_TPU_COMPUTATION = ("compiles a computation for the TPU's cores; on a host "
+                    "call the computation itself (TPUEstimator's model_fn "
+                    "needs neither: estimator_spec.TPUEstimator runs it)")
+_TPU_RESOLVER = ("finds a Cloud TPU by asking the TPU's service, so on a "
+                 "host it fails (a network error); leave it out there: "
+                 "give RunConfig no `cluster` or `master`, and "
+                 "estimator_spec.TPUEstimator emulates the TPU "
+                 "(docs/migration.md, 'TPU-only calls')")
+_TPU_STRATEGY = ("a TPU distribution strategy needs a TPU; on a host leave "
+                 "it out (TF's default strategy) and use "
+                 "estimator_spec.HostTPUEmbedding for the embedding "
+                 "(docs/mid_level.md)")
 _TPU_TOPOLOGY = ("describes a TPU's cores; a host run has none (it emulates "
                  "the topology `TPUConfig.num_shards` gives); keep TF's for "
                  "a TPU run")
@@ -65,14 +84,16 @@ TPU_NAMES = (
     Name("tpu.experimental.StochasticGradientDescentParameters",
          "tpu_embedding_columns.StochasticGradientDescentParameters", OURS,
          "also estimator_spec.StochasticGradientDescentParameters"),
-    Name("tpu.experimental.initialize_tpu_system", None, REFUSED,
+    Name("tpu.experimental.initialize_tpu_system", None, TPU_ONLY,
          _TPU_SYSTEM),
-    Name("tpu.experimental.shutdown_tpu_system", None, REFUSED, _TPU_SYSTEM),
-    Name("tpu.experimental.DeviceAssignment", None, REFUSED, _TPU_TOPOLOGY),
-    Name("tpu.experimental.DeviceOrderMode", None, REFUSED, _TPU_TOPOLOGY),
-    Name("tpu.experimental.Topology", None, REFUSED, _TPU_TOPOLOGY),
-    Name("tpu.experimental.TPUSystemMetadata", None, REFUSED, _TPU_TOPOLOGY),
-    Name("tpu.experimental.HardwareFeature", None, REFUSED, _TPU_TOPOLOGY),
+    Name("tpu.experimental.shutdown_tpu_system", None, TPU_ONLY,
+         _TPU_SYSTEM),
+    Name("tpu.experimental.DeviceAssignment", None, TPU_ONLY, _TPU_TOPOLOGY),
+    Name("tpu.experimental.DeviceOrderMode", None, TPU_ONLY, _TPU_TOPOLOGY),
+    Name("tpu.experimental.Topology", None, TPU_ONLY, _TPU_TOPOLOGY),
+    Name("tpu.experimental.TPUSystemMetadata", None, TPU_ONLY,
+         _TPU_TOPOLOGY),
+    Name("tpu.experimental.HardwareFeature", None, TPU_ONLY, _TPU_TOPOLOGY),
     # tf.tpu.experimental.embedding: TF2's mid-level API.
     Name("tpu.experimental.embedding.TPUEmbedding",
          "estimator_spec.HostTPUEmbedding", OURS,
@@ -271,6 +292,10 @@ ALIASES = {
         "estimator.tpu.TPUEstimatorSpec",
     "tensorflow.contrib.tpu.RunConfig": "estimator.tpu.RunConfig",
     "tensorflow.contrib.tpu.TPUConfig": "estimator.tpu.TPUConfig",
+    "tensorflow.contrib.cluster_resolver.TPUClusterResolver":
+        "distribute.cluster_resolver.TPUClusterResolver",
+    "tensorflow.contrib.distribute.TPUStrategy":
+        "distribute.experimental.TPUStrategy",
     "tensorflow.contrib.tpu.InputPipelineConfig":
         "estimator.tpu.InputPipelineConfig",
     _TFE + "tpu.tpu_estimator.": "estimator.tpu.",
@@ -315,12 +340,34 @@ LEGACY = (
          "of the shared collection name"),
 )
 
+# TF's calls that need a TPU, outside the modules the table covers
+# (tf.compat.v1.tpu, tf.distribute): `migrate` reports each one it leaves.
+TPU_ONLY_NAMES = (
+    Name("tpu.rewrite", "tensorflow.compat.v1.tpu.rewrite", TPU_ONLY,
+         _TPU_COMPUTATION),
+    Name("tpu.replicate", "tensorflow.compat.v1.tpu.replicate", TPU_ONLY,
+         _TPU_COMPUTATION),
+    Name("tpu.shard", "tensorflow.compat.v1.tpu.shard", TPU_ONLY,
+         _TPU_COMPUTATION),
+    Name("tpu.batch_parallel", "tensorflow.compat.v1.tpu.batch_parallel",
+         TPU_ONLY, _TPU_COMPUTATION),
+    Name("tpu.initialize_system", "tensorflow.compat.v1.tpu."
+         "initialize_system", TPU_ONLY, _TPU_SYSTEM),
+    Name("tpu.shutdown_system", "tensorflow.compat.v1.tpu.shutdown_system",
+         TPU_ONLY, _TPU_SYSTEM),
+    Name("distribute.cluster_resolver.TPUClusterResolver", None, TPU_ONLY,
+         _TPU_RESOLVER),
+    Name("distribute.TPUStrategy", None, TPU_ONLY, _TPU_STRATEGY),
+    Name("distribute.experimental.TPUStrategy", None, TPU_ONLY,
+         _TPU_STRATEGY),
+)
+
 # `tf.contrib.tpu` names that TF 2.15 keeps under `tf.compat.v1.tpu`: TF 1.x
 # programs use them beside the estimator; `migrate` moves them there.
+# (Those that need a TPU have their rows in TPU_ONLY_NAMES, as `tpu.X`.)
 CONTRIB_TPU_IN_COMPAT_V1 = (
-    "CrossShardOptimizer", "batch_parallel", "bfloat16_scope", "core",
-    "cross_replica_sum", "initialize_system", "outside_compilation",
-    "replicate", "rewrite", "shard", "shutdown_system")
+    "CrossShardOptimizer", "bfloat16_scope", "core", "cross_replica_sum",
+    "outside_compilation")
 
 # Names outside TF's public API that public TPU programs call.
 PRIVATE = (
@@ -331,7 +378,8 @@ PRIVATE = (
          "or tpu_estimator"),
 )
 
-_BY_TF = {name.tf: name for name in NAMES + LEGACY + PRIVATE}
+_BY_TF = {name.tf: name for name in NAMES + LEGACY + PRIVATE +
+          TPU_ONLY_NAMES}
 # Spellings in full: the rows outside tf.compat.v1, the package root.
 _FULL = {name.tf for name in LEGACY + PRIVATE} | {
     module for module in MODULES if module.startswith("tensorflow")}
@@ -386,6 +434,8 @@ def lookup(dotted):
   if name in MODULES:
     return Name(name, MODULES[name], OURS, "every name of the module")
   head, _, last = name.rpartition(".")
+  if head == "contrib.tpu" and "tpu." + last in _BY_TF:
+    return _BY_TF["tpu." + last]
   if head == "contrib.tpu" and last in CONTRIB_TPU_IN_COMPAT_V1:
     return Name(name, "tensorflow.compat.v1.tpu." + last, TF,
                 "TF 2.15 keeps it in tf.compat.v1.tpu")
@@ -431,6 +481,12 @@ def missing_from(dotted):
       return words
   if _is_estimator_module(dotted):
     return "TF 2.16 and later have no tf.estimator (tensorflow-estimator)"
+  relative = dotted[len("tensorflow."):] if dotted.startswith(
+      "tensorflow.") else ""
+  prefix = (relative.split(".")[0] not in ("compat", "python") and
+            tf1_names.tf1_prefix(relative))
+  if prefix:
+    return f"TF 2 has no tf.{prefix} (TF 1.x's)"
   return None
 
 
@@ -438,7 +494,7 @@ def markdown_table():
   """docs/migration.md's table of names, generated from `NAMES`."""
   lines = ["| TF name (`tf.compat.v1.` or `tf.` ...) | here | kind | note |",
            "| --- | --- | --- | --- |"]
-  for name in NAMES + LEGACY + PRIVATE:
+  for name in NAMES + LEGACY + PRIVATE + TPU_ONLY_NAMES:
     ours = "—" if name.ours is None else f"`{name.ours}`"
     if name.kind == TF and name.ours is None:
       ours = "TF's own, unchanged"

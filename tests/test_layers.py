@@ -38,11 +38,12 @@ LAYERS = (
 # estimator_spec (only each other, the columns and third-party code).
 # `tf215` says whether TF 2.15's Estimator stack is there; `tf_import`
 # imports TensorFlow without its GPU build's import notices; `tpu_runner`
-# holds what the package connects for a TPU run; `tf_names` is
-# plain data; `_version` is private by packaging custom only.
+# holds what the package connects for a TPU run; `tf_names` and
+# `tf1_names` are plain data; `_version` is private by packaging custom only.
 UTILITIES = ("estimator_spec.files", "estimator_spec.quiet",
              "estimator_spec.errors", "estimator_spec._version",
-             "estimator_spec.tf_names", "estimator_spec.tf_patches",
+             "estimator_spec.tf_names", "estimator_spec.tf1_names",
+             "estimator_spec.tf_patches",
              "estimator_spec.tf215", "estimator_spec.tpu_runner",
              "estimator_spec.tf_import")
 # The imports up the order the library keeps on purpose, with the reason;

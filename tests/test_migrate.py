@@ -563,7 +563,7 @@ def test_names_without_a_counterpart_are_left_alone_with_the_reason():
   assert "estimator_spec.HostTPUEmbedding({}, None)" in new
   notes = {n.name: n.why for n in result.notes}
   assert notes["tf.tpu.experimental.initialize_tpu_system"].startswith(
-      "refused: a TPU system call")
+      "needs a TPU: a TPU system call")
   assert notes["tf.tpu.experimental.embedding.TableConfig"].startswith(
       "kept: TF's own configuration object")
   assert "not in the table" in notes["tf.compat.v1.tpu.experimental.NotAName"]
@@ -765,3 +765,238 @@ def test_usage_errors_exit_2_in_one_line_and_write_nothing(tmp_path):
   process = _cli(tmp_path / "a.py", "--output", tmp_path / "o", "--force")
   assert process.returncode == 0
   assert (tmp_path / "o" / "a.py").read_text() == "import tensorflow as tf\n"
+
+
+# --- TF 1.x code, tf.flags, TPU-only calls -----------------------------------
+
+
+def test_tf1_only_names_are_listed_with_their_first_lines():
+  _, result = _migrated("""\
+  import tensorflow as tf
+  tf.logging.info("a")
+  if tf.gfile.Exists("b"):
+    tf.logging.warn("c")
+  optimizer = tf.train.AdamOptimizer(0.1)
+  step = tf.train.get_or_create_global_step()
+  net = tf.contrib.layers.fully_connected(x, 2)
+  sess = tf.Session()
+  tf.compat.v1.logging.info("kept")
+  tf.io.gfile.exists("kept")
+  """)
+  assert result.tf1 == {"tf.logging": 2, "tf.gfile": 3,
+                        "tf.train.AdamOptimizer": 5,
+                        "tf.train.get_or_create_global_step": 6,
+                        "tf.contrib.layers": 7, "tf.Session": 8}
+  assert not result.changes and not result.notes
+
+
+@pytest.mark.parametrize("imports", [
+    "import tensorflow.compat.v1 as tf",
+    "from tensorflow.compat import v1 as tf",
+])
+def test_tf1_names_through_compat_v1_are_tf2_code(imports):
+  _, result = _migrated(f"""\
+  {imports}
+  tf.logging.info("a")
+  tf.train.AdamOptimizer(0.1)
+  flags = tf.flags
+  """)
+  assert result.tf1 == {} and not result.changes
+
+
+def test_tf_flags_move_to_compat_v1_in_uses_and_imports():
+  new, result = _migrated("""\
+  import tensorflow as tf
+  from tensorflow import flags as tf_flags
+  from tensorflow import app
+  flags = tf.flags
+  FLAGS = tf.app.flags.FLAGS
+  tf.flags.DEFINE_string("tpu", None, "The TPU.")
+  app.flags.DEFINE_bool("use_tpu", False, "On a TPU.")
+  """)
+  assert new == textwrap.dedent("""\
+  import tensorflow as tf
+  from tensorflow.compat.v1 import flags as tf_flags
+  flags = tf.compat.v1.flags
+  FLAGS = tf.compat.v1.flags.FLAGS
+  tf.compat.v1.flags.DEFINE_string("tpu", None, "The TPU.")
+  tf.compat.v1.flags.DEFINE_bool("use_tpu", False, "On a TPU.")
+  """)
+  # `from tensorflow import app`, TF 1.x's, went with its last use.
+  assert result.tf1 == {}
+  again = migrate.migrate_source(new.encode())
+  assert not again.changes
+  # Used otherwise (tf.app.run), it stays: tf_upgrade_v2's work.
+  _, result = _migrated("""\
+  from tensorflow import app
+  app.flags.DEFINE_bool("use_tpu", False, "On a TPU.")
+  app.run(main)
+  """)
+  assert result.tf1 == {"tf.app": 3}
+  assert {note.name: note.why for note in result.notes} == {
+      "tensorflow.app": "TF 2 has no tf.app (TF 1.x's), and this file still "
+                        "uses app (names with no counterpart here, or the "
+                        "module as a value)"}
+
+
+def test_tpu_only_calls_are_reported_with_what_a_host_run_does():
+  new, result = _migrated("""\
+  import tensorflow as tf
+  from tensorflow.contrib import tpu as contrib_tpu
+  resolver = tf.distribute.cluster_resolver.TPUClusterResolver("my-tpu")
+  old = tf.contrib.cluster_resolver.TPUClusterResolver("my-tpu")
+  strategy = tf.distribute.TPUStrategy(resolver)
+  strategy = tf.distribute.experimental.TPUStrategy(resolver)
+  contrib_tpu.rewrite(fn)
+  tf.compat.v1.tpu.shard(fn)
+  tf.compat.v1.tpu.initialize_system()
+  tf.tpu.experimental.initialize_tpu_system(resolver)
+  contrib_tpu.outside_compilation(fn)
+  """)
+  # What moves where TF keeps it moves; the rest stays.
+  assert "tf.compat.v1.tpu.rewrite(fn)" in new
+  assert "tf.compat.v1.tpu.outside_compilation(fn)" in new
+  assert "from tensorflow.contrib" not in new
+  for kept in ("tf.distribute.cluster_resolver.TPUClusterResolver(",
+               "tf.contrib.cluster_resolver.TPUClusterResolver(",
+               "tf.distribute.TPUStrategy(",
+               "tf.compat.v1.tpu.shard(fn)"):
+    assert kept in new, kept
+  notes = {note.name: note.why for note in result.notes}
+  for name in ("tf.distribute.cluster_resolver.TPUClusterResolver",
+               "tf.contrib.cluster_resolver.TPUClusterResolver"):
+    assert notes[name].startswith("needs a TPU: finds a Cloud TPU")
+    assert "give RunConfig no `cluster` or `master`" in notes[name]
+  for name in ("tf.distribute.TPUStrategy",
+               "tf.distribute.experimental.TPUStrategy"):
+    assert notes[name].startswith("needs a TPU: a TPU distribution strategy")
+  for name in ("contrib_tpu.rewrite", "tf.compat.v1.tpu.shard"):
+    assert notes[name].startswith("needs a TPU: compiles a computation")
+  for name in ("tf.compat.v1.tpu.initialize_system",
+               "tf.tpu.experimental.initialize_tpu_system"):
+    assert notes[name].startswith("needs a TPU: a TPU system call")
+  assert not any("outside_compilation" in name for name in notes)
+  assert len(notes) == 8
+
+
+# TF 1.15's `tf.contrib.tpu` and the other TF 1.x spellings the table's
+# aliases carry, each with what a program using it becomes (written here
+# from TF 1.15's API, apart from the table: a row dropped from the table
+# fails its case).
+_TF1_SPELLINGS = [
+    ("tf.contrib.tpu.TPUEstimator", "estimator_spec.TPUEstimator"),
+    ("tf.contrib.tpu.TPUEstimatorSpec", "estimator_spec.TPUEstimatorSpec"),
+    ("tf.contrib.tpu.RunConfig", "estimator_spec.RunConfig"),
+    ("tf.contrib.tpu.TPUConfig", "estimator_spec.TPUConfig"),
+    ("tf.contrib.tpu.InputPipelineConfig",
+     "estimator_spec.InputPipelineConfig"),
+    ("tf.contrib.tpu.CrossShardOptimizer",
+     "tf.compat.v1.tpu.CrossShardOptimizer"),
+    ("tf.contrib.tpu.bfloat16_scope", "tf.compat.v1.tpu.bfloat16_scope"),
+    ("tf.contrib.tpu.core", "tf.compat.v1.tpu.core"),
+    ("tf.contrib.tpu.cross_replica_sum",
+     "tf.compat.v1.tpu.cross_replica_sum"),
+    ("tf.contrib.tpu.outside_compilation",
+     "tf.compat.v1.tpu.outside_compilation"),
+    ("tf.contrib.tpu.rewrite", "tf.compat.v1.tpu.rewrite"),
+    ("tf.contrib.tpu.replicate", "tf.compat.v1.tpu.replicate"),
+    ("tf.contrib.tpu.shard", "tf.compat.v1.tpu.shard"),
+    ("tf.contrib.tpu.batch_parallel", "tf.compat.v1.tpu.batch_parallel"),
+    ("tf.contrib.tpu.initialize_system",
+     "tf.compat.v1.tpu.initialize_system"),
+    ("tf.contrib.tpu.shutdown_system", "tf.compat.v1.tpu.shutdown_system"),
+    ("tf.contrib.cluster_resolver.TPUClusterResolver",
+     "tf.contrib.cluster_resolver.TPUClusterResolver"),
+    ("tf.contrib.distribute.TPUStrategy", "tf.contrib.distribute.TPUStrategy"),
+    ("tf.estimator.tpu.TPUEstimator", "estimator_spec.TPUEstimator"),
+    ("tf.estimator.tpu.experimental.EmbeddingConfigSpec",
+     "estimator_spec.experimental.EmbeddingConfigSpec"),
+    ("tf.tpu.experimental.embedding_column",
+     "tpu_embedding_columns.embedding_column"),
+]
+
+
+@pytest.mark.parametrize("spelling,expected", _TF1_SPELLINGS,
+                         ids=[s for s, _ in _TF1_SPELLINGS])
+def test_each_tf1_spelling_becomes_its_counterpart(spelling, expected):
+  new, result = _migrated(f"""\
+  import tensorflow as tf
+  value = {spelling}
+  """)
+  assert f"value = {expected}\n" in new
+  assert result.tf1 == {}  # the table knows it: not left for tf_upgrade_v2
+
+
+def test_the_report_has_a_line_per_tf1_file_and_counts_them(tmp_path):
+  (tmp_path / "old.py").write_text(
+      "import tensorflow as tf\ntf.logging.info('x')\nsess = tf.Session()\n")
+  (tmp_path / "new.py").write_text(
+      "import tensorflow.compat.v1 as tf\ntf.logging.info('x')\n")
+  process = _cli(tmp_path)
+  assert process.returncode == 0, process.stderr
+  lines = process.stdout.splitlines()
+  assert lines[0] == (
+      f"{tmp_path / 'old.py'}: TF 1.x code (tf.logging (line 2), tf.Session "
+      "(line 3) exist only in TF 1.x): run TF's `tf_upgrade_v2 --intree DIR "
+      "--outtree NEW_DIR` (`--infile`/`--outfile` for one file; TF installs "
+      "it) first, then migrate its output (docs/migration.md, 'TF 1.x "
+      "code').")
+  assert lines[-1] == (
+      "migrate: 2 Python files, 0 changed (0 changes), 0 names left alone, "
+      "0 refused, 1 need TF's tf_upgrade_v2 first (TF 1.x code); nothing "
+      "written (give --output DIR or --in-place).")
+
+
+def _tf_upgrade_v2():
+  tool = os.path.join(os.path.dirname(sys.executable), "tf_upgrade_v2")
+  return [tool] if os.path.exists(tool) else [
+      sys.executable, "-m", "tensorflow.tools.compatibility.tf_upgrade_v2_main"]
+
+
+@pytest.mark.slow
+def test_a_tf115_trainer_runs_after_tf_upgrade_v2_then_migrate(tmp_path):
+  """docs/migration.md's order, on a TF 1.15 TPU trainer
+  (tests/data/tf115): migrate names what TF 1.x code needs, TF's
+  tf_upgrade_v2 then migrate give a program that trains, evaluates and
+  exports, with the flags a TPU launch script passes."""
+  source = os.path.join(REPO, "tests", "data", "tf115")
+  report = _cli(source)
+  line, = [line for line in report.stdout.splitlines()
+           if line.startswith(os.path.join(source, "trainer.py") + ": ")]
+  # Its first six TF 1.x names, by line, and how many more.
+  assert line.split(": ", 1)[1].startswith(
+      "TF 1.x code (tf.python_io (line 33), tf.VarLenFeature (line 49), "
+      "tf.FixedLenFeature (line 52), tf.contrib.data (line 60), "
+      "tf.parse_single_example (line 61), tf.feature_column.input_layer "
+      "(line 83) and 10 more exist only in TF 1.x): run TF's "
+      "`tf_upgrade_v2")
+  upgraded, migrated = tmp_path / "upgraded", tmp_path / "migrated"
+  upgrade = subprocess.run(
+      _tf_upgrade_v2() + ["--intree", source, "--outtree", str(upgraded),
+                          "--reportfile", str(tmp_path / "upgrade.txt")],
+      env=_ENV, capture_output=True, text=True, timeout=300, check=False)
+  assert upgrade.returncode == 0, upgrade.stderr[-2000:]
+  # What tf_upgrade_v2 leaves as an error is what migrate takes.
+  errors = [line for line in (tmp_path / "upgrade.txt").read_text()
+            .splitlines() if "ERROR" in line]
+  assert errors and all("tf.flags" in line for line in errors)
+  process = _cli(upgraded, "--output", migrated)
+  assert process.returncode == 0, process.stderr
+  assert "TF 1.x code" not in process.stdout
+  assert "trainer.py:14: tf.flags → tf.compat.v1.flags" in process.stdout
+  assert ("left alone: tf.distribute.cluster_resolver.TPUClusterResolver: "
+          "needs a TPU") in process.stdout
+  text = (migrated / "trainer.py").read_text()
+  assert not _tf_estimator_names(text)
+  run = subprocess.run(
+      [sys.executable, str(migrated / "trainer.py"),
+       f"--model_dir={tmp_path / 'model'}", f"--data_dir={tmp_path / 'data'}",
+       "--use_tpu=false", "--tpu="], cwd=tmp_path,
+      env=dict(_ENV, PYTHONPATH=REPO), capture_output=True, text=True,
+      timeout=600, check=False)
+  assert run.returncode == 0, run.stderr[-3000:]
+  result = [line.split() for line in run.stdout.splitlines()
+            if line.startswith("RESULT ")]
+  assert len(result) == 1 and result[0][1] == "step=6", run.stdout
+  export = result[0][-1].split("=", 1)[1]
+  assert os.path.isfile(os.path.join(export, "saved_model.pb"))
