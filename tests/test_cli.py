@@ -13,11 +13,16 @@
   partition order).
 * A real `python -m estimator_spec` run from another directory with a
   FILE.py:FUNCTION spec.
+* `--help`, `--version` and a bad command line load no TensorFlow; the
+  package loads its names (and TensorFlow, without TF 2.21's import
+  notices) on first use, `from estimator_spec import *` included.
 """
+import json
 import os
 import re
 import subprocess
 import sys
+import textwrap
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -483,3 +488,100 @@ def test_describe_says_each_unreadable_statistics_file_in_one_line(
   assert lines[0].startswith(
       "python -m estimator_spec describe: warning: Lookup statistics file ")
   assert name in lines[0] and "Infinity" in lines[0]
+
+
+# --- answering without TensorFlow -------------------------------------------
+
+
+def _in_a_fresh_process(code):
+  """(exit code, stdout, stderr) of `code` run by this interpreter."""
+  env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+  done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=300,
+                        check=False)
+  return done.returncode, done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("argv,code,words", [
+    (["--help"], 0, r"usage: python -m estimator_spec .*COMMAND"),
+    (["--version"], 0, r"^tpu-embedding-estimator \d"),
+    (["describe"], 2, r"the following arguments are required: SPEC"),
+    (["no-such-command"], 2, r"invalid choice: 'no-such-command'"),
+])
+def test_help_version_and_usage_errors_load_no_tensorflow(argv, code, words):
+  """`python -m estimator_spec` as runpy runs it: the package, then its
+  __main__; TensorFlow (and absl) stay unloaded."""
+  program = (
+      "import json, runpy, sys\n"
+      f"sys.argv = ['estimator_spec'] + {argv!r}\n"
+      "try:\n"
+      "  runpy.run_module('estimator_spec', run_name='__main__',"
+      " alter_sys=True)\n"
+      "except SystemExit as exit:\n"
+      "  code = exit.code\n"
+      "print(json.dumps([code, sorted(m for m in sys.modules if m.split('.')"
+      "[0] in ('tensorflow', 'absl', 'numpy'))]))\n")
+  returncode, out, err = _in_a_fresh_process(program)
+  assert returncode == 0, err
+  lines = out.splitlines()
+  exit_code, loaded = json.loads(lines[-1])
+  assert exit_code == code
+  assert loaded == []
+  assert re.search(words, "\n".join(lines[:-1]) + err, re.M)
+
+
+def test_the_package_loads_its_names_and_tensorflow_on_first_use():
+  """`import estimator_spec` loads no TensorFlow; every public name is
+  there (`from estimator_spec import *` too) and loads it; TensorFlow's
+  module keeps its own loader and the import hook is gone."""
+  program = textwrap.dedent("""
+      import importlib, json, sys
+      import estimator_spec
+      first = sorted(m for m in sys.modules if m.startswith("tensorflow"))
+      scope = {}
+      exec("from estimator_spec import *", scope)
+      import tensorflow as tf
+      from estimator_spec.config import spec as spec_lib
+      from estimator_spec.estimator import tpu_estimator
+      print(json.dumps({
+          "first": first,
+          "star": sorted(set(estimator_spec.__all__) - set(scope)),
+          "dir": sorted(set(estimator_spec.__all__) -
+                        set(dir(estimator_spec))),
+          "same": [scope["EmbeddingConfigSpec"] is
+                   spec_lib.EmbeddingConfigSpec,
+                   estimator_spec.TPUEstimator is tpu_estimator.TPUEstimator,
+                   estimator_spec.config is
+                   importlib.import_module("estimator_spec.config")],
+          "loader": type(tf.__loader__).__module__,
+          "spec_loader": type(tf.__spec__.loader).__module__,
+          "hooks": [type(f).__module__ for f in sys.meta_path
+                    if type(f).__module__.startswith("estimator_spec")],
+      }))
+      """)
+  returncode, out, err = _in_a_fresh_process(program)
+  assert returncode == 0, err
+  found = json.loads(out.splitlines()[-1])
+  assert found["first"] == []
+  assert found["star"] == [] and found["dir"] == []
+  assert found["same"] == [True, True, True]
+  assert not found["loader"].startswith("estimator_spec")
+  assert not found["spec_loader"].startswith("estimator_spec")
+  assert found["hooks"] == []
+  import estimator_spec  # pylint: disable=g-import-not-at-top
+  with pytest.raises(AttributeError, match="has no attribute 'NoSuchName'"):
+    getattr(estimator_spec, "NoSuchName")
+
+
+def test_a_name_first_used_loads_tensorflow_without_notices():
+  """The package's first name loads TensorFlow through the package's
+  import hook: nothing on stderr (TF 2.21's GPU build would print its
+  import notices there)."""
+  returncode, out, err = _in_a_fresh_process(
+      "import estimator_spec, sys\n"
+      "print('tensorflow' in sys.modules)\n"
+      "estimator_spec.EmbeddingConfigSpec\n"
+      "print('tensorflow' in sys.modules)\n")
+  assert returncode == 0, err
+  assert out.split() == ["False", "True"]
+  assert err == ""
