@@ -286,6 +286,9 @@ class _Migration:
           target = target.value
         written = self.source.text(target)
         new = self._new_text(row, binding)
+        if row.kind in _KEPT_AT and _in_tf2_as_written(
+            ".".join([binding.path] + parts[1:keep]), row):
+          new = written
         if row.kind == tf_names.TPU_ONLY or new is None:
           self._note(target.lineno, written, _why(row))
         if new is None or new == written:
@@ -552,6 +555,16 @@ def _why(row):
   if row.kind == tf_names.TPU_ONLY:
     return f"needs a TPU: {row.note}"
   return f"kept: {row.note}"
+
+
+def _in_tf2_as_written(dotted, row):
+  """Whether `dotted`, a use of TF's own `row` under TF's root, already
+  names it in TF 2 (`tf.distribute.cluster_resolver.TPUClusterResolver`
+  stays; TF 1.x's `tf.tpu.rewrite` moves to `tf.compat.v1.tpu.rewrite`)."""
+  relative = _under_tf_root(dotted)
+  return (relative is not None and row.ours is not None and
+          relative == tf_names.canonical(row.ours) and
+          tf1_names.tf1_prefix(relative) is None)
 
 
 def _moved_module(path):

@@ -355,11 +355,13 @@ TPU_ONLY_NAMES = (
          "initialize_system", TPU_ONLY, _TPU_SYSTEM),
     Name("tpu.shutdown_system", "tensorflow.compat.v1.tpu.shutdown_system",
          TPU_ONLY, _TPU_SYSTEM),
-    Name("distribute.cluster_resolver.TPUClusterResolver", None, TPU_ONLY,
-         _TPU_RESOLVER),
+    Name("distribute.cluster_resolver.TPUClusterResolver",
+         "tensorflow.compat.v1.distribute.cluster_resolver."
+         "TPUClusterResolver", TPU_ONLY, _TPU_RESOLVER),
     Name("distribute.TPUStrategy", None, TPU_ONLY, _TPU_STRATEGY),
-    Name("distribute.experimental.TPUStrategy", None, TPU_ONLY,
-         _TPU_STRATEGY),
+    Name("distribute.experimental.TPUStrategy",
+         "tensorflow.compat.v1.distribute.experimental.TPUStrategy",
+         TPU_ONLY, _TPU_STRATEGY),
 )
 
 # `tf.contrib.tpu` names that TF 2.15 keeps under `tf.compat.v1.tpu`: TF 1.x

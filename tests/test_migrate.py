@@ -857,9 +857,13 @@ def test_tpu_only_calls_are_reported_with_what_a_host_run_does():
   assert "tf.compat.v1.tpu.rewrite(fn)" in new
   assert "tf.compat.v1.tpu.outside_compilation(fn)" in new
   assert "from tensorflow.contrib" not in new
-  for kept in ("tf.distribute.cluster_resolver.TPUClusterResolver(",
-               "tf.contrib.cluster_resolver.TPUClusterResolver(",
-               "tf.distribute.TPUStrategy(",
+  assert new.count(
+      "tf.distribute.cluster_resolver.TPUClusterResolver(") == 1
+  # TF 1.x's contrib resolver moves where TF 2 keeps it.
+  assert ('old = tf.compat.v1.distribute.cluster_resolver.'
+          'TPUClusterResolver("my-tpu")') in new
+  for kept in ("tf.distribute.TPUStrategy(",
+               "tf.distribute.experimental.TPUStrategy(",
                "tf.compat.v1.tpu.shard(fn)"):
     assert kept in new, kept
   notes = {note.name: note.why for note in result.notes}
@@ -906,8 +910,9 @@ _TF1_SPELLINGS = [
      "tf.compat.v1.tpu.initialize_system"),
     ("tf.contrib.tpu.shutdown_system", "tf.compat.v1.tpu.shutdown_system"),
     ("tf.contrib.cluster_resolver.TPUClusterResolver",
-     "tf.contrib.cluster_resolver.TPUClusterResolver"),
-    ("tf.contrib.distribute.TPUStrategy", "tf.contrib.distribute.TPUStrategy"),
+     "tf.compat.v1.distribute.cluster_resolver.TPUClusterResolver"),
+    ("tf.contrib.distribute.TPUStrategy",
+     "tf.compat.v1.distribute.experimental.TPUStrategy"),
     ("tf.estimator.tpu.TPUEstimator", "estimator_spec.TPUEstimator"),
     ("tf.estimator.tpu.experimental.EmbeddingConfigSpec",
      "estimator_spec.experimental.EmbeddingConfigSpec"),
@@ -954,11 +959,12 @@ def _tf_upgrade_v2():
 
 
 @pytest.mark.slow
-def test_a_tf115_trainer_runs_after_tf_upgrade_v2_then_migrate(tmp_path):
-  """docs/migration.md's order, on a TF 1.15 TPU trainer
-  (tests/data/tf115): migrate names what TF 1.x code needs, TF's
-  tf_upgrade_v2 then migrate give a program that trains, evaluates and
-  exports, with the flags a TPU launch script passes."""
+def test_tf115_trainers_run_after_tf_upgrade_v2_then_migrate(tmp_path):
+  """docs/migration.md's order, on two TF 1.15 TPU trainers in public TPU
+  code's two habits (tests/data/tf115): migrate names what TF 1.x code
+  needs; TF's tf_upgrade_v2 then migrate give programs that train,
+  evaluate (and predict) and export, with the flags a TPU launch script
+  passes."""
   source = os.path.join(REPO, "tests", "data", "tf115")
   report = _cli(source)
   line, = [line for line in report.stdout.splitlines()
@@ -979,24 +985,36 @@ def test_a_tf115_trainer_runs_after_tf_upgrade_v2_then_migrate(tmp_path):
   # What tf_upgrade_v2 leaves as an error is what migrate takes.
   errors = [line for line in (tmp_path / "upgrade.txt").read_text()
             .splitlines() if "ERROR" in line]
-  assert errors and all("tf.flags" in line for line in errors)
+  assert errors and all("tf.flags" in line for line in errors), errors
   process = _cli(upgraded, "--output", migrated)
   assert process.returncode == 0, process.stderr
   assert "TF 1.x code" not in process.stdout
   assert "trainer.py:14: tf.flags → tf.compat.v1.flags" in process.stdout
   assert ("left alone: tf.distribute.cluster_resolver.TPUClusterResolver: "
           "needs a TPU") in process.stdout
-  text = (migrated / "trainer.py").read_text()
-  assert not _tf_estimator_names(text)
-  run = subprocess.run(
-      [sys.executable, str(migrated / "trainer.py"),
-       f"--model_dir={tmp_path / 'model'}", f"--data_dir={tmp_path / 'data'}",
-       "--use_tpu=false", "--tpu="], cwd=tmp_path,
-      env=dict(_ENV, PYTHONPATH=REPO), capture_output=True, text=True,
-      timeout=600, check=False)
-  assert run.returncode == 0, run.stderr[-3000:]
-  result = [line.split() for line in run.stdout.splitlines()
-            if line.startswith("RESULT ")]
-  assert len(result) == 1 and result[0][1] == "step=6", run.stdout
-  export = result[0][-1].split("=", 1)[1]
-  assert os.path.isfile(os.path.join(export, "saved_model.pb"))
+  # The other habit (tf.contrib modules under aliases, tf.app.flags): the
+  # contrib resolver moves where TF 2 keeps it, the contrib imports go.
+  assert ("trainer_contrib.py:12: from tensorflow.contrib import "
+          "cluster_resolver as contrib_cluster_resolver → (removed)"
+          ) in process.stdout
+  for name in ("trainer.py", "trainer_contrib.py"):
+    text = (migrated / name).read_text()
+    assert not _tf_estimator_names(text), name
+    code = text.split('"""', 2)[2]  # after the module's docstring
+    assert "contrib" not in code, name
+  for name, args, step in (
+      ("trainer.py", [f"--data_dir={tmp_path / 'data'}", "--use_tpu=false",
+                      "--tpu="], "step=6"),
+      ("trainer_contrib.py", ["--use_tpu=false"], "step=4")):
+    model_dir = tmp_path / name[:-3]
+    run = subprocess.run(
+        [sys.executable, str(migrated / name), f"--model_dir={model_dir}",
+         *args], cwd=tmp_path, env=dict(_ENV, PYTHONPATH=REPO),
+        capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = [line.split() for line in run.stdout.splitlines()
+              if line.startswith("RESULT ")]
+    assert len(result) == 1 and result[0][1] == step, run.stdout
+    export = result[0][-1].split("=", 1)[1]
+    assert export.startswith(str(model_dir / "export"))
+    assert os.path.isfile(os.path.join(export, "saved_model.pb"))
