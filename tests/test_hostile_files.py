@@ -885,3 +885,84 @@ def test_training_refuses_a_checkpoint_file_that_is_a_fifo(tmp_path):
   assert result.returncode == 0, result.stderr[-3000:]
   assert "REFUSED TPUEstimator.train: the checkpoint file" in result.stdout
   assert "is not a regular file (a FIFO or a device)" in result.stdout
+
+
+_STATISTICS_FIFO = r"""
+import faulthandler, glob, json, os, sys, warnings
+import numpy as np
+import tensorflow as tf
+import estimator_spec as es
+import tpu_embedding_columns as tec
+
+# Should a file be waited on, the traceback shows where.
+faulthandler.dump_traceback_later(200, exit=True)
+model_dir, profile_dir = sys.argv[1], sys.argv[2]
+column = tec.embedding_column(
+    tf.feature_column.categorical_column_with_identity("a", 10), 2)
+
+def model_fn(features, labels, mode, params):
+  x = tf.compat.v1.feature_column.input_layer(features, [column])
+  loss = tf.reduce_mean(tf.square(tf.compat.v1.layers.dense(x, 1) - labels))
+  train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+      loss, tf.compat.v1.train.get_global_step())
+  return es.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+def input_fn(params):
+  ids = np.arange(16).reshape(8, 2) % 9 + 1  # no 0: every id is looked up
+  return tf.data.Dataset.from_tensor_slices(
+      ({"a": ids}, np.ones((8, 1), np.float32))).repeat().batch(
+          params["batch_size"], drop_remainder=True)
+
+def estimator():
+  return es.TPUEstimator(
+      model_fn=model_fn, model_dir=model_dir, use_tpu=False,
+      train_batch_size=4, profile_sampling_rate=1.0,
+      embedding_config_spec=es.EmbeddingConfigSpec(
+          feature_columns=[column], profile_data_directory=profile_dir,
+          optimization_parameters=es.AdagradParameters(0.1)))
+
+estimator().train(input_fn, max_steps=1)
+[path] = glob.glob(os.path.join(profile_dir, "*.json"))
+os.remove(path)
+os.mkfifo(path)  # nobody writes it: an open that waits would wait for ever
+with warnings.catch_warnings(record=True) as caught:
+  warnings.simplefilter("always")
+  estimator().train(input_fn, max_steps=3)
+for warning in caught:
+  print("WARNING", warning.message)
+print("STEP", tf.train.load_variable(model_dir, "global_step"))
+print("FILE", path, os.path.isfile(path) and not os.path.islink(path))
+print("LISTING", json.dumps(sorted(os.listdir(profile_dir))))
+with open(path) as f:
+  print("STATISTICS", json.dumps({k: v for k, v in json.load(f).items()
+                                  if k in ("runs", "lookups", "examples")}))
+"""
+
+
+def test_training_goes_on_past_a_statistics_file_that_is_a_fifo(tmp_path):
+  # A FIFO planted under the name of a table's statistics file: train()
+  # reads that file at start-up (the report) and at each save. It is
+  # refused without waiting, with a warning naming it and saying what
+  # happens; the run trains, and its own statistics replace the FIFO.
+  result = subprocess.run(
+      [sys.executable, "-c", _STATISTICS_FIFO, str(tmp_path / "m"),
+       str(tmp_path / "profile")],
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), capture_output=True,
+      text=True, timeout=240, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  lines = result.stdout.splitlines()
+  path = next(line.split()[1] for line in lines if line.startswith("FILE"))
+  warned = [line for line in lines
+            if line.startswith("WARNING Lookup statistics")]
+  assert warned, result.stdout
+  for line in warned:
+    assert line == (
+        f"WARNING Lookup statistics file {path} is ignored: it is a FIFO, "
+        "not a regular file. Training goes on; the file is replaced when "
+        "statistics are next saved.")
+  assert "STEP 3" in lines
+  assert f"FILE {path} True" in lines
+  assert f'LISTING [".lock", "{os.path.basename(path)}"]' in lines
+  # The second run's counts alone (two steps of 4 examples of 2 ids): the
+  # first run's were in the file the FIFO replaced.
+  assert lines[-1] == 'STATISTICS {"runs": 1, "lookups": 16, "examples": 8}'

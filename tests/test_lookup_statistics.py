@@ -4,6 +4,7 @@ exactness, within their stated error otherwise, mergeable, and stored in
 files named by the settings that give them meaning. Expected values are
 computed here directly from the ids (NumPy counting, the div/mod rules
 written out), not through the library's routing."""
+import base64
 import collections
 import json
 import os
@@ -231,3 +232,265 @@ def test_saved_files_are_readable_by_others_as_the_umask_allows(tmp_path):
   finally:
     os.umask(old)
   assert os.stat(path).st_mode & 0o777 == 0o644
+
+
+# --- the reader's checks, one field wrong per case ---------------------------
+# Each case breaks one field of a valid file (the key follows changed
+# settings) and expects the message of the one check written for it: with
+# that check removed, the file is accepted or another check refuses it with
+# another message, and the case fails. Where a sum ties a field to others,
+# a case moves a count from one entry to another, so that the sum still
+# holds and only the broken check can refuse the file.
+
+M = st.MAX_COUNT
+
+
+def _file(change=None, **fields):
+  """A valid statistics file's JSON, `fields` ({dotted path: value}; a list
+  index is a number) set, then `change(data)` applied; the key recomputed
+  unless a case sets it."""
+  data = _observed(_batches(0)).to_json()
+  for dotted, value in fields.items():
+    where = data
+    *parents, last = dotted.split(".")
+    for key in parents:
+      where = where[int(key) if isinstance(where, list) else key]
+    if value is _MISSING:
+      del where[last]
+    else:
+      where[int(last) if isinstance(where, list) else last] = value
+  if change is not None:
+    data = change(data) or data
+  if "key" not in fields and isinstance(data, dict):
+    data["key"] = st.settings_key(data["settings"])
+  return data
+
+
+_MISSING = object()
+_COUNTS = [  # (field, low, high): every integer the reader bounds
+    ("runs", 0, M), ("lookups", 0, M), ("examples", 0, M),
+    ("heavy_hitters.capacity", 1, st.MAX_CAPACITY),
+    ("settings.vocabulary_size", 1, st.MAX_VOCABULARY),
+    ("settings.num_shards", 1, st.MAX_SHARDS),
+]
+
+
+def _count_cases():
+  cases = {}
+  for field, low, high in _COUNTS:
+    for value in (low - 1, high + 1):
+      cases[f"{field}={value}"] = (
+          {field: value}, f"{field} is {value}, not in [{low}, {high}]")
+    for value in (True, 1.0, "1"):
+      cases[f"{field}={value!r}"] = (
+          {field: value}, f"{field} is {value!r}, of the wrong type")
+    if not field.startswith("settings."):
+      cases[f"{field}-missing"] = ({field: _MISSING}, f"{field} is missing")
+  return cases
+
+
+def _move(field, index, value):
+  """A change setting entry `index` of the list or dict at `field` to
+  `value` and adding the difference to the last entry: their sum stays."""
+  def change(data):
+    where = data
+    for key in field.split("."):
+      where = where[key]
+    keys = list(range(len(where))) if isinstance(where, list) else sorted(
+        where, key=int)
+    this, other = keys[index], keys[index - 1]
+    where[other] += where[this] - int(value)
+    where[this] = value
+  return change
+
+
+def _first(where, value):
+  """Sets the first entry of a list or dict (by number) to `value`."""
+  where[0 if isinstance(where, list) else min(where, key=int)] = value
+
+
+def _rename(key):
+  """A change renaming the first key of `ids_per_example` to `key`."""
+  def change(data):
+    counts = data["ids_per_example"]
+    counts[key] = counts.pop(min(counts, key=int))
+  return change
+
+
+def _heavy_count(data, index, more):
+  data["heavy_hitters"]["ids"][index][1] += more
+
+
+def _set_pair(index, position, value):
+  def change(data):
+    data["heavy_hitters"]["ids"][index][position] = value
+  return change
+
+
+_HEAVY = "is not [id in [0, 1000), count > 0]"
+_FEATURES = ("settings.features is not a list of [feature name, sequence "
+             "length] pairs")
+_SHARD_VALUE = f"holds a value that is not an integer in [0, {M}]"
+_CASES = {
+    **_count_cases(),
+    "not-a-dict": (lambda d: [d], "not a lookup statistics file"),
+    "format": ({"format": "other"}, "not a lookup statistics file"),
+    "version=2": ({"version": 2}, "format version 2, expected 1"),
+    "version=True": ({"version": True}, "format version True, expected 1"),
+    "hll_precision=11": ({"hll_precision": 11}, "HyperLogLog precision 11"),
+    "key": ({"key": "0" * 64}, "the settings do not match the file's key"),
+    "settings-extra": ({"settings.color": "red"},
+                       "the settings hold other fields than"),
+    "settings-missing": ({"settings.table": _MISSING},
+                         "the settings hold other fields than"),
+    "table-empty": ({"settings.table": ""},
+                    "settings.table is '', not a table name"),
+    "table-long": ({"settings.table": "t" * (st.MAX_NAME_CHARS + 1)},
+                   "not a table name"),
+    "table-number": ({"settings.table": 7},
+                     "settings.table is 7, not a table name"),
+    "table-rule": ({"settings.table": "a b"},
+                   "settings.table 'a b' is not a table name (the rule:"),
+    "strategy": ({"settings.partition_strategy": "rows"},
+                 "settings.partition_strategy is 'rows', not 'div' or 'mod'"),
+    "features-dict": ({"settings.features": {"items": 0}}, _FEATURES),
+    "features-number": ({"settings.features": 5}, _FEATURES),
+    "feature-dict": ({"settings.features.0": {"name": "items", "length": 0}},
+                     _FEATURES),
+    "feature-str": ({"settings.features.0": "items"}, _FEATURES),
+    "feature-three": ({"settings.features.0": ["items", 0, 0]}, _FEATURES),
+    "feature-name-number": ({"settings.features.0.0": 5}, _FEATURES),
+    "feature-name-empty": ({"settings.features.0.0": ""}, _FEATURES),
+    "feature-name-long": (
+        {"settings.features.0.0": "f" * (st.MAX_NAME_CHARS + 1)}, _FEATURES),
+    "feature-name-newline": ({"settings.features.0.0": "a\n"}, _FEATURES),
+    "feature-name-surrogate": ({"settings.features.0.0": "a\ud800"},
+                               _FEATURES),
+    "feature-length=-1": ({"settings.features.0.1": -1}, _FEATURES),
+    f"feature-length={M + 1}": ({"settings.features.0.1": M + 1}, _FEATURES),
+    "feature-length=True": ({"settings.features.0.1": True}, _FEATURES),
+    "feature-length=1.0": ({"settings.features.0.1": 1.0}, _FEATURES),
+    "rate=0": ({"sampling_rate": 0}, "sampling_rate 0 is not in (0, 1]"),
+    "rate=-0.5": ({"sampling_rate": -0.5},
+                  "sampling_rate -0.5 is not in (0, 1]"),
+    "rate=1.5": ({"sampling_rate": 1.5}, "sampling_rate 1.5 is not in (0, 1]"),
+    "rate=True": ({"sampling_rate": True},
+                  "sampling_rate is True, of the wrong type"),
+    "rate-text": ({"sampling_rate": "0.5"},
+                  "sampling_rate is '0.5', of the wrong type"),
+    "registers-number": ({"hll_registers": 5},
+                         "hll_registers is 5, of the wrong type"),
+    "registers-not-base64": ({"hll_registers": "not base64!"},
+                             "hll_registers is not base64 text"),
+    # A character a lenient decoder would skip: refused all the same.
+    "registers-stray-character": (
+        {"hll_registers": "!" + base64.b64encode(bytes(4096)).decode()},
+        "hll_registers is not base64 text"),
+    "registers-not-ascii": ({"hll_registers": "\u00e9" * 8},
+                            "hll_registers is not base64 text"),
+    "registers-short": (
+        {"hll_registers": base64.b64encode(bytes(4095)).decode()},
+        "wrong number of HyperLogLog registers"),
+    "register=54": (
+        {"hll_registers": base64.b64encode(bytes([54]) * 4096).decode()},
+        "a HyperLogLog register is out of range"),
+    "heavy-not-a-dict": ({"heavy_hitters": []},
+                         "heavy_hitters is [], of the wrong type"),
+    "heavy-ids-dict": ({"heavy_hitters.ids": {}},
+                       "heavy_hitters.ids is {}, of the wrong type"),
+    "heavy-over-capacity": ({"heavy_hitters.capacity": 1},
+                            "than the capacity 1"),
+    "heavy-pair-str": ({"heavy_hitters.ids.0": "7"}, _HEAVY),
+    "heavy-pair-dict": ({"heavy_hitters.ids.0": {"id": 7, "count": 1}},
+                        _HEAVY),
+    "heavy-pair-short": ({"heavy_hitters.ids.0": [7]}, _HEAVY),
+    "heavy-id=-1": (_set_pair(0, 0, -1), _HEAVY),
+    "heavy-id=vocabulary": (_set_pair(0, 0, 1000), _HEAVY),
+    "heavy-id=True": (_set_pair(-1, 0, True), _HEAVY),
+    "heavy-id=1.0": (_set_pair(-1, 0, 1.0), _HEAVY),
+    "heavy-count=0": (_set_pair(0, 1, 0), _HEAVY),
+    "heavy-count=-1": (_set_pair(0, 1, -1), _HEAVY),
+    f"heavy-count={M + 1}": (_set_pair(0, 1, M + 1), _HEAVY),
+    "heavy-count=True": (_set_pair(-1, 1, True), _HEAVY),
+    "heavy-count=1.0": (_set_pair(-1, 1, 1.0), _HEAVY),
+    "heavy-twice": (lambda d: d["heavy_hitters"]["ids"][1].__setitem__(
+        0, d["heavy_hitters"]["ids"][0][0]), "a heavy hitter is listed twice"),
+    "heavy-sum": (lambda d: _heavy_count(d, 0, 1),
+                  "the heavy hitters count more lookups than the file"),
+    "per-example-list": ({"ids_per_example": []},
+                         "ids_per_example is [], of the wrong type"),
+    "per-example-key=-1": (_rename("-1"), "ids_per_example has the key "
+                           "'-1', not an integer in [0, 4096]"),
+    "per-example-key=4097": (_rename("4097"), "ids_per_example has the key "
+                             "'4097', not an integer in [0, 4096]"),
+    "per-example-key=123456": (_rename("123456"), "ids_per_example has the "
+                               "key '123456', not an integer"),
+    "per-example-key-number": (_rename(0), "ids_per_example has the key 0, "
+                               "not an integer"),
+    "per-example-key=x": (_rename("x"), "ids_per_example has the key 'x', "
+                          "not an integer"),
+    "per-example-count=-1": (_move("ids_per_example", 0, -1),
+                             "] is -1, not a count"),
+    f"per-example-count={M + 1}": (
+        lambda d: _first(d["ids_per_example"], M + 1),
+        f"] is {M + 1}, not a count"),
+    "per-example-count=True": (_move("ids_per_example", 0, True),
+                               "] is True, not a count"),
+    "per-example-count=1.0": (_move("ids_per_example", 0, 1.0),
+                              "] is 1.0, not a count"),
+    "per-example-sum": (
+        lambda d: d.update(examples=d["examples"] + 1),
+        "ids_per_example adds up to"),
+    "shard-load-list": ({"shard_load": []},
+                        "shard_load is [], of the wrong type"),
+    "shard-load-no-mod": ({"shard_load.mod": _MISSING},
+                          "shard_load must hold 'div' and 'mod'"),
+    "shard-load-extra": ({"shard_load.rows": [0, 0, 0]},
+                         "shard_load must hold 'div' and 'mod'"),
+}
+for _strategy in ("div", "mod"):
+  _CASES.update({
+      f"{_strategy}-dict": ({f"shard_load.{_strategy}": {}},
+                            f"wrong number of {_strategy} shards"),
+      f"{_strategy}-text": ({f"shard_load.{_strategy}": "123"},
+                            f"wrong number of {_strategy} shards"),
+      f"{_strategy}-four": (
+          lambda d, s=_strategy: d["shard_load"][s].append(0),
+          f"wrong number of {_strategy} shards (expected 3)"),
+      f"{_strategy}=-1": (_move(f"shard_load.{_strategy}", 0, -1),
+                          f"shard_load.{_strategy} {_SHARD_VALUE}"),
+      f"{_strategy}={M + 1}": (
+          lambda d, s=_strategy: _first(d["shard_load"][s], M + 1),
+          f"shard_load.{_strategy} {_SHARD_VALUE}"),
+      f"{_strategy}=True": (_move(f"shard_load.{_strategy}", 0, True),
+                            f"shard_load.{_strategy} {_SHARD_VALUE}"),
+      f"{_strategy}=1.0": (_move(f"shard_load.{_strategy}", 0, 1.0),
+                           f"shard_load.{_strategy} {_SHARD_VALUE}"),
+      f"{_strategy}-sum": (
+          lambda d, s=_strategy: d["shard_load"][s].__setitem__(
+              0, d["shard_load"][s][0] + 1),
+          f"shard_load.{_strategy} adds up to"),
+  })
+
+
+@pytest.mark.parametrize("case", sorted(_CASES))
+def test_each_check_of_the_reader_refuses_its_one_wrong_field(case):
+  fields, words = _CASES[case]
+  data = _file(fields) if callable(fields) else _file(**fields)
+  with pytest.raises(ValueError) as raised:
+    st.TableStatistics.from_json(data)
+  assert words in str(raised.value)
+
+
+def test_the_readers_bounds_are_inclusive():
+  # The other side of each bound above: its last allowed value is read.
+  data = _file(runs=M, sampling_rate=1.0, **{
+      "heavy_hitters.capacity": st.MAX_CAPACITY,
+      "settings.num_shards": 3})
+  stats = st.TableStatistics.from_json(data)
+  assert (stats.runs, stats.sampling_rate, stats.capacity) == (
+      M, 1.0, st.MAX_CAPACITY)
+  assert st.TableStatistics.from_json(_file(runs=0)).runs == 0
+  top = base64.b64encode(bytes([64 - st.HLL_PRECISION + 1]) * 4096).decode()
+  assert st.TableStatistics.from_json(_file(hll_registers=top)).registers.max(
+  ) == 64 - st.HLL_PRECISION + 1

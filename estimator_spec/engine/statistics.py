@@ -369,29 +369,23 @@ def check_settings(settings):
                      f"{_short(settings['partition_strategy'])}, not 'div' "
                      "or 'mod'")
   features = settings["features"]
+  # A printable name has no control character and no lone surrogate (the
+  # one kind of str that UTF-8 cannot encode).
   if not isinstance(features, list) or not all(
       isinstance(f, list) and len(f) == 2 and isinstance(f[0], str) and
       0 < len(f[0]) <= MAX_NAME_CHARS and f[0].isprintable() and
-      _encodable(f[0]) and _exact_int(f[1]) is not None and
-      0 <= f[1] <= MAX_COUNT for f in features):
+      _exact_int(f[1]) is not None and 0 <= f[1] <= MAX_COUNT
+      for f in features):
     raise ValueError("settings.features is not a list of [feature name, "
                      "sequence length] pairs")
   return dict(settings)
-
-
-def _encodable(text):
-  try:
-    text.encode("utf-8")
-  except UnicodeEncodeError:
-    return False
-  return True
 
 
 def _registers(text):
   """The HyperLogLog registers a base64 string holds."""
   try:
     raw = base64.b64decode(text.encode("ascii"), validate=True)
-  except (ValueError, UnicodeEncodeError):
+  except ValueError:  # not ASCII (UnicodeEncodeError) or not base64
     raise ValueError("hll_registers is not base64 text") from None
   if len(raw) != 2**HLL_PRECISION:
     raise ValueError("wrong number of HyperLogLog registers")
