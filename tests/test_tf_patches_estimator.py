@@ -263,8 +263,13 @@ def test_tf_tpu_columns_record_their_tables_where_the_module_reads():
 
 def test_a_graph_with_tf_tpu_columns_is_refused_with_what_to_do():
   graph, cause = _tf_tpu_column_graph()
-  with pytest.raises(TypeError, match="tpu_embedding_columns.embedding_colum"
-                     "n") as raised:
+  with pytest.raises(TypeError) as raised:
     tpu_columns.refuse_tensorflow_columns(graph, cause)
+  assert str(raised.value) == (
+      "TPUEstimator: model_fn uses TensorFlow's own TPU embedding columns "
+      "(tables ['ids']); build them with tpu_embedding_columns."
+      "embedding_column / shared_embedding_columns (the same arguments), or "
+      "run `python -m estimator_spec migrate` on the program "
+      "(docs/migration.md).")
   assert raised.value.__cause__ is cause
   tpu_columns.refuse_tensorflow_columns(tf.Graph())  # nothing recorded

@@ -16,6 +16,8 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.python.feature_column import feature_column as fc_v1
+from tensorflow.python.tpu import feature_column as tpu_fc_v1
 from tensorflow.python.tpu import tpu_embedding as tf_tpu_embedding
 
 import estimator_spec as es
@@ -725,12 +727,51 @@ def test_spec_refuses_non_tpu_column():
     column_spec(tec.embedding_column(CAT_A, 4), NUMERIC_X)
 
 
-def test_spec_refuses_tensorflows_own_tpu_column_and_points_to_interop():
-  tf_column = tf.compat.v1.tpu.experimental.embedding_column(CAT_B, 4)
-  with pytest.raises(TypeError, match=names(
-      "EmbeddingConfigSpec", "`feature_columns`",
-      "estimator_spec.interop.from_tensorflow")):
-    column_spec(tec.embedding_column(CAT_A, 4), tf_column)
+def _tf1_tpu_columns(shared):
+  """TF 1.x's TPU columns (`tf.contrib.tpu`), of TF 1.x's categorical
+  columns."""
+  b, c = (fc_v1._categorical_column_with_identity(k, 10) for k in "bc")
+  if shared:
+    return tpu_fc_v1.shared_embedding_columns([b, c], 4)[0]
+  return tpu_fc_v1.embedding_column(b, 4)
+
+
+TF_TPU = tf.compat.v1.tpu.experimental
+# A program half migrated: one of TensorFlow's own TPU columns left in our
+# spec. (TF's column, its name, the function that builds ours.)
+TF_TPU_COLUMNS = {
+    "embedding_column": (lambda: TF_TPU.embedding_column(CAT_B, 4),
+                         "'b_embedding'", "embedding_column"),
+    "shared_embedding_columns": (
+        lambda: TF_TPU.shared_embedding_columns([CAT_B, CAT_C], 4)[0],
+        "'b_shared_embedding'", "shared_embedding_columns"),
+    "weighted": (
+        lambda: TF_TPU.embedding_column(
+            fc.weighted_categorical_column(CAT_B, "w"), 4),
+        "'b_weighted_by_w_embedding'", "embedding_column"),
+    "lookup-device-cpu": (
+        lambda: TF_TPU.shared_embedding_columns(
+            [CAT_B, CAT_C], 4, embedding_lookup_device="cpu")[0],
+        "'b_shared_embedding'", "shared_embedding_columns"),
+    "tf1-embedding_column": (lambda: _tf1_tpu_columns(shared=False),
+                             "'b_embedding'", "embedding_column"),
+    # TF 1.x's shared columns name their table as `legacy`'s do.
+    "tf1-shared_embedding_columns": (lambda: _tf1_tpu_columns(shared=True),
+                                     "'b_shared_embedding'",
+                                     "legacy.shared_embedding_columns"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(TF_TPU_COLUMNS))
+def test_spec_refuses_tensorflows_own_tpu_column_in_one_sentence(kind):
+  make, name, function = TF_TPU_COLUMNS[kind]
+  with pytest.raises(errors.ArgumentTypeError) as raised:
+    column_spec(tec.embedding_column(CAT_A, 4), make())
+  assert str(raised.value) == (
+      "EmbeddingConfigSpec: `feature_columns` holds TensorFlow's own TPU "
+      f"embedding column {name} (feature 'b'); build it with "
+      f"tpu_embedding_columns.{function}, or run `python -m estimator_spec "
+      "migrate` on the program (docs/migration.md).")
 
 
 @pytest.mark.parametrize("arg,key,value", [

@@ -354,20 +354,37 @@ def _split_columns(
 
 
 def _unsupported_column(owner: str, column: object) -> None:
-  hint = ("convert TensorFlow's own TPU columns with "
-          "estimator_spec.interop.from_tensorflow, or build them with "
-          "tpu_embedding_columns.embedding_column / "
-          "shared_embedding_columns"
-          if hasattr(column, "get_embedding_var_name") else
-          "build embedding columns with "
-          "tpu_embedding_columns.embedding_column / "
-          "shared_embedding_columns; other feature columns belong to "
-          "the dense model, not to the embedding spec")
+  if hasattr(column, "get_embedding_var_name"):
+    raise errors.ArgumentTypeError(_tensorflow_column_error(owner, column))
   raise errors.ArgumentTypeError(
       f"{owner}: Unsupported feature column {type(column)}. "
       "Supported types are (EmbeddingColumn, SharedEmbeddingColumn) "
-      f"of tpu_embedding_columns: `feature_columns` holds {column!r}"
-      f", which is not a TPU embedding column; {hint}.")
+      f"of tpu_embedding_columns: `feature_columns` holds {column!r}, "
+      "which is not a TPU embedding column; build embedding columns with "
+      "tpu_embedding_columns.embedding_column / shared_embedding_columns; "
+      "other feature columns belong to the dense model, not to the "
+      "embedding spec.")
+
+
+def _tensorflow_column_error(owner: str, column: Any) -> str:
+  """One sentence for TensorFlow's own TPU column left in `feature_columns`
+  by a program half migrated (docs/migration.md): the column, the function
+  that builds ours, and `migrate`, which changes every such call."""
+  kind = type(column)
+  shared = "Shared" in kind.__name__
+  # TF 1.x's shared columns name their table as `legacy`'s do.
+  module = ("tpu_embedding_columns.legacy" if shared and
+            kind.__module__.endswith(".tpu.feature_column") else
+            "tpu_embedding_columns")
+  function = "shared_embedding_columns" if shared else "embedding_column"
+  name = getattr(column, "name", None)
+  key = getattr(column, "get_feature_key_name", lambda: None)()
+  label = (f"{name!r} (feature {key!r})" if isinstance(name, str) and
+           isinstance(key, str) else kind.__name__)
+  return (f"{owner}: `feature_columns` holds TensorFlow's own TPU embedding "
+          f"column {label}; build it with {module}.{function}, or run "
+          "`python -m estimator_spec migrate` on the program "
+          "(docs/migration.md).")
 
 
 def _check_dict(owner: str, arg: str, value: Any,

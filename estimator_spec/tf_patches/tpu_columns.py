@@ -29,9 +29,7 @@ def refuse_tensorflow_columns(graph, cause=None):
     return
   raise TypeError(
       "TPUEstimator: model_fn uses TensorFlow's own TPU embedding columns "
-      f"(tables {names}), from tf.compat.v1.tpu.experimental / "
-      "tf.tpu.experimental. Change the import: build the columns with "
+      f"(tables {names}); build them with "
       "tpu_embedding_columns.embedding_column / shared_embedding_columns "
-      "(the same arguments), or convert an existing spec with "
-      "estimator_spec.interop.from_tensorflow and use its columns "
-      "(interop.columns_by_name).") from cause
+      "(the same arguments), or run `python -m estimator_spec migrate` on "
+      "the program (docs/migration.md).") from cause
