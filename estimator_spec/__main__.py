@@ -7,6 +7,13 @@ the current directory on the path, e.g. `examples.dlrm:build_spec`) or
 path, e.g. `path/to/model.py:build_spec`). docs/cli.md documents every
 command and flag.
 
+A SPEC in an absl program (`load_spec`): the program's absl flags are
+parsed, at their defaults or from the arguments after `--` at the end of
+the command line (`describe trainer.py:build_spec -- --vocab=100`); a
+`main(argv)` is called as `absl.app.run` calls it and stopped at the first
+`estimator_spec.TPUEstimator` it constructs, whose `embedding_config_spec`
+is the spec.
+
 * `describe SPEC`: tables, features, per-shard memory and, with `--proto`,
   the TPU embedding configuration proto for the given topology;
   `--profile-dir DIR` adds what the lookup statistics in DIR show.
@@ -46,9 +53,11 @@ is wrong and what to do; nothing was written); 1 an unexpected internal
 error (with a traceback).
 """
 import argparse
+import contextlib
 import importlib
-import io
 import importlib.util
+import inspect
+import io
 import os
 import sys
 import traceback
@@ -71,6 +80,11 @@ MAX_HOSTS = 4096
 MAX_CORES_PER_HOST = 8
 MAX_BATCH_SIZE = 2**31 - 1
 MAX_IDS = 1 << 20  # ids one `rows` call prints
+# The commands that take a SPEC, and so the program's arguments after `--`.
+SPEC_COMMANDS = ("describe", "convert", "export-mid-level", "rows")
+# Where the errors of a program the command cannot run as far as its spec
+# send the user.
+ABSL_DOCS = "docs/cli.md, 'SPEC in an absl program'"
 
 
 class UsageError(Exception):
@@ -147,8 +161,12 @@ def _spec_argument(parser):
   parser.add_argument(
       "spec", metavar="SPEC",
       help="MODULE:FUNCTION or FILE.py:FUNCTION returning the model's "
-      "EmbeddingConfigSpec (a spec built inside main(): move it into a "
-      "function of the module; docs/cli.md, 'Naming the spec')")
+      "EmbeddingConfigSpec, or the program's main(argv), stopped at the "
+      "TPUEstimator it constructs (docs/cli.md, 'Naming the spec')")
+  parser.epilog = (
+      "After the command's own arguments, '-- ARGS...' are the program's: "
+      "its absl flags (-- --learning_rate=0.1), parsed at their defaults "
+      f"without ({ABSL_DOCS}).")
 
 
 def _model_dir_argument(parser):
@@ -322,6 +340,12 @@ def _convert_arguments(convert):
 # --- loading the spec ------------------------------------------------------
 
 
+class _SpecFound(BaseException):
+  """Raised by the first TPUEstimator a SPEC function constructs: stops the
+  program there (a BaseException, so that the program's `except
+  Exception` does not catch it)."""
+
+
 def _where(error):
   """' (at FILE:LINE)' of the innermost frame of `error`, or ''."""
   frames = traceback.extract_tb(error.__traceback__)
@@ -335,59 +359,105 @@ def _describe_error(error):
   return f"{type(error).__name__}: {error}{_where(error)}"
 
 
+def _flag_hint(error):
+  """What to do about an error of absl's flags raised by the program."""
+  if not type(error).__module__.startswith("absl.flags"):
+    return ""
+  if type(error).__name__ == "UnparsedFlagAccessError":
+    return ("; the program reads an absl flag while it is imported: read it "
+            f"inside a function ({ABSL_DOCS})")
+  return f"; the program's flags go after '--' ({ABSL_DOCS})"
+
+
 def _is_file_target(location):
   return location.endswith(".py") or "/" in location or os.sep in location
 
 
-def load_spec(target):
+def load_spec(target, program_args=(), restore=None):
   """The spec that `target` (MODULE:FUNCTION or FILE.py:FUNCTION) names.
-  Raises UsageError saying what is wrong."""
+
+  The module runs as if started with `program_args` (`sys.argv` is the
+  module's path and them); its absl flags, if absl is loaded and they are
+  not parsed yet, are parsed from `program_args` (at their defaults
+  without). FUNCTION is called without arguments, or with `argv` when it
+  takes one (`main(argv)`, as `absl.app.run` calls it); the first
+  `estimator_spec.TPUEstimator` it constructs stops it, and that
+  estimator's `embedding_config_spec` is the spec (docs/cli.md, 'SPEC in
+  an absl program').
+
+  Args:
+    target: MODULE:FUNCTION or FILE.py:FUNCTION.
+    program_args: the program's own arguments (the command line after
+      `--`).
+    restore: a `contextlib.ExitStack` that takes the restoring of absl's
+      flags as they were; None leaves them parsed.
+
+  Raises:
+    UsageError: saying what is wrong.
+  """
   location, sep, attr = target.rpartition(":")
   if not sep or not location or not attr:
     raise UsageError(
         "SPEC must be MODULE:FUNCTION (e.g. examples.dlrm:build_spec) or "
         f"FILE.py:FUNCTION (e.g. path/to/model.py:build_spec); got "
         f"{target!r}.")
-  if _is_file_target(location):
-    module = _load_file(location)
-  else:
-    if os.getcwd() not in sys.path:
-      sys.path.insert(0, os.getcwd())
-    try:
-      module = importlib.import_module(location)
-    except ModuleNotFoundError as error:
-      if error.name and location.startswith(error.name) and (
-          location == error.name or location[len(error.name)] == "."):
-        raise UsageError(
-            f"cannot import module {location!r} ({error}); run from the "
-            "directory that holds it, add that directory to PYTHONPATH, or "
-            f"give the file: path/to/{location.split('.')[-1]}.py:{attr}."
-        ) from None
+  program = (os.path.abspath(location) if _is_file_target(location) else
+             location)
+  saved = _save_flags(restore)
+  with _program_argv([program] + list(program_args)):
+    module = (_load_file(location) if _is_file_target(location) else
+              _import_module(location, attr))
+    if not saved:  # absl loaded by the program
+      _save_flags(restore)
+    if not hasattr(module, attr):
       raise UsageError(
-          f"importing {location!r} failed: {_describe_error(error)}."
-      ) from None
-    except Exception as error:
-      raise UsageError(
-          f"importing {location!r} failed: {_describe_error(error)}."
-      ) from None
-  if not hasattr(module, attr):
-    raise UsageError(f"{location!r} has no attribute {attr!r}; SPEC is "
-                     f"{location}:<name of the function returning the spec>.")
-  factory = getattr(module, attr)
-  if callable(factory):
-    try:
-      spec = factory()
-    except Exception as error:
-      raise UsageError(
-          f"{target} raised {_describe_error(error)}.") from None
-  else:
-    spec = factory
+          f"{location!r} has no attribute {attr!r}; SPEC is "
+          f"{location}:<name of the function returning the spec>.")
+    factory = getattr(module, attr)
+    argv = _parse_absl_flags(target, program, list(program_args))
+    spec = _call(target, factory, argv) if callable(factory) else factory
   from estimator_spec.config import spec as spec_lib
   if not isinstance(spec, spec_lib.EmbeddingConfigSpec):
     raise UsageError(
         f"{target} returned a {type(spec).__name__}, not an "
         "estimator_spec.EmbeddingConfigSpec.")
   return spec
+
+
+@contextlib.contextmanager
+def _program_argv(argv):
+  """`sys.argv` is `argv` in the block: the program sees the command line
+  it would have if started as `python FILE ARGS`."""
+  saved = sys.argv
+  sys.argv = argv
+  try:
+    yield
+  finally:
+    sys.argv = saved
+
+
+def _import_module(location, attr):
+  """The module MODULE names, imported with the current directory on the
+  path."""
+  if os.getcwd() not in sys.path:
+    sys.path.insert(0, os.getcwd())
+  try:
+    return importlib.import_module(location)
+  except ModuleNotFoundError as error:
+    if error.name and location.startswith(error.name) and (
+        location == error.name or location[len(error.name)] == "."):
+      raise UsageError(
+          f"cannot import module {location!r} ({error}); run from the "
+          "directory that holds it, add that directory to PYTHONPATH, or "
+          f"give the file: path/to/{location.split('.')[-1]}.py:{attr}."
+      ) from None
+    raise UsageError(
+        f"importing {location!r} failed: {_describe_error(error)}."
+    ) from None
+  except Exception as error:
+    raise UsageError(
+        f"importing {location!r} failed: {_describe_error(error)}"
+        f"{_flag_hint(error)}.") from None
 
 
 def _load_file(path):
@@ -414,8 +484,211 @@ def _load_file(path):
   except Exception as error:
     del sys.modules[name]
     raise UsageError(
-        f"loading {path} failed: {_describe_error(error)}.") from None
+        f"loading {path} failed: {_describe_error(error)}"
+        f"{_flag_hint(error)}.") from None
   return module
+
+
+# --- the program's absl flags ----------------------------------------------
+
+
+def _parse_absl_flags(target, program, program_args):
+  """The `argv` a `main(argv)` gets: `[program]` and the program arguments
+  absl does not take as flags. Parses absl's flags when absl is loaded (the
+  program, or TensorFlow, imported it; absl is never imported here) and
+  they are not parsed yet, or program arguments were given."""
+  flags = sys.modules.get("absl.flags")
+  if flags is None:
+    return [program] + program_args
+  values = flags.FLAGS
+  if values.is_parsed() and not program_args:
+    return [program]
+  was_parsed = values.is_parsed()
+  try:
+    return values([program] + program_args)
+  except flags.Error as error:
+    missing = _missing_required_flags(values, flags) if (
+        not was_parsed and values.is_parsed()) else []
+    if missing:
+      names = ", ".join(f"--{name}" for name in missing)
+      raise UsageError(
+          f"{target}: the program requires the absl flag(s) {names} "
+          "(flags.mark_flag_as_required), which have no value; pass them "
+          "at the end of the command line, after '--': -- " +
+          " ".join(f"--{name}=VALUE" for name in missing) +
+          f" ({ABSL_DOCS}).") from None
+    raise UsageError(
+        f"{target}: the program's absl flags refuse the arguments after "
+        f"'--' {program_args}: {type(error).__name__}: {error} "
+        f"({ABSL_DOCS}).") from None
+
+
+def _missing_required_flags(values, flags):
+  """The flags without a value whose own validator refuses None (what
+  `flags.mark_flag_as_required` registers)."""
+  missing = []
+  for name in sorted(values):
+    flag = values[name]
+    if flag.name != name or flag.value is not None:  # a short name, a value
+      continue
+    for validator in flag.validators:
+      if validator.get_flags_names() != [name]:
+        continue
+      try:
+        validator.verify(values)
+      except flags.ValidationError:
+        missing.append(name)
+        break
+  return missing
+
+
+def _save_flags(restore):
+  """Whether absl is loaded; if so, and `restore` is an ExitStack, pushes
+  the restoring of absl's flags as they are now (parsed or not, and their
+  values) onto it."""
+  flags = sys.modules.get("absl.flags")
+  if flags is None:
+    return False
+  if restore is not None:
+    values = flags.FLAGS
+    saved = values.is_parsed(), {
+        name: (values[name].value, values[name].present,
+               values[name].using_default_value) for name in values}
+    restore.callback(_restore_flags, values, saved)
+  return True
+
+
+def _restore_flags(values, saved):
+  """absl's flags as `_save_flags` saw them (unparsed: every flag at its
+  default, those defined since included)."""
+  was_parsed, by_name = saved
+  if not was_parsed:
+    values.unparse_flags()
+  for name, (value, present, using_default) in by_name.items():
+    if name in values:
+      flag = values[name]
+      flag.value, flag.present = value, present
+      flag.using_default_value = using_default
+
+
+# --- calling the SPEC function ---------------------------------------------
+
+
+def _arguments(target, factory, argv):
+  """[] or [argv]: how to call `factory` (a function that takes one
+  argument is a `main(argv)`)."""
+  try:
+    parameters = inspect.signature(factory).parameters.values()
+  except (TypeError, ValueError):  # a builtin: called without arguments
+    parameters = []
+  required = [p.name for p in parameters if p.default is p.empty and p.kind
+              not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+  if len(required) > 1 or any(
+      p.kind == p.KEYWORD_ONLY and p.default is p.empty for p in parameters):
+    raise UsageError(
+        f"{target} needs the arguments {', '.join(required)}; SPEC names a "
+        "function called without arguments, or a main(argv) as "
+        f"absl.app.run calls it ({ABSL_DOCS}).")
+  if required:
+    return [argv]
+  if len(argv) > 1:
+    raise UsageError(
+        f"{target} takes no arguments, so the program arguments {argv[1:]} "
+        "have nowhere to go: after '--', absl flags are parsed and the "
+        f"other arguments go to a main(argv) ({ABSL_DOCS}).")
+  return []
+
+
+def _call(target, factory, argv):
+  """What `factory` returns, or the spec of the first TPUEstimator it
+  constructs (which stops it)."""
+  arguments = _arguments(target, factory, argv)
+  with _eager_kept(), _estimator_intercepted() as found:
+    try:
+      result = factory(*arguments)
+    except _SpecFound:
+      result = None
+    except SystemExit as error:
+      if not found:
+        raise UsageError(
+            f"{target} exited (SystemExit: {error.code}) before it "
+            "constructed an estimator_spec.TPUEstimator; SPEC names a "
+            "function that returns the spec or constructs the estimator "
+            f"({ABSL_DOCS}).") from None
+    except Exception as error:  # pylint: disable=broad-except
+      if not found:
+        raise UsageError(f"{target} raised {_describe_error(error)}"
+                         f"{_flag_hint(error)}.") from None
+  if found:  # even if the program caught _SpecFound and went on
+    if found[0] is None:
+      raise UsageError(
+          f"{target} constructed an estimator_spec.TPUEstimator without an "
+          "embedding_config_spec (its model has no TPU embedding tables).")
+    return found[0]
+  from estimator_spec.config import spec as spec_lib
+  if result is None or (arguments and not isinstance(
+      result, spec_lib.EmbeddingConfigSpec)):
+    raise UsageError(
+        f"{target} returned without constructing an estimator_spec."
+        "TPUEstimator (where the command stops it and takes its spec) or "
+        f"returning an EmbeddingConfigSpec ({ABSL_DOCS}).")
+  return result
+
+
+@contextlib.contextmanager
+def _eager_kept():
+  """TensorFlow's eager execution on after the block if it was before: a
+  TF1-style main turns TF 2 behaviour off (`disable_v2_behavior`), which
+  the commands that write TF2 checkpoints need. TF refuses to turn it on
+  again once the program built a graph; the command then goes on as the
+  program left it."""
+  import tensorflow as tf
+  eager = tf.executing_eagerly()
+  try:
+    yield
+  finally:
+    if eager and not tf.executing_eagerly():
+      try:
+        tf.compat.v1.enable_v2_behavior()
+      except ValueError:
+        pass
+
+
+@contextlib.contextmanager
+def _estimator_intercepted():
+  """In the block, constructing an `estimator_spec.TPUEstimator` (or a
+  subclass) records its `embedding_config_spec` in the list yielded and
+  raises `_SpecFound`; the class is restored after."""
+  from estimator_spec.estimator import tpu_estimator
+  cls = tpu_estimator.TPUEstimator
+  original_new = cls.__dict__["__new__"]
+  original_init = cls.__dict__["__init__"]
+  signature = inspect.signature(original_init)
+  found = []
+
+  def stop(args, kwargs):
+    try:
+      bound = signature.bind(None, *args, **kwargs)
+    except TypeError:
+      return  # the real constructor says what is wrong
+    found.append(bound.arguments.get("embedding_config_spec"))
+    raise _SpecFound()
+
+  def new(klass, *args, **kwargs):
+    stop(args, kwargs)
+    return super(cls, klass).__new__(klass)  # a subclass's own arguments
+
+  def init(self, *args, **kwargs):
+    stop(args, kwargs)
+    original_init(self, *args, **kwargs)
+
+  cls.__new__ = staticmethod(new)
+  cls.__init__ = init
+  try:
+    yield found
+  finally:
+    cls.__new__ = original_new
+    cls.__init__ = original_init
 
 
 # --- running ---------------------------------------------------------------
@@ -441,16 +714,29 @@ def _op_error_text(error):
           "complete and readable.")
 
 
+def _split_program_arguments(argv):
+  """(the command's own arguments, the program's: those after the first
+  `--` of a SPEC command)."""
+  command = next((a for a in argv if not a.startswith("-")), None)
+  if command in SPEC_COMMANDS and "--" in argv:
+    split = argv.index("--")
+    return argv[:split], argv[split + 1:]
+  return argv, []
+
+
 def main(argv=None):
   """Runs a command; returns its exit code (argparse exits itself on a bad
   command line, with 2)."""
-  args = _parser().parse_args(argv)
+  own, program_args = _split_program_arguments(
+      sys.argv[1:] if argv is None else list(argv))
+  args = _parser().parse_args(own)
   if args.command == "migrate":
     return _run_migrate(args)
   # TF's own log lines (C++ and Python) are silenced unless the user set
   # their level: the command says what went wrong in its own one line.
-  # (Under `python -m`, the package has loaded TF before this runs; its
-  # C++ level is set when the package loads.)
+  # (Under `python -m`, the package sets the C++ level when it loads.)
+  # TensorFlow loads only now (the package loads it on first use): --help,
+  # --version and a bad command line answer without it.
   user_level = "TF_CPP_MIN_LOG_LEVEL" in os.environ
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   from estimator_spec import quiet
@@ -462,14 +748,8 @@ def main(argv=None):
   user_errors = (UsageError, ValueError, TypeError, OSError,
                  tf.errors.OpError)
   try:
-    if args.command == "profile":
-      return _run_profile(args)
-    spec = load_spec(args.spec)
-    if args.command == "describe":
-      return _run_describe(args, spec)
-    if args.command == "rows":
-      return _run_rows(args, spec)
-    return _run_checkpoint_command(args, spec)
+    with contextlib.ExitStack() as restore:
+      return _run_command(args, program_args, restore)
   except user_errors as error:
     if isinstance(error, tf.errors.OpError):
       message = _op_error_text(error)
@@ -484,6 +764,19 @@ def main(argv=None):
     return 2
   finally:
     tf.get_logger().setLevel(logger_level)
+
+
+def _run_command(args, program_args, restore):
+  """Runs a command other than migrate; `restore` takes what is to be
+  put back when it ends (absl's flags)."""
+  if args.command == "profile":
+    return _run_profile(args)
+  spec = load_spec(args.spec, program_args, restore=restore)
+  if args.command == "describe":
+    return _run_describe(args, spec)
+  if args.command == "rows":
+    return _run_rows(args, spec)
+  return _run_checkpoint_command(args, spec)
 
 
 def _run_migrate(args):

@@ -13,6 +13,8 @@
   partition order).
 * A real `python -m estimator_spec` run from another directory with a
   FILE.py:FUNCTION spec.
+* `describe` says which shards are the hosts' (the tables' partitions)
+  and which the TPU cores' (lookup statistics).
 * `--help`, `--version` and a bad command line load no TensorFlow; the
   package loads its names (and TensorFlow, without TF 2.21's import
   notices) on first use, `from estimator_spec import *` included.
@@ -505,6 +507,8 @@ def _in_a_fresh_process(code):
 @pytest.mark.parametrize("argv,code,words", [
     (["--help"], 0, r"usage: python -m estimator_spec .*COMMAND"),
     (["--version"], 0, r"^tpu-embedding-estimator \d"),
+    (["describe", "--help"], 0,
+     r"--\s+ARGS\.\.\.'\s+are\s+the\s+program's"),
     (["describe"], 2, r"the following arguments are required: SPEC"),
     (["no-such-command"], 2, r"invalid choice: 'no-such-command'"),
 ])
@@ -585,3 +589,39 @@ def test_a_name_first_used_loads_tensorflow_without_notices():
   assert returncode == 0, err
   assert out.split() == ["False", "True"]
   assert err == ""
+
+
+# --- describe: which shards ------------------------------------------------
+
+
+def test_describe_says_host_shards_and_core_shards(tmp_path, capsys):
+  """The tables' shards are the hosts' (checkpoint partitions, memory);
+  lookup statistics are per TPU core: the report says which is which."""
+  from estimator_spec.engine import statistics  # pylint: disable=import-outside-toplevel
+  spec = ml.build_mod_spec()
+  table = sorted(spec.model.tables)[0]
+  stats = statistics.TableStatistics(
+      statistics.table_settings(spec.model, table, 16), 1.0)
+  stats.observe(np.arange(64) % 9, np.ones(64, np.int64))
+  statistics.save(str(tmp_path), stats)
+  code, out, err = run(capsys, "describe", SPEC, "--num-hosts", "2",
+                       "--cores-per-host", "8", "--batch-size", "64",
+                       "--profile-dir", tmp_path)
+  assert code == 0, err
+  assert "2 host(s) x 8 core(s) = 16 cores" in out
+  assert "tables partitioned 'mod' over 2 host shard(s);" in out
+  assert "\nMemory per host shard (tables + optimizer slots" in out
+  assert ("Lookup statistics (sampled while training), kept per TPU core, "
+          "not per host shard:") in out
+  assert "\n  16 core shard(s); tables use 'mod'.\n" in out
+  assert "  Per core shard, the tables above together" in out
+  assert "shard(s)" not in out.replace("host shard(s)", "").replace(
+      "core shard(s)", "")
+  # --num-shards other than the hosts: no longer "host" shards.
+  code, out, err = run(capsys, "describe", SPEC, "--num-hosts", "2",
+                       "--cores-per-host", "8", "--batch-size", "64",
+                       "--num-shards", "3")
+  assert code == 0, err
+  assert "tables partitioned 'mod' over 3 shard(s);" in out
+  assert "\nMemory per shard (tables" in out
+  assert "host shard" not in out and "Lookup statistics" not in out

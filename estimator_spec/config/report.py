@@ -54,7 +54,7 @@ def _partition_bytes(config: _Config, table_name: str,
 
 
 def statistics_section(config: _Config, stats_by_table: Mapping[str, Any],
-                       num_shards: int) -> str:
+                       num_shards: int, unit: str = "shard") -> str:
   """What saved lookup statistics say about `config`'s tables on
   `num_shards` shards: per table the sampled lookups and the largest over
   the mean shard load (imbalance) under `div` and under `mod`; then, per
@@ -68,6 +68,8 @@ def statistics_section(config: _Config, stats_by_table: Mapping[str, Any],
     stats_by_table: {table: statistics (`engine.statistics.TableStatistics`)
       or None}.
     num_shards: the shard count the statistics were kept for.
+    unit: what a shard is, as the section names it ("core shard" where
+      the report also shows the hosts' shards).
   """
   found = {t: s for t, s in stats_by_table.items() if s is not None}
   if not found:
@@ -76,7 +78,7 @@ def statistics_section(config: _Config, stats_by_table: Mapping[str, Any],
   out = io.StringIO()
   tw = max([5] + [len(name) for name in found])
   configured = model.partition_strategy
-  out.write(f"  {num_shards} shard(s); tables use '{configured}'.\n")
+  out.write(f"  {num_shards} {unit}(s); tables use '{configured}'.\n")
   out.write(f"  {'table':<{tw}} {'runs':>5} {'lookups':>12} {'distinct':>10}"
             f" {'div max/mean':>13} {'mod max/mean':>13}\n")
   load = {s: np.zeros(num_shards) for s in sharding.STRATEGIES}
@@ -93,7 +95,7 @@ def statistics_section(config: _Config, stats_by_table: Mapping[str, Any],
       sizes = _partition_bytes(config, name, sharding.ShardLayout(
           table.vocabulary_size, num_shards, strategy))
       memory[strategy][:len(sizes)] += sizes
-  out.write("  Per shard, the tables above together (share of their "
+  out.write(f"  Per {unit}, the tables above together (share of their "
             "sampled lookups; memory of tables and slots):\n")
   out.write(f"  {'shard':>5} {'div load':>9} {'div memory':>12} "
             f"{'mod load':>9} {'mod memory':>12}\n")
@@ -124,22 +126,29 @@ def describe(config: _Config, num_shards: Optional[int] = None,
   model = config.model
   out = io.StringIO()
   num_shards = config.num_hosts if num_shards is None else num_shards
+  # The tables' shards here are the checkpoint's partitions, one per host
+  # unless `num_shards` says otherwise; lookup statistics are kept per TPU
+  # core, where the TPU looks the rows up (docs/profile.md).
+  unit = "host shard" if num_shards == config.num_hosts else "shard"
   out.write(
       f"Topology: {config.num_hosts} host(s) x {config.num_cores_per_host} "
       f"core(s) = {config.num_cores} cores; global batch {config.batch_size} "
       f"({config.batch_size_per_core} per core); mode "
-      f"{'TRAINING' if config.is_training else 'INFERENCE'}; partition "
-      f"'{model.partition_strategy}' over {num_shards} shard(s); pipelining "
+      f"{'TRAINING' if config.is_training else 'INFERENCE'}; tables "
+      f"partitioned '{model.partition_strategy}' over {num_shards} "
+      f"{unit}(s); pipelining "
       f"{'on' if model.pipeline_execution_with_tensor_core else 'off'}; "
       f"clipping_limit {model.clipping_limit}\n\n")
 
   sizes = shard_bytes(config, num_shards)
   out.write(_tables_section(config, num_shards, sizes))
   out.write(_features_section(config))
-  out.write(_memory_section(sizes, num_shards))
-  section = statistics_section(config, statistics or {}, config.num_cores)
+  out.write(_memory_section(sizes, num_shards, unit))
+  section = statistics_section(config, statistics or {}, config.num_cores,
+                               unit="core shard")
   if section:
-    out.write("\nLookup statistics (sampled while training):\n")
+    out.write(f"\nLookup statistics (sampled while training), kept per TPU "
+              f"core, not per {unit}:\n")
     out.write(section)
   if include_proto:
     out.write("\nTPUEmbeddingConfiguration:\n")
@@ -198,13 +207,15 @@ def _features_section(config: _Config) -> str:
   return out.getvalue()
 
 
-def _memory_section(sizes: Mapping[str, list[int]], num_shards: int) -> str:
-  """Memory per shard of all tables together, from `shard_bytes`."""
+def _memory_section(sizes: Mapping[str, list[int]], num_shards: int,
+                    unit: str = "shard") -> str:
+  """Memory per shard (a `unit`) of all tables together, from
+  `shard_bytes`."""
   out = io.StringIO()
   per_shard = np.zeros(num_shards, dtype=np.int64)
   for table_sizes in sizes.values():
     per_shard[:len(table_sizes)] += np.asarray(table_sizes, dtype=np.int64)
-  out.write("\nMemory per shard (tables + optimizer slots, float32):\n")
+  out.write(f"\nMemory per {unit} (tables + optimizer slots, float32):\n")
   for shard, num_bytes in enumerate(per_shard):
     out.write(f"  shard {shard}: {_mib(int(num_bytes))}\n")
   out.write(f"  total:   {_mib(int(per_shard.sum()))}\n")
