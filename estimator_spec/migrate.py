@@ -772,17 +772,9 @@ def plan(paths, output=None, in_place=False):
 
 def read_source(path):
   """A regular file's bytes, at most MAX_FILE_BYTES, never through a link
-  or from a FIFO."""
-  flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(
-      os, "O_NONBLOCK", 0)
-  descriptor = os.open(path, flags)
-  with os.fdopen(descriptor, "rb") as handle:
-    info = os.fstat(handle.fileno())
-    if not stat.S_ISREG(info.st_mode):
-      raise OSError(f"{path} is not a regular file")
-    if info.st_size > MAX_FILE_BYTES:
-      raise OSError(f"{path} is larger than {MAX_FILE_BYTES >> 20} MiB")
-    return handle.read(MAX_FILE_BYTES + 1)
+  or from a FIFO (files.read_bytes); raises OSError or files.FileRejected
+  saying why not."""
+  return files_lib.read_bytes(path, MAX_FILE_BYTES)
 
 
 def write_file(path, data, mode=None, replace=True):
@@ -815,7 +807,7 @@ def run(paths, output=None, in_place=False, force=False, out=None):
     try:
       data = read_source(path)
       mode = os.stat(path).st_mode
-    except OSError as error:
+    except (OSError, files_lib.FileRejected) as error:
       counts["refused"] += 1
       print(f"{path}: refused: cannot read it ({_os_error(error)})",
             file=out)
@@ -892,4 +884,4 @@ def _write(destination, data, mode, force, out, source):
 
 
 def _os_error(error):
-  return error.strerror if error.strerror else _one_line(str(error))
+  return (getattr(error, "strerror", None) or _one_line(str(error)))

@@ -1018,3 +1018,25 @@ def test_tf115_trainers_run_after_tf_upgrade_v2_then_migrate(tmp_path):
     export = result[0][-1].split("=", 1)[1]
     assert export.startswith(str(model_dir / "export"))
     assert os.path.isfile(os.path.join(export, "saved_model.pb"))
+
+
+def test_files_that_are_not_regular_or_too_large_are_refused_unread(
+    tmp_path):
+  tree = tmp_path / "tree"
+  tree.mkdir()
+  os.mkfifo(tree / "pipe.py")
+  with open(tree / "huge.py", "wb") as handle:
+    handle.truncate(migrate.MAX_FILE_BYTES + 1)
+  (tree / "fine.py").write_text("import tensorflow as tf\n"
+                                "tf.estimator.tpu.RunConfig()\n")
+  process = _cli(tree, "--output", tmp_path / "out")
+  assert process.returncode == 2, process.stderr
+  lines = process.stdout.splitlines()
+  assert (f"{tree / 'pipe.py'}: refused: cannot read it (it is a FIFO, not "
+          "a regular file)") in lines
+  assert (f"{tree / 'huge.py'}: refused: cannot read it (it holds "
+          f"{migrate.MAX_FILE_BYTES + 1:,} bytes, more than the "
+          f"{migrate.MAX_FILE_BYTES:,} allowed)") in lines
+  assert (tmp_path / "out" / "fine.py").read_text().endswith(
+      "estimator_spec.RunConfig()\n")
+  assert sorted(os.listdir(tmp_path / "out")) == ["fine.py"]
