@@ -5,9 +5,11 @@ profile directory (shared by every demo run: counts add up), and the demo
 ends with their report.
 
 The examples come from a generator (no data in the graph: a run writes
-~42 MB). The library's progress lines give the loss averaged over each
---loss-window steps with examples/s, and its summaries the per-table
-learning rate, rows touched and norms (docs/estimator.md, 'Monitoring').
+~42 MB). The library's progress lines, every --loss-window steps, give
+the step out of --steps, the loss averaged over those steps, examples/s
+(with the evaluations that ran in between, and the rate without them)
+and an ETA; its summaries the per-table learning rate, rows touched and
+norms (docs/estimator.md, 'Monitoring').
 The demo evaluates each of --evaluations checkpoints next to two
 yardsticks (the hidden click model's own AUC, the ceiling, and a logistic
 regression on the numeric features, the baseline) and draws
@@ -46,31 +48,53 @@ def demo_spec():
   return dlrm.build_spec(0.05, partition_strategy="mod")
 
 
-def main():
+def argument_parser():
+  """The demo's command line (`python -m examples.train_ctr --help`)."""
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--model-dir", default=None,
                       help="default: runs/ctr_demo/<time>; an existing "
                       "model dir resumes from its latest checkpoint")
   parser.add_argument("--scale", type=float, default=0.05,
-                      help="vocabulary scale of the example (1.0 = full)")
+                      help="vocabulary scale of the example (1.0 = full; "
+                      "default: %(default)s)")
   parser.add_argument("--steps", type=int, default=1500,
-                      help="max_steps: the global step training ends at")
+                      help="max_steps: the global step training ends at "
+                      "(default: %(default)s)")
   parser.add_argument("--evaluations", type=int, default=4,
-                      help="train in this many chunks, evaluating after "
-                      "each")
+                      help="checkpoints evenly spaced over the steps, each "
+                      "evaluated as it is saved (default: %(default)s)")
   parser.add_argument("--loss-window", type=int, default=100,
                       help="steps between progress lines (each prints the "
-                      "mean loss of its steps)")
-  parser.add_argument("--batch-size", type=int, default=256)
-  parser.add_argument("--train-examples", type=int, default=200_000)
-  parser.add_argument("--eval-examples", type=int, default=40_960)
+                      "mean loss of its steps; default: %(default)s)")
+  parser.add_argument("--batch-size", type=int, default=256,
+                      help="train_batch_size: examples per training step "
+                      "(default: %(default)s)")
+  parser.add_argument("--train-examples", type=int, default=200_000,
+                      help="training examples to generate; training cycles "
+                      "through them, reshuffled each pass (default: "
+                      "%(default)s)")
+  parser.add_argument("--eval-examples", type=int, default=40_960,
+                      help="held-out examples each evaluation reads, in "
+                      "whole batches of 1024 (default: %(default)s)")
   parser.add_argument("--partition-strategy", default="mod",
-                      choices=["div", "mod"])
-  parser.add_argument("--pipelining", action="store_true")
+                      choices=["div", "mod"],
+                      help="how each table's rows are laid out over the 16 "
+                      "emulated TPU cores (EmbeddingConfigSpec's "
+                      "partition_strategy; default: %(default)s)")
+  parser.add_argument("--pipelining", action="store_true",
+                      help="pipeline_execution_with_tensor_core=True: "
+                      "each step's embedding update is held until after the "
+                      "next step's lookups, as on a pipelined TPU (default: "
+                      "off)")
   parser.add_argument("--profile-dir", default=os.path.join("runs",
                                                             "profile"),
                       help="profile_data_directory: lookup statistics of "
                       "every demo run (default: runs/profile)")
+  return parser
+
+
+def main():
+  parser = argument_parser()
   args = parser.parse_args()
   for name in ("steps", "evaluations", "loss_window", "batch_size"):
     if getattr(args, name) < 1:
@@ -119,8 +143,8 @@ def main():
       # optimizer slots: ~19 MB at the default scale).
       save_checkpoints_steps=every, keep_checkpoint_max=1,
       save_summary_steps=100,
-      tpu_config=estimator_spec.TPUConfig(
-          iterations_per_loop=100, num_shards=16),
+      # The tables laid out as on 2 TPU hosts of 8 cores.
+      tpu_config=estimator_spec.TPUConfig(num_shards=16),
       # A progress line (and examples/sec, loss/mean) every this many steps.
       log_step_count_steps=args.loss_window)
   estimator = estimator_spec.TPUEstimator(
@@ -130,6 +154,8 @@ def main():
       train_batch_size=args.batch_size,
       eval_batch_size=eval_batch_size,
       predict_batch_size=1,
+      # The demo serves the CPU graph (no TPU serving graph on the host).
+      export_to_tpu=False,
       embedding_config_spec=spec)
   eval_input = dlrm.generator_input_fn_for(
       eval_x, eval_y, shuffle=False, repeat=False)

@@ -1,8 +1,10 @@
 """The `make demo` example: its input path, yardsticks, table summaries and
 an end-to-end run of examples/train_ctr.py (disk use, output, events,
 training curve, resume)."""
+import argparse
 import glob
 import os
+import re
 import subprocess
 import sys
 
@@ -17,6 +19,7 @@ from estimator_spec.estimator import TPUEstimatorSpec
 from estimator_spec.estimator import monitoring
 from examples import ctr_data
 from examples import dlrm
+from examples import train_ctr
 from examples import training_monitor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -277,11 +280,22 @@ def test_demo_run_is_small_and_tells_what_it_did(tmp_path):
       s < 4e6 for n, s in sizes.items() if n.endswith(".meta"))
   assert len([n for n in sizes if n.endswith(".meta")]) == 1  # kept: 1
 
-  assert "TPUEstimator: step 20, loss " in out and "examples/s" in out
-  assert "(mean of 10 steps)" in out
   evaluations = {int(l.split(":")[0].split()[-1]): l for l in out.splitlines()
                  if l.strip().startswith("evaluation at step")}
   assert sorted(evaluations) == [20, 40]
+  progress = _progress_lines(out)
+  assert [p["step"] for p in progress] == [10, 20, 30, 40]
+  assert {p["last"] for p in progress} == {40}
+  assert {p["mean_of"] for p in progress} == {10}
+  assert progress[-1]["eta"] == 0
+  # The evaluation at step 20 is named by the line whose steps it paused
+  # (20's or 30's), with the rate of the training alone: the dip explained.
+  noted = [p for p in progress if p["evaluated"]]
+  assert [p["step"] for p in noted if p["step"] < 40] in ([20], [30]), out
+  for p in noted:
+    assert p["evaluated"] == 1 and p["seconds"] > 0
+    assert p["training_rate"] is None or (
+        p["training_rate"] >= p["rate"])
   for line in evaluations.values():
     assert "AUC" in line and "ceiling" in line and "baseline" in line
   assert "logistic regression on the 13 numeric features" in out
@@ -315,6 +329,54 @@ def test_demo_run_is_small_and_tells_what_it_did(tmp_path):
   more = _run_demo(model_dir, profile_dir, steps=60)
   assert "Resuming from step 40" in more and "to max_steps 60" in more
   assert "trained from step 40 to 60" in more
+  assert [(p["step"], p["last"]) for p in _progress_lines(more)] == [
+      (50, 60), (60, 60)]
+
+
+_PROGRESS = re.compile(
+    r"TPUEstimator: step (?P<step>\d+)/(?P<last>\d+), loss (?P<loss>\S+) "
+    r"\(mean of (?P<mean_of>\d+) steps\), (?P<rate>\d+) examples/s"
+    r"(?: \((?:an|(?P<count>\d+)) evaluations? ran: (?P<seconds>[\d.]+) s"
+    r"(?:; (?P<training_rate>\d+) examples/s training)?\))?"
+    r", ETA (?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?")
+
+
+def _progress_lines(out):
+  """The demo's progress lines, each parsed: step, last (the step training
+  ends at), mean_of, rate (examples/s), evaluated (how many evaluations
+  ran in its steps), seconds (their time), training_rate (or None), eta
+  (seconds)."""
+  lines = [l for l in out.splitlines() if l.startswith("TPUEstimator: step")]
+  return [_parsed_progress(line) for line in lines]
+
+
+def _parsed_progress(line):
+  match = _PROGRESS.fullmatch(line)
+  assert match, line
+  number = {name: int(value or 0) for name, value in match.groupdict().items()
+            if name not in ("loss", "seconds")}
+  evaluated = match.group("seconds") is not None
+  return {
+      "step": number["step"], "last": number["last"],
+      "mean_of": number["mean_of"], "rate": number["rate"],
+      "loss": float(match.group("loss")),
+      "evaluated": (number["count"] or 1) if evaluated else 0,
+      "seconds": float(match.group("seconds") or 0),
+      "training_rate": number["training_rate"] or None,
+      "eta": number["h"] * 3600 + number["m"] * 60 + number["s"]}
+
+
+def test_every_option_of_the_demo_has_help():
+  parser = train_ctr.argument_parser()
+  options = [a for a in parser._actions  # pylint: disable=protected-access
+             if a.dest != "help"]
+  assert len(options) >= 11
+  for action in options:
+    assert action.help and action.help != argparse.SUPPRESS, (
+        action.option_strings)
+  text = parser.format_help()
+  for action in options:
+    assert action.option_strings[0] in text
 
 
 def _disk_use(directory):

@@ -383,6 +383,33 @@ def test_tpu_only_settings_are_reported_once_at_train(tmp_path, caplog):
   assert "profile_data_directory" not in report
 
 
+def test_tfs_defaults_and_host_behaviour_are_not_reported(tmp_path, caplog):
+  """Only what the user set to something else than TF's default (and than
+  what the host does anyway) is reported: a TPUConfig left at its defaults
+  (iterations_per_loop=2) or set to one step per loop says nothing."""
+  columns = _columns()
+
+  def estimator(tpu_config):
+    config = es.RunConfig(model_dir=str(tmp_path), tpu_config=tpu_config)
+    return TPUEstimator(
+        model_fn=_linear_model_fn(columns), config=config, use_tpu=False,
+        train_batch_size=4, embedding_config_spec=_spec(columns))
+
+  assert es.TPUConfig().iterations_per_loop == 2  # TF's default
+  for quiet_config in (None, es.TPUConfig(), es.TPUConfig(
+      iterations_per_loop=1)):
+    assert es.estimator.host_only_settings(estimator(quiet_config)) == []
+  with caplog.at_level(logging.WARNING, logger="tensorflow"):
+    estimator(es.TPUConfig()).train(_ids_input_fn(), max_steps=1)
+  assert not [r for r in caplog.records if "no effect here" in
+              r.getMessage()]
+  assert es.estimator.host_only_settings(
+      estimator(es.TPUConfig(iterations_per_loop=3))) == [
+          "tpu_config.iterations_per_loop=3: a TPU runs that many steps per "
+          "session run; the host runs one step per run (hooks and logging "
+          "see every step)."]
+
+
 def test_hot_id_replication_is_reported(tmp_path):
   spec = es.EmbeddingConfigSpec(
       feature_to_config_dict={"a": es.FeatureConfig("t"),

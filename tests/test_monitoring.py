@@ -146,21 +146,84 @@ def test_every_table_has_its_summaries_at_summary_steps(run):
 def test_progress_lines_at_the_default_verbosity(run):
   _, scalars, messages = run
   lines = [m for m in messages if m.startswith("TPUEstimator: step ")]
-  # log_step_count_steps=2: a line at every even step; the rate counts from
-  # the end of the first step, the loss is the mean since the last line.
-  pattern = re.compile(r"TPUEstimator: step (\d+), loss (\S+) \(mean of "
-                       r"(\d+) steps\), (\d+) examples/s")
+  # log_step_count_steps=2: a line at every even step, out of max_steps; the
+  # rate counts from the end of the first step, the loss is the mean since
+  # the last line.
+  pattern = re.compile(r"TPUEstimator: step (\d+)/7, loss (\S+) \(mean of "
+                       r"(\d+) steps\), (\d+) examples/s, ETA (\S+)")
   matches = [pattern.fullmatch(line) for line in lines]
   assert all(matches), lines
   assert [int(m.group(1)) for m in matches] == [2, 4, 6]
   assert [int(m.group(3)) for m in matches] == [2, 2, 2]
   assert all(np.isfinite(float(m.group(2))) and int(m.group(4)) > 0
              for m in matches)
+  assert all(re.fullmatch(r"(\d+h)?(\d+m)?\d+s|\d+h\d+m", m.group(5))
+             for m in matches)
   means = scalars[monitoring.MEAN_LOSS_TAG]
   assert sorted(means) == [2, 4, 6]
   assert means[6] == pytest.approx(float(matches[-1].group(2)), rel=1e-5)
   assert monitoring.MEAN_LOSS_TAG in scalars
   assert monitoring.EXAMPLES_PER_SEC_TAG in scalars
+
+
+class _Clock:
+  """`time.time()` for monitoring: the given times, one per call."""
+
+  def __init__(self, times):
+    self._times = iter(times)
+
+  def time(self):
+    return next(self._times)
+
+
+def _hook_lines(monkeypatch, caplog, times, first_step=0, **kwargs):
+  """The progress lines of a ProgressHook (batch 4, every 2 steps, loss
+  0.5) over len(times) steps from global step `first_step`, step k ending
+  at times[k]."""
+  monkeypatch.setattr(monitoring, "time", _Clock(times))
+  with tf.Graph().as_default():
+    global_step = v1.get_variable(
+        "global_step", [], tf.int64, trainable=False,
+        initializer=v1.constant_initializer(first_step),
+        collections=[v1.GraphKeys.GLOBAL_VARIABLES,
+                     v1.GraphKeys.GLOBAL_STEP])
+    train_op = global_step.assign_add(1)
+    hook = monitoring.ProgressHook(4, 2, loss=tf.constant(0.5), **kwargs)
+    with caplog.at_level(logging.INFO, logger="tensorflow"), (
+        v1.train.MonitoredSession(hooks=[hook])) as session:
+      for _ in times:
+        session.run(train_op)
+  return [r.getMessage() for r in caplog.records
+          if r.getMessage().startswith("TPUEstimator: step ")]
+
+
+def test_progress_lines_show_the_last_step_an_eta_and_the_evaluations(
+    monkeypatch, caplog):
+  # Steps 11-16 of `steps=6` from step 10; an evaluation of 2 s ran between
+  # steps 13 and 14.
+  lines = _hook_lines(monkeypatch, caplog, [100, 101, 102, 105, 106, 107],
+                      first_step=10, steps=6, evaluations=[(104.5, 2.0)])
+  assert lines == [
+      # 1 step in 1 s; 4 steps left at 1 s a step.
+      "TPUEstimator: step 12/16, loss 0.5 (mean of 2 steps), 4 examples/s, "
+      "ETA 4s",
+      # 2 steps in 4 s, 2 s of them evaluating; 2 steps left at 5/3 s.
+      "TPUEstimator: step 14/16, loss 0.5 (mean of 2 steps), 2 examples/s "
+      "(an evaluation ran: 2.0 s; 4 examples/s training), ETA 3s",
+      "TPUEstimator: step 16/16, loss 0.5 (mean of 2 steps), 4 examples/s, "
+      "ETA 0s",
+  ]
+
+
+def test_progress_lines_without_a_last_step_have_no_eta(monkeypatch,
+                                                        caplog):
+  lines = _hook_lines(monkeypatch, caplog, [100, 101, 102, 103.5],
+                      evaluations=[(102.5, 0.25), (103, 0.25)])
+  assert lines == [
+      "TPUEstimator: step 2, loss 0.5 (mean of 2 steps), 4 examples/s",
+      "TPUEstimator: step 4, loss 0.5 (mean of 2 steps), 3 examples/s "
+      "(2 evaluations ran: 0.5 s; 4 examples/s training)",
+  ]
 
 
 def test_at_info_verbosity_the_lines_go_to_tfs_log(tmp_path, caplog):

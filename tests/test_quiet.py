@@ -2,10 +2,13 @@
 nothing else."""
 import logging
 import os
+import pathlib
+import re
 import subprocess
 import sys
 import warnings
 
+import pytest
 import tensorflow as tf
 
 from estimator_spec import quiet
@@ -154,3 +157,82 @@ def test_importing_the_library_first_writes_nothing_to_stderr():
       check=False)
   assert run.returncode == 0, run.stderr[-3000:]
   assert run.stderr == ""
+
+
+# --- The README's program at TF's default verbosity ---------------------------
+
+# A line of the library's own: one that names a file of its packages (TF's
+# notices say where the call they are about was made).
+_LIBRARY_FILE = re.compile(
+    r"(^|[\s\"'(/\\])(estimator_spec|tpu_embedding_columns)[/\\]\S*\.py")
+
+
+def test_a_line_naming_a_library_file_is_recognised():
+  assert _LIBRARY_FILE.search(
+      "W1129 11:31:02.1 From /work/main/estimator_spec/estimator/"
+      "run_config.py:10: The name tf.estimator.tpu.TPUConfig is deprecated.")
+  assert _LIBRARY_FILE.search(
+      "WARNING:tensorflow:From tpu_embedding_columns/api.py:3: x is "
+      "deprecated")
+  assert not _LIBRARY_FILE.search(
+      "WARNING:tensorflow:From /tmp/x/user_program.py:12: "
+      "categorical_column_with_identity (from tensorflow.python."
+      "feature_column.feature_column_v2) is deprecated")
+
+
+def test_the_librarys_lines_are_told_from_the_users():
+  users = [
+      "WARNING:tensorflow:From /tmp/x/user_program.py:8: categorical_column"
+      "_with_identity (from tensorflow.python.feature_column.feature_column"
+      "_v2) is deprecated and will be removed in a future version.",
+      "Instructions for updating:",
+      "/tmp/x/user_program.py:19: UserWarning: `tf.layers.dense` is "
+      "deprecated and will be removed in a future version.",
+      "2026-11-29 11:30:28.892489: I tensorflow/compiler/mlir/mlir_graph_"
+      "optimization_pass.cc:388] MLIR V1 optimization pass is not enabled"]
+  librarys = [
+      "WARNING:tensorflow:TPUEstimator on the host: these settings concern "
+      "TPU hardware and have no effect here:",
+      "  * tpu_config.iterations_per_loop=2: a TPU runs that many steps per "
+      "session run; the host runs one step per run.",
+      "WARNING:tensorflow:Input graph does not use tf.data.Dataset or "
+      "contain a QueueRunner. That means predict yields forever. This is "
+      "probably a mistake."]
+  assert _librarys_lines("\n".join(users + librarys)) == librarys
+
+
+@pytest.mark.slow
+def test_the_readme_program_prints_nothing_of_the_librarys_own(tmp_path):
+  """The README's program (as tests/test_readme.py runs it), with TF's
+  log level unset: what it writes to stderr is TensorFlow's about the
+  program's own code and nothing of the library's: no line from the
+  library's files (its own use of deprecated TF names), no notice of
+  TPU-only settings the program never set (TF's defaults)."""
+  from tests import test_readme  # pylint: disable=import-outside-toplevel
+  readme = pathlib.Path(REPO) / "README.md"
+  # The README's TPUEstimator program (its first block today).
+  setup, source = next((setup, source) for _, _, setup, source in
+                       test_readme.python_programs(readme)
+                       if "estimator_spec.TPUEstimator(" in source)
+  assert setup is None
+  program = tmp_path / "user_program.py"
+  program.write_text(source)
+  env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+  env["PYTHONPATH"] = REPO
+  run = subprocess.run([sys.executable, str(program)], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=600,
+                       check=False)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert not _librarys_lines(run.stderr), run.stderr
+
+
+def _librarys_lines(stderr):
+  """The lines of `stderr` that are the library's: from its files, about
+  TPU-only settings, or a TF log warning other than a deprecation notice
+  (the library's own warnings, or the Estimator's about what the library
+  built)."""
+  return [line for line in stderr.splitlines()
+          if _LIBRARY_FILE.search(line) or "no effect here" in line or
+          "iterations_per_loop" in line or (
+              line.startswith("WARNING:tensorflow:") and
+              "is deprecated and will be removed" not in line)]

@@ -24,6 +24,7 @@ instead (`interop.DelegatedTPUEstimator`, loaded only then).
 import contextlib
 import inspect
 import os
+import time
 
 import tensorflow as tf
 
@@ -55,6 +56,9 @@ from estimator_spec.tf_patches import tpu_columns
 ModeKeys = stack.ModeKeys
 
 _RESERVED_PARAMS = ("batch_size", "context")
+# The evaluations an estimator remembers for its progress lines (one line
+# names those that ran since the previous line).
+_EVALUATIONS_KEPT = 64
 _BATCH_ARGUMENT = {
     ModeKeys.TRAIN: "train_batch_size",
     ModeKeys.EVAL: "eval_batch_size",
@@ -318,6 +322,11 @@ class TPUEstimator(stack.Estimator):
     self._exporting = False
     self._warned_plain_lookups = False
     self._reported_settings = False
+    # For the progress lines (monitoring.ProgressHook): the steps and
+    # max_steps of the train call, and (end time, seconds) of the latest
+    # evaluations.
+    self._train_until = (None, None)
+    self._evaluations = []
     with quiet.library_call():
       super().__init__(
           model_fn=self._host_model_fn,
@@ -432,6 +441,7 @@ class TPUEstimator(stack.Estimator):
       cluster_lib.log_cluster(self._cluster, self._cluster_options,
                               self._batch_sizes[ModeKeys.TRAIN])
     del self._sync_reports[:]
+    self._train_until = (steps, max_steps)
     try:
       with (cluster_lib.prompt_session_recovery() if self._cluster else
             contextlib.nullcontext()), quiet.library_call():
@@ -455,9 +465,16 @@ class TPUEstimator(stack.Estimator):
           f"got {steps!r}. Pass the number of batches, or construct with "
           "eval_on_tpu=False (or use_tpu=False) to evaluate the whole input.")
     self._refuse_special_checkpoint_files("evaluate")
-    with quiet.library_call():
-      return super().evaluate(input_fn, steps=steps, hooks=hooks,
-                              checkpoint_path=checkpoint_path, name=name)
+    started = time.time()
+    try:
+      with quiet.library_call():
+        return super().evaluate(input_fn, steps=steps, hooks=hooks,
+                                checkpoint_path=checkpoint_path, name=name)
+    finally:
+      # A progress line of a training that this evaluation paused says so.
+      ended = time.time()
+      self._evaluations.append((ended, ended - started))
+      del self._evaluations[:-_EVALUATIONS_KEPT]
 
   def predict(self, input_fn, predict_keys=None, hooks=None,
               checkpoint_path=None, yield_single_examples=True):
@@ -487,6 +504,12 @@ class TPUEstimator(stack.Estimator):
           assets_extra=assets_extra, as_text=as_text,
           checkpoint_path=checkpoint_path,
           experimental_mode=experimental_mode)
+
+  def _validate_features_in_predict_input(self, result):
+    # Estimator's check looks at top-level tensors only: features that are
+    # all SparseTensors read from a Dataset get its false warning "predict
+    # yields forever". TF's TPUEstimator skips the check; so does this one.
+    del result
 
   def _call_input_fn(self, input_fn, mode, input_context=None):
     """input_fn as TPUEstimator calls it: with `use_tpu=False` once, with
@@ -665,9 +688,12 @@ class TPUEstimator(stack.Estimator):
       # global_step/sec; the events are written by the chief, as those.
       output_dir = (self.model_dir if self.config.is_chief and
                     self.config.save_summary_steps else None)
+      steps, max_steps = self._train_until
       spec = spec._replace(training_hooks=list(spec.training_hooks) + [
-          monitoring.ProgressHook(self._examples_per_step, every_n_steps,
-                                  loss=spec.loss, output_dir=output_dir)])
+          monitoring.ProgressHook(
+              self._examples_per_step, every_n_steps, loss=spec.loss,
+              output_dir=output_dir, steps=steps, max_steps=max_steps,
+              evaluations=self._evaluations)])
     return spec
 
   def _warn_plain_lookups(self):
@@ -708,8 +734,12 @@ def host_only_settings(estimator):
   notes = []
   tpu_config = getattr(estimator.config, "tpu_config", None)
   if tpu_config is not None:
-    defaults = type(tpu_config)()
-    if tpu_config.iterations_per_loop != 1:
+    with quiet.library_call():  # TF 2.15's TPUConfig is deprecated
+      defaults = type(tpu_config)()
+    # TF's default (2) is no setting of the user's, and 1 is what the host
+    # does anyway.
+    if tpu_config.iterations_per_loop not in (1,
+                                              defaults.iterations_per_loop):
       notes.append(
           f"tpu_config.iterations_per_loop={tpu_config.iterations_per_loop}: "
           "a TPU runs that many steps per session run; the host runs one "
