@@ -4,12 +4,12 @@ prediction through the export. Training samples lookup statistics into a
 profile directory (shared by every demo run: counts add up), and the demo
 ends with their report.
 
-The examples come from a generator (no data in the graph: a run writes
-~42 MB). The library's progress lines, every --loss-window steps, give
-the step out of --steps, the loss averaged over those steps, examples/s
-(with the evaluations that ran in between, and the rate without them)
-and an ETA; its summaries the per-table learning rate, rows touched and
-norms (docs/estimator.md, 'Monitoring').
+The examples come from a generator (no data in the graph: a run at the
+defaults writes about 40 MB). The library's progress lines, every
+--loss-window steps, give the step out of --steps, the loss averaged over
+those steps, examples/s (with the evaluations that ran in between, and the
+rate without them) and an ETA; its summaries the per-table learning rate,
+rows touched and norms (docs/estimator.md, 'Monitoring').
 The demo evaluates each of --evaluations checkpoints next to two
 yardsticks (the hidden click model's own AUC, the ceiling, and a logistic
 regression on the numeric features, the baseline) and draws
@@ -140,7 +140,7 @@ def main():
       model_dir=model_dir,
       # A checkpoint every `every` steps, each evaluated as it is saved
       # (EvaluationListener); only the latest is kept (the tables and their
-      # optimizer slots: ~19 MB at the default scale).
+      # optimizer slots: ~20 MB at the default scale).
       save_checkpoints_steps=every, keep_checkpoint_max=1,
       save_summary_steps=100,
       # The tables laid out as on 2 TPU hosts of 8 cores.
