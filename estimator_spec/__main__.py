@@ -67,7 +67,11 @@ import warnings
 # command does not load what only another needs (the checkpoint tools, the
 # interop with TF's own TPU stack).
 
-PROG = "python -m estimator_spec"
+# How the user called it: the console command pip installs (pyproject's
+# [project.scripts]) or `python -m estimator_spec`.
+CONSOLE_COMMAND = "estimator-spec"
+PROG = (CONSOLE_COMMAND if os.path.basename(sys.argv[0]) == CONSOLE_COMMAND
+        else "python -m estimator_spec")
 
 # Bounds of the topology flags (see docs/cli.md). The largest TPU slices
 # have a few thousand hosts (a v5p pod: 8,960 chips on 2,240 hosts of 4

@@ -300,10 +300,13 @@ def test_the_installed_console_command_answers(installed, tmp_path):
   helped = _run([str(command), "--help"], cwd=tmp_path, env=_ENV,
                 timeout=300)
   assert helped.returncode == 0, helped.stderr[-2000:]
+  assert helped.stdout.startswith(f"usage: {COMMAND} "), helped.stdout
   for name in ("describe", "convert", "export-mid-level", "rows", "profile",
                "migrate"):
     assert name in helped.stdout, helped.stdout
-  # A usage error is exit 2 through the command too, as with python -m.
+  # A usage error is exit 2 through the command too, as with python -m,
+  # its line naming the command as it was called.
   wrong = _run([str(command), "no-such-command"], cwd=tmp_path, env=_ENV,
                timeout=300)
   assert wrong.returncode == 2, wrong.stderr[-2000:]
+  assert wrong.stderr.startswith(f"{COMMAND}: error: "), wrong.stderr
