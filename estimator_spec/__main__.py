@@ -639,23 +639,27 @@ def _call(target, factory, argv):
   return result
 
 
+# What a TF1-style main calls first to turn TF 2 behaviour off.
+_TF2_OFF = ("disable_v2_behavior", "disable_eager_execution")
+
+
 @contextlib.contextmanager
 def _eager_kept():
-  """TensorFlow's eager execution on after the block if it was before: a
-  TF1-style main turns TF 2 behaviour off (`disable_v2_behavior`), which
-  the commands that write TF2 checkpoints need. TF refuses to turn it on
-  again once the program built a graph; the command then goes on as the
-  program left it."""
+  """TensorFlow's eager execution kept on in the block: a TF1-style main
+  turns TF 2 behaviour off (`tf.compat.v1.disable_v2_behavior()`), which
+  the commands that write TF2 checkpoints need, and which TF cannot turn
+  on again once a graph was built. The command stops main at its
+  TPUEstimator, before main builds a graph, so those calls are skipped in
+  the block (docs/cli.md, 'SPEC in an absl program')."""
   import tensorflow as tf
-  eager = tf.executing_eagerly()
+  saved = {name: getattr(tf.compat.v1, name) for name in _TF2_OFF}
+  for name in _TF2_OFF:
+    setattr(tf.compat.v1, name, lambda: None)
   try:
     yield
   finally:
-    if eager and not tf.executing_eagerly():
-      try:
-        tf.compat.v1.enable_v2_behavior()
-      except ValueError:
-        pass
+    for name, function in saved.items():
+      setattr(tf.compat.v1, name, function)
 
 
 @contextlib.contextmanager

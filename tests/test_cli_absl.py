@@ -397,6 +397,11 @@ def test_a_tf1_style_main_leaves_eager_execution_on(programs, capsys,
   assert code == 0, err
   assert table_row(out, "tbl_x")[1:3] == ["12", "2"]
   assert tf.executing_eagerly()
+  # And TF's switches are TF's again after the command.
+  assert tf.compat.v1.disable_v2_behavior.__module__.startswith(
+      "tensorflow")
+  assert tf.compat.v1.disable_eager_execution.__module__.startswith(
+      "tensorflow")
 
 
 def test_rows_of_what_the_program_trained(programs, capsys, state, tmp_path):

@@ -721,3 +721,21 @@ def test_evaluate_and_predict_without_their_batch_size_say_which_argument(
     assert estimator.evaluate(batched, steps=1)["global_step"] == 1
   else:
     assert "logits" in next(estimator.predict(batched))
+
+
+@pytest.mark.parametrize("use_tpu", [False, True])
+def test_labels_for_a_model_fn_without_labels_are_refused(tmp_path, use_tpu):
+  columns = _columns()
+  with_labels = _linear_model_fn(columns)
+
+  def model_fn(features, mode, params):
+    return with_labels(features, None, mode, params)
+
+  estimator = TPUEstimator(
+      model_fn=model_fn, model_dir=str(tmp_path), use_tpu=use_tpu,
+      train_batch_size=4, embedding_config_spec=_spec(columns))
+  with pytest.raises(ValueError, match=(
+      r"^TPUEstimator: input_fn returned labels but model_fn takes no "
+      r"`labels` argument; add one, or return features only\.$")):
+    estimator.train(_ids_input_fn(), max_steps=1)
+  assert tf.train.latest_checkpoint(str(tmp_path)) is None

@@ -300,6 +300,24 @@ def test_model_fn_arguments_are_checked_when_the_estimator_is_built():
                     config=_Ours.RunConfig(model_dir="/tmp/b"))
 
 
+def test_labels_for_a_model_fn_without_labels_are_refused(tmp_path):
+  # input_fn gives labels, model_fn takes none: refused before any step, as
+  # tensorflow-estimator refuses it; model_fn is never called.
+  calls = []
+
+  def model_fn(features, mode):
+    calls.append(mode)
+    raise AssertionError("model_fn was called")
+
+  estimator = _Ours.Estimator(model_fn, model_dir=str(tmp_path))
+  with pytest.raises(ValueError, match=(
+      r"^Estimator: input_fn returned labels but model_fn takes no `labels` "
+      r"argument; add one, or return features only\.$")):
+    estimator.train(_input_fn(), steps=1)
+  assert not calls
+  assert tf.train.latest_checkpoint(str(tmp_path)) is None
+
+
 def test_model_fn_must_return_an_estimator_spec(tmp_path):
   estimator = _Ours.Estimator(lambda features, labels, mode: {"y": 1},
                               model_dir=str(tmp_path))

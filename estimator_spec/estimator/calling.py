@@ -26,18 +26,34 @@ def fn_args(fn):
                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
-def model_fn_kwargs(args, labels, mode, params, config):
+def model_fn_kwargs(args, labels, mode, params, config,
+                    caller="TPUEstimator"):
   """Keyword arguments (besides `features`) for a model_fn whose parameter
   names are `args`. Labels given to a model_fn without a `labels`
-  parameter are refused, as TF's Estimator refuses them."""
+  parameter are refused, as TF's Estimator refuses them; `caller` starts
+  the message."""
   kwargs = {}
   if "labels" in args:
     kwargs["labels"] = labels
   elif labels is not None:
     raise ValueError(
-        "TPUEstimator: input_fn returned labels but model_fn does not take "
-        "a `labels` argument.")
+        f"{caller}: input_fn returned labels but model_fn takes no `labels` "
+        "argument; add one, or return features only.")
   for name, value in (("mode", mode), ("params", params), ("config", config)):
     if name in args:
       kwargs[name] = value
+  return kwargs
+
+
+def input_fn_kwargs(args, mode, config, input_context=None):
+  """Keyword arguments for an input_fn whose parameter names are `args`,
+  but `params`, which each caller gives its own (the batch size differs):
+  `mode`, `config`, and `input_context` when there is one."""
+  kwargs = {}
+  if "mode" in args:
+    kwargs["mode"] = mode
+  if "config" in args:
+    kwargs["config"] = config
+  if input_context is not None and "input_context" in args:
+    kwargs["input_context"] = input_context
   return kwargs

@@ -518,13 +518,7 @@ class TPUEstimator(stack.Estimator):
     `params['context']`, and the invocations' batches concatenated into the
     global batch."""
     args = calling.fn_args(input_fn)
-    kwargs = {}
-    if "mode" in args:
-      kwargs["mode"] = mode
-    if "config" in args:
-      kwargs["config"] = self.config
-    if input_context is not None and "input_context" in args:
-      kwargs["input_context"] = input_context
+    kwargs = calling.input_fn_kwargs(args, mode, self.config, input_context)
 
     def call(params):
       if "params" in args:

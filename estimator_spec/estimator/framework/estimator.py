@@ -406,35 +406,18 @@ class Estimator:
     """input_fn with the arguments it declares (`mode`, `params`, `config`,
     `input_context`), its ops on the CPU."""
     names = calling.fn_args(input_fn)
-    kwargs = {}
-    if "mode" in names:
-      kwargs["mode"] = mode
+    kwargs = calling.input_fn_kwargs(names, mode, self.config, input_context)
     if "params" in names:
       kwargs["params"] = self.params
-    if "config" in names:
-      kwargs["config"] = self.config
-    if input_context is not None and "input_context" in names:
-      kwargs["input_context"] = input_context
     with tf.compat.v1.device("/cpu:0"), keras2.explained("input_fn"):
       return input_fn(**kwargs)
 
   def _call_model_fn(self, features, labels, mode, config):
     """model_fn with the arguments it declares; its result must be an
     `EstimatorSpec`."""
-    names = calling.fn_args(self._model_fn)
-    kwargs = {}
-    if "labels" in names:
-      kwargs["labels"] = labels
-    elif labels is not None:
-      raise ValueError(
-          "Estimator: input_fn returned labels but model_fn takes no "
-          "`labels` argument; add one, or return features only.")
-    if "mode" in names:
-      kwargs["mode"] = mode
-    if "params" in names:
-      kwargs["params"] = self.params
-    if "config" in names:
-      kwargs["config"] = config
+    kwargs = calling.model_fn_kwargs(calling.fn_args(self._model_fn), labels,
+                                     mode, self.params, config,
+                                     caller="Estimator")
     tf.compat.v1.logging.info("Calling model_fn.")
     with keras2.explained("model_fn"):
       spec = self._model_fn(features=features, **kwargs)
