@@ -41,7 +41,12 @@ PROGRAMS = ("dlrm", "tpu_style")
 START_STEPS = 2
 STEPS = 6
 RESUME_STEPS = 2
-RTOL = 1e-6
+# TF 2.21's float32 kernels round differently from TF 2.15's; over the run
+# (8 Adam and Adagrad steps) the largest difference, relative to each
+# variable's largest value, measured 4.95e-7 and 1.12e-6 in two runs
+# (`bottom_0/bias/Adam`, whose moments are the smallest): a few float32
+# roundings (2**-23 = 1.19e-7), bounded here at 32 of them.
+RTOL = 32 * 2.0**-23
 
 pytestmark = [pytest.mark.tf215, pytest.mark.slow]
 
