@@ -1,4 +1,4 @@
-"""Writes estimator_spec/tf1_names.py: the names of TF 1.x's `tensorflow`
+"""Rewrites the MISSING block of estimator_spec/tf1_names.py: the names of TF 1.x's `tensorflow`
 namespace that TF 2 dropped from its own (keeping them under
 `tf.compat.v1` or nowhere).
 
@@ -16,50 +16,9 @@ import sys
 OUTPUT = pathlib.Path(__file__).resolve().parent.parent / (
     "estimator_spec/tf1_names.py")
 
-HEADER = '''"""The names of TF 1.x's `tensorflow` namespace that TF 2 lacks.
-
-`migrate` reads it (docs/migration.md, 'TF 1.x code'): a program that
-writes `import tensorflow as tf` and uses one of these (`tf.logging`,
-`tf.gfile`, `tf.train.AdamOptimizer`, `tf.Session`, ...) is TF 1.x code;
-TF's own `tf_upgrade_v2` rewrites it for TF 2 before `migrate`. Generated
-from TF 2.15 by tools/tf1_names.py (every name of `tf.compat.v1` that TF
-2.15's `tf` lacks at the same path; a module TF 2 lacks stands for all its
-names), checked by tests/test_tf1_names.py. `contrib` is TF 1.x's
-`tf.contrib`, which no TF 2 has.
-"""
-
-# By module ('' is the root): the names TF 2 lacks there.
-MISSING = {
-'''
-
-FOOTER = '''}
-
-# What `tf_upgrade_v2` leaves as errors although TF 2 keeps a counterpart:
-# the TF 1.x spelling (under `tf.`) and the name under `tf.compat.v1`.
-MOVED_TO_COMPAT_V1 = {"flags": "flags", "app.flags": "flags"}
-
-
-def moved(dotted):
-  """(the TF 1.x spelling, its name under tf.compat.v1) when `dotted` (a
-  name under TF's `tensorflow` root) is or lies in one of
-  MOVED_TO_COMPAT_V1, else None."""
-  for old, new in MOVED_TO_COMPAT_V1.items():
-    if dotted == old or dotted.startswith(old + "."):
-      return old, new
-  return None
-
-
-def tf1_prefix(dotted):
-  """The longest leading part of `dotted` (a name under TF's `tensorflow`
-  root, e.g. 'train.AdamOptimizer.minimize') that only TF 1.x has, or
-  None."""
-  parts = dotted.split(".")
-  for end in range(1, len(parts) + 1):
-    module, name = ".".join(parts[:end - 1]), parts[end - 1]
-    if name in MISSING.get(module, ()):
-      return ".".join(parts[:end])
-  return None
-'''
+# The generated block of the module: from its first line to its last.
+BEGIN = "MISSING = {\n"
+END = "\n}\n"
 
 
 def missing_names(v1, v2):
@@ -87,8 +46,11 @@ def missing_names(v1, v2):
   return {module: sorted(names) for module, names in sorted(missing.items())}
 
 
-def source(missing):
-  lines = [HEADER]
+def source(missing, module_text):
+  """`module_text` (estimator_spec/tf1_names.py) with its MISSING block
+  holding `missing`; the rest of the module (docstring, functions) is kept
+  as written there."""
+  lines = []
   for module, names in missing.items():
     lines.append(f"    {module!r}: frozenset((\n")
     row = "       "
@@ -99,8 +61,9 @@ def source(missing):
         row = "       "
       row += item
     lines.append(row + "\n    )),\n")
-  lines.append(FOOTER)
-  return "".join(lines)
+  start = module_text.index(BEGIN) + len(BEGIN)
+  end = module_text.index(END, start)
+  return module_text[:start] + "".join(lines).rstrip("\n") + module_text[end:]
 
 
 def main():
@@ -108,7 +71,8 @@ def main():
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   if not tf.__version__.startswith("2.15."):
     sys.exit(f"tools/tf1_names.py: needs TF 2.15, found {tf.__version__}")
-  OUTPUT.write_text(source(missing_names(tf.compat.v1, tf)))
+  OUTPUT.write_text(source(missing_names(tf.compat.v1, tf),
+                           OUTPUT.read_text()))
   print(f"wrote {OUTPUT}")
 
 
