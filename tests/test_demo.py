@@ -258,7 +258,7 @@ def _run_demo(model_dir, profile_dir, steps):
 
 @pytest.mark.slow
 def test_demo_run_is_small_and_tells_what_it_did(tmp_path):
-  from PIL import Image  # pylint: disable=import-outside-toplevel
+  from PIL import Image
   model_dir = tmp_path / "model"
   profile_dir = tmp_path / "profile"
   out = _run_demo(model_dir, profile_dir, steps=40)
@@ -272,7 +272,7 @@ def test_demo_run_is_small_and_tells_what_it_did(tmp_path):
   # What grew with the data set: the graph (now the same at any number of
   # examples) holds no large constant.
   graph_def = tf.compat.v1.GraphDef()
-  from google.protobuf import text_format  # pylint: disable=import-outside-toplevel
+  from google.protobuf import text_format
   text_format.Parse((model_dir / "graph.pbtxt").read_text(), graph_def)
   assert max(n.ByteSize() for n in graph_def.node) < 64_000
   assert sizes["graph.pbtxt"] < 10e6
@@ -368,7 +368,7 @@ def _parsed_progress(line):
 
 def test_every_option_of_the_demo_has_help():
   parser = train_ctr.argument_parser()
-  options = [a for a in parser._actions  # pylint: disable=protected-access
+  options = [a for a in parser._actions
              if a.dest != "help"]
   assert len(options) >= 11
   for action in options:

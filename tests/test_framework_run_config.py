@@ -1032,11 +1032,10 @@ def test_oracle_warm_start_settings(args):
 
 @pytest.mark.tf215
 def test_oracle_warm_start_from(tmp_path):
-  # pylint: disable=g-import-not-at-top
   from tensorflow_estimator.python.estimator import estimator as tf_estimator
   prefix = _save_checkpoint(str(tmp_path), [1.0, 2.0])
   export_dir = _save_saved_model(str(tmp_path / "export"), [3.0, 4.0])
-  # pylint: disable=protected-access
+
   theirs_of = tf_estimator._get_default_warm_start_settings
   for given in (None, str(tmp_path), prefix, prefix.encode(), export_dir,
                 export_dir.encode(), str(tmp_path / "missing")):

@@ -1,6 +1,6 @@
-"""Rewrites the MISSING block of estimator_spec/tf1_names.py: the names of TF 1.x's `tensorflow`
-namespace that TF 2 dropped from its own (keeping them under
-`tf.compat.v1` or nowhere).
+"""Rewrites the MISSING block of estimator_spec/tf1_names.py: the names of
+TF 1.x's `tensorflow` namespace that TF 2 dropped from its own (keeping
+them under `tf.compat.v1` or nowhere).
 
 Run with TF 2.15 (`.venv/bin/python -m tools.tf1_names`): it walks
 `tf.compat.v1`, the TF 1.x API as TF 2.15 keeps it, against TF 2.15's `tf`,

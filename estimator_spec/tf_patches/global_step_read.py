@@ -15,4 +15,4 @@ from tensorflow.python.training import training_util
 
 def make(graph):
   """Makes (or finds) `graph`'s shared read of its global step."""
-  return training_util._get_or_create_global_step_read(graph)  # pylint: disable=protected-access
+  return training_util._get_or_create_global_step_read(graph)

@@ -13,5 +13,5 @@ tests/test_tf_patches_estimator.py checks that an added listener is called.
 def add(hook, listeners):
   """Adds each of `listeners` that `hook` (a CheckpointSaverHook) lacks."""
   for listener in listeners:
-    if listener not in hook._listeners:  # pylint: disable=protected-access
-      hook._listeners.append(listener)  # pylint: disable=protected-access
+    if listener not in hook._listeners:
+      hook._listeners.append(listener)

@@ -339,11 +339,11 @@ def _model_dir(tf_config, model_dir):
   TF_CONFIG's `model_dir`; both set must agree."""
   if isinstance(model_dir, os.PathLike):
     model_dir = tf.compat.as_str_any(os.fspath(model_dir))
-  if model_dir == "":  # pylint: disable=g-explicit-bool-comparison
+  if isinstance(model_dir, str) and not model_dir:
     raise ValueError("RunConfig: `model_dir` must be a non-empty path or "
                      "None (for the Estimator's default); got ''.")
   from_env = tf_config.get("model_dir")
-  if from_env == "":  # pylint: disable=g-explicit-bool-comparison
+  if isinstance(from_env, str) and not from_env:
     raise ValueError(f"{TF_CONFIG}: `model_dir` must be a non-empty path "
                      "when given; got ''.")
   if not from_env:
@@ -582,7 +582,7 @@ class RunConfig:
           f"changes only {list(self._REPLACEABLE)}.")
     _refuse_distribution(kwargs)
     new = copy.deepcopy(self)
-    new._set(kwargs)  # pylint: disable=protected-access
+    new._set(kwargs)
     _settle_replaced_intervals(new, kwargs)
     _validate(new)
     return new
@@ -623,9 +623,9 @@ def _settle_replaced_intervals(config, replaced):
       "save_checkpoints_secs" in replaced):
     _checkpoint_intervals(steps, secs)
   elif "save_checkpoints_steps" in replaced and steps is not None:
-    config._save_checkpoints_secs = None  # pylint: disable=protected-access
+    config._save_checkpoints_secs = None
   elif "save_checkpoints_secs" in replaced and secs is not None:
-    config._save_checkpoints_steps = None  # pylint: disable=protected-access
+    config._save_checkpoints_steps = None
 
 
 def _shown(value):
