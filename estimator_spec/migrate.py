@@ -822,19 +822,7 @@ def run(paths, output=None, in_place=False, force=False, out=None):
       counts["refused"] += 1
       print(f"{path}: refused: {result.error}", file=out)
       continue
-    for change in result.changes:
-      old = change.old or "(new line)"
-      print(f"{path}:{change.line}: {old} → {change.new}", file=out)
-    for note in result.notes:
-      print(f"{path}:{note.line}: left alone: {note.name}: {note.why}",
-            file=out)
-    counts["notes"] += len(result.notes)
-    if result.tf1:
-      counts["tf1"] += 1
-      print(f"{path}: {_tf1_words(result.tf1)}", file=out)
-    if result.changes:
-      counts["changed"] += 1
-      counts["lines"] += len(result.changes)
+    _report(path, result, counts, out)
     if destination is not None:
       if not _write(destination, result.source, mode, force, out, path):
         counts["refused"] += 1
@@ -854,6 +842,24 @@ def run(paths, output=None, in_place=False, force=False, out=None):
         f"changed ({counts['lines']} changes), {counts['notes']} names left "
         f"alone, {counts['refused']} refused{upgrade}; {where}.", file=out)
   return 2 if counts["refused"] else 0
+
+
+def _report(path, result, counts, out):
+  """Prints one migrated file's changes, what it left alone and its TF 1.x
+  line to `out`, and adds them to `counts`."""
+  for change in result.changes:
+    old = change.old or "(new line)"
+    print(f"{path}:{change.line}: {old} → {change.new}", file=out)
+  for note in result.notes:
+    print(f"{path}:{note.line}: left alone: {note.name}: {note.why}",
+          file=out)
+  counts["notes"] += len(result.notes)
+  if result.tf1:
+    counts["tf1"] += 1
+    print(f"{path}: {_tf1_words(result.tf1)}", file=out)
+  if result.changes:
+    counts["changed"] += 1
+    counts["lines"] += len(result.changes)
 
 
 _TF1_SHOWN = 6  # TF 1.x names named in a file's line
