@@ -37,7 +37,8 @@ LAYERS = (
 # Modules every layer of estimator_spec may import; they import no layer of
 # estimator_spec (only each other, the columns and third-party code).
 # `tf215` says whether TF 2.15's Estimator stack is there; `tf_import`
-# imports TensorFlow without its GPU build's import notices; `tpu_runner`
+# imports TensorFlow without its GPU build's import notices;
+# `tensor_types` names the TF values in signatures; `tpu_runner`
 # holds what the package connects for a TPU run; `tf_names` and
 # `tf1_names` are plain data; `_version` is private by packaging custom only.
 UTILITIES = ("estimator_spec.files", "estimator_spec.quiet",
@@ -45,7 +46,7 @@ UTILITIES = ("estimator_spec.files", "estimator_spec.quiet",
              "estimator_spec.tf_names", "estimator_spec.tf1_names",
              "estimator_spec.tf_patches",
              "estimator_spec.tf215", "estimator_spec.tpu_runner",
-             "estimator_spec.tf_import")
+             "estimator_spec.tf_import", "estimator_spec.tensor_types")
 # The imports up the order the library keeps on purpose, with the reason;
 # each must still exist (a stale entry fails the test).
 ALLOWED = {
