@@ -139,7 +139,7 @@ def main():
     loss = 0.0
     variables = []
     for n in names:
-      table = engine.tables[f"t{n}"].partitions
+      table = engine.table_rows(f"t{n}").partitions
       variables.extend(table)
       activation = tf.nn.safe_embedding_lookup_sparse(
           table, ref_features[n], None, combiner="mean")

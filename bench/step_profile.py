@@ -76,7 +76,10 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 # pylint: disable=g-import-not-at-top
+from estimator_spec.engine import backward
 from estimator_spec.engine import engine as engine_lib
+from estimator_spec.engine import lookup as lookup_lib
+from estimator_spec.engine import updates as updates_lib
 from estimator_spec.estimator import batch_checks
 from tpu_embedding_columns import lookup as column_lookup
 # pylint: enable=g-import-not-at-top
@@ -112,11 +115,11 @@ INPUT_TYPES = ("IteratorGetNext", "IteratorV2", "MakeIterator",
 # innermost call wins (a check built inside a lookup is a check).
 _TAGGED_CALLS = (
     (engine_lib.HostEmbeddingEngine, "begin_lookup", EMB_PARSE),
-    (engine_lib.LookupStep, "table", EMB_LOOKUP),
+    (lookup_lib.LookupStep, "table", EMB_LOOKUP),
     (engine_lib.HostEmbeddingEngine, "table_gradients", EMB_BACKWARD),
-    (engine_lib.HostEmbeddingEngine, "_update_table", EMB_APPLY),
-    (engine_lib.HostEmbeddingEngine, "_learning_rate", EMB_CHECKS),
-    (engine_lib, "_finite", EMB_CHECKS),
+    (updates_lib.Updates, "update_table", EMB_APPLY),
+    (backward, "learning_rate", EMB_CHECKS),
+    (backward, "finite", EMB_CHECKS),
     (column_lookup, "check", EMB_CHECKS),
     (column_lookup, "gate", EMB_CHECKS),
     (batch_checks, "check_lookup_batch", EMB_CHECKS),

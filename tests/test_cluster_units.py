@@ -196,8 +196,8 @@ def _train(optimizer, shards, strategy, remote, pipelining, clipping=None):
     result = engine.lookup({"f": ids})
     train = engine.apply_gradients(result, {"f": grads}, step)
     flush = engine.flush()
-    reads = [engine.tables["t"].read_all()] + [
-        s.read_all() for s in engine.slots["t"].values()]
+    reads = [engine.table_rows("t").read_all()] + [
+        s.read_all() for s in engine.slot_rows("t").values()]
     graph_def = tf.compat.v1.get_default_graph().as_graph_def()
     # Held updates are applied inside a cond: its branches are functions.
     nodes = list(graph_def.node) + [
@@ -208,7 +208,7 @@ def _train(optimizer, shards, strategy, remote, pipelining, clipping=None):
       sess.run([v1.global_variables_initializer(),
                 v1.local_variables_initializer()])
       start = np.random.RandomState(3).uniform(-1, 1, (VOCAB, DIM))
-      sess.run(engine.tables["t"].assign_all(start.astype(np.float32)))
+      sess.run(engine.table_rows("t").assign_all(start.astype(np.float32)))
       for n, batch in enumerate(BATCHES):
         sess.run(train, {ids: sparse_value(batch, np.int64),
                          grads: _grads(n), step: n})
@@ -276,8 +276,8 @@ def _train_tables(remote, strategy, pipelining):
     result = engine.lookup(ids)
     train = engine.apply_gradients(result, grads, tf.constant(0, tf.int64))
     flush = engine.flush()
-    reads = [engine.tables[t].read_all() for t in TABLES]
-    starts = [engine.tables[t].assign_all(
+    reads = [engine.table_rows(t).read_all() for t in TABLES]
+    starts = [engine.table_rows(t).assign_all(
         rng.uniform(-1, 1, TABLES[t]).astype(np.float32)) for t in TABLES]
     outputs = []
     with v1.Session(config=v1.ConfigProto(device_count={"CPU": 2})) as sess:

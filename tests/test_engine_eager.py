@@ -89,15 +89,16 @@ def activation_grads(step, scale=1.0):
 def state(engine, read):
   """{table or table/slot: array} of every table and slot."""
   tensors = {}
-  for name, table in engine.tables.items():
-    tensors[name] = table.read_all()
-    for slot, rows in engine.slots[name].items():
+  for name in engine.created_tables():
+    tensors[name] = engine.table_rows(name).read_all()
+    for slot, rows in engine.slot_rows(name).items():
       tensors[f"{name}/{slot}"] = rows.read_all()
   return read(tensors)
 
 
 def set_initial_tables(engine, run):
-  for name, table in engine.tables.items():
+  for name in engine.created_tables():
+    table = engine.table_rows(name)
     shape = (table.layout.vocabulary_size, engine.model.tables[name].dimension)
     run(table.assign_all(_initial(name, shape)))
 
@@ -259,8 +260,8 @@ def test_slots_start_from_a_fill_that_graph_optimization_cannot_fold(
         shape = tf.TensorShape(op.get_attr("value").tensor_shape)
         assert shape.num_elements() <= 2, (op.name, shape)
     fills = [op for op in graph.get_operations() if op.type == "Fill"]
-    slots = [rows for name in engine.slots
-             for rows in engine.slots[name].values()]
+    slots = [rows for name in engine.created_tables()
+             for rows in engine.slot_rows(name).values()]
     # Tables 't' (VOCAB rows) and 's' (5 rows): one slot each, in
     # min(rows, num_shards) partitions.
     assert len(fills) == sum(len(rows.partitions) for rows in slots) == (
@@ -270,7 +271,7 @@ def test_slots_start_from_a_fill_that_graph_optimization_cannot_fold(
       sess.run(v1.global_variables_initializer())
       values = state(engine, sess.run)
   for name, rows in (("t", VOCAB), ("s", 5)):
-    (slot,) = engine.slots[name]
+    (slot,) = engine.slot_rows(name)
     np.testing.assert_array_equal(values[f"{name}/{slot}"],
                                   np.full((rows, DIM if name == "t" else 2),
                                           0.3, F32))

@@ -125,11 +125,11 @@ def test_input_forms_lookup_and_train_like_the_twin(ids_form, weights_form,
     train = engine.apply_gradients(result, grads, tf.constant(0, tf.int64))
     with v1.Session() as sess:
       init_session(sess)
-      sess.run(engine.tables["t"].assign_all(initial))
+      sess.run(engine.table_rows("t").assign_all(initial))
       activations = sess.run(result.activations)
       sess.run(train)
-      table = sess.run(engine.tables["t"].read_all())
-      accumulator = sess.run(engine.slots["t"]["accumulator"].read_all())
+      table = sess.run(engine.table_rows("t").read_all())
+      accumulator = sess.run(engine.slot_rows("t")["accumulator"].read_all())
   twin_config = {
       "tables": {"t": twin_table_config(vocab, dim, combiner)},
       "features": {"f": {"table": "t", "max_sequence_length": 0,
@@ -191,7 +191,7 @@ def test_integer_and_double_weights_are_taken_as_float32(weights_dtype):
                                                   weights_dtype)})
     with v1.Session() as sess:
       init_session(sess)
-      sess.run(engine.tables["t"].assign_all(initial))
+      sess.run(engine.table_rows("t").assign_all(initial))
       activation = sess.run(result.activations["f"])
   expected = np.stack([
       sum((w * initial[i] for i, w in zip(ids, ws)), np.zeros(2, F32))
@@ -220,10 +220,10 @@ def test_combiner_none_activation_is_the_row(form):
     train = engine.apply_gradients(result, {"f": grads}, 0)
     with v1.Session() as sess:
       init_session(sess)
-      sess.run(engine.tables["t"].assign_all(initial))
+      sess.run(engine.table_rows("t").assign_all(initial))
       activation = sess.run(result.activations["f"])
       sess.run(train)
-      table = sess.run(engine.tables["t"].read_all())
+      table = sess.run(engine.table_rows("t").read_all())
   np.testing.assert_array_equal(activation, initial[ids])
   expected = initial.copy()
   for b, i in enumerate(ids):  # duplicate id 4: gradients summed
@@ -355,7 +355,7 @@ def test_columns_form_activations_equal_dense_features():
                       "c_weighted_by_c_w/part_0:0", "h/part_0:0",
                       "p_q_shared_embedding/part_0:0", "s/part_0:0"]
     assigns = [
-        engine.tables[name].assign_all(
+        engine.table_rows(name).assign_all(
             _reference_value(variable_values, table.embedding_var_name))
         for name, table in config.model.tables.items()
     ]
@@ -403,7 +403,7 @@ def test_columns_form_sequence_column_equals_sequence_features():
     result = engine.lookup(features())
     with v1.Session() as sess:
       init_session(sess)
-      sess.run(engine.tables["tbl_q"].assign_all(table))
+      sess.run(engine.table_rows("tbl_q").assign_all(table))
       activation, length = sess.run(
           [result.activations["q"], result.length_features["q_seq_length_"]])
   close(activation, expected)
@@ -444,10 +444,10 @@ def test_columns_form_crossed_and_bucketized_take_raw_inputs(kind):
   with tf.Graph().as_default():
     engine = HostEmbeddingEngine(config)
     result = engine.lookup(features())
-    (name,) = list(engine.tables)
+    (name,) = engine.created_tables()
     with v1.Session() as sess:
       init_session(sess)
-      sess.run(engine.tables[name].assign_all(table))
+      sess.run(engine.table_rows(name).assign_all(table))
       activations = sess.run(result.activations)
   close(list(activations.values())[0], expected)
 
@@ -471,7 +471,7 @@ def test_negative_ids_from_columns(safe):
     train = engine.apply_gradients(result, {"s": grads}, 0)
     with v1.Session() as sess:
       init_session(sess)
-      sess.run(engine.tables["tbl_s"].assign_all(initial))
+      sess.run(engine.table_rows("tbl_s").assign_all(initial))
       before = snapshot(sess, engine)
       if not safe:
         with pytest.raises(tf.errors.InvalidArgumentError,
@@ -480,8 +480,8 @@ def test_negative_ids_from_columns(safe):
         assert_unchanged(before, snapshot(sess, engine))
         return
       activations, _ = sess.run([result.activations, train])
-      table = sess.run(engine.tables["tbl_s"].read_all())
-      accumulator = sess.run(engine.slots["tbl_s"]["accumulator"].read_all())
+      table = sess.run(engine.table_rows("tbl_s").read_all())
+      accumulator = sess.run(engine.slot_rows("tbl_s")["accumulator"].read_all())
   # The twin without the negative ids: pear=1, pear=1 / fig=3.
   twin_config = {
       "tables": {"tbl_s": twin_table_config(6, 2, "sum")},
@@ -521,7 +521,7 @@ def test_sequence_features_pad_truncate_and_report_lengths(form):
     assert sorted(result.length_features) == ["f_seq_length_"]
     with v1.Session() as sess:
       init_session(sess)
-      sess.run(engine.tables["t"].assign_all(initial))
+      sess.run(engine.table_rows("t").assign_all(initial))
       activation, lengths, length_feature = sess.run([
           result.activations["f"], result.sequence_lengths["f"],
           result.length_features["f_seq_length_"]
@@ -548,9 +548,9 @@ def test_sequence_feature_training_skips_truncated_ids():
         result, {"f": tf.constant([[[1.0], [2.0]]])}, 0)
     with v1.Session() as sess:
       init_session(sess)
-      sess.run(engine.tables["t"].assign_all(np.zeros((10, 1), F32)))
+      sess.run(engine.table_rows("t").assign_all(np.zeros((10, 1), F32)))
       sess.run(train)
-      table = sess.run(engine.tables["t"].read_all())[:, 0]
+      table = sess.run(engine.table_rows("t").read_all())[:, 0]
   expected = np.zeros(10, F32)
   expected[1], expected[2] = -1.0, -2.0
   np.testing.assert_array_equal(table, expected)
@@ -575,7 +575,7 @@ def test_negative_sequence_ids_drop_whatever_use_safe_embedding_lookup(safe):
                                                   np.int64)})
     with v1.Session() as sess:
       init_session(sess)
-      sess.run(engine.tables["tbl_f"].assign_all(
+      sess.run(engine.table_rows("tbl_f").assign_all(
           np.arange(10, dtype=F32)[:, None] + 1))
       activation = sess.run(result.activations["f"])
   np.testing.assert_array_equal(activation[:, :, 0], [[2, 0, 3], [0, 5, 0]])
@@ -609,11 +609,11 @@ def test_ids_past_the_sequence_length_are_dropped_before_any_check(
         result, {"f": tf.ones([2, 2, 1])}, 0)
     with v1.Session() as sess:
       init_session(sess)
-      sess.run(engine.tables[table_name].assign_all(
+      sess.run(engine.table_rows(table_name).assign_all(
           np.arange(10, dtype=F32)[:, None]))
       activation, lengths, _ = sess.run(
           [result.activations["f"], result.sequence_lengths["f"], train])
-      table = sess.run(engine.tables[table_name].read_all())[:, 0]
+      table = sess.run(engine.table_rows(table_name).read_all())[:, 0]
   np.testing.assert_array_equal(activation[:, :, 0], [[1, 2], [3, 4]])
   np.testing.assert_array_equal(lengths, [2, 2])
   expected = np.arange(10, dtype=F32)
@@ -701,7 +701,7 @@ def test_dense_ids_are_their_non_zero_entries_as_on_a_tpu(columns_form):
     _, _, per_core = config.split_inputs({"f": tf.constant(dense)})
     with v1.Session() as sess:
       init_session(sess)
-      sess.run(engine.tables[table_name].assign_all(
+      sess.run(engine.table_rows(table_name).assign_all(
           np.arange(10, dtype=F32)[:, None] + 1))
       activation, enqueued = sess.run(
           [result.activations["f"], per_core[0]["f"].embedding_indices])
@@ -832,7 +832,7 @@ def test_update_cost_grows_with_distinct_ids_not_vocabulary(optimizer, dense):
       start_time = time.time()
       sess.run(train)
       del start_time  # no timing assertion; graph inspection above
-      table = sess.run(engine.tables["t"].read_all())
+      table = sess.run(engine.table_rows("t").read_all())
   touched = sorted({i for row in ids + g_ids for i in row})
   assert np.count_nonzero(np.any(table != 0, axis=1)) <= len(touched)
   assert np.all(np.any(table[touched] != 0, axis=1))
@@ -1034,7 +1034,7 @@ def test_non_finite_gradient_in_one_table_changes_no_table(pipelining):
     flush = engine.flush()
     with v1.Session() as sess:
       init_session(sess)
-      sess.run([engine.tables[t].assign_all(v) for t, v in initial.items()])
+      sess.run([engine.table_rows(t).assign_all(v) for t, v in initial.items()])
       sess.run(train, {**_good_feed(ph), step: 0, bad_value: 1.0})
       before = snapshot(sess, engine)
       for bad in (np.nan, np.inf):
@@ -1044,9 +1044,9 @@ def test_non_finite_gradient_in_one_table_changes_no_table(pipelining):
         assert_unchanged(before, snapshot(sess, engine))
       # With pipelining, step 0's update is still held; flush applies it.
       sess.run(flush)
-      tables = {t: sess.run(engine.tables[t].read_all()) for t in initial}
+      tables = {t: sess.run(engine.table_rows(t).read_all()) for t in initial}
       slots = {t: {k: sess.run(s.read_all())
-                   for k, s in engine.slots[t].items()} for t in initial}
+                   for k, s in engine.slot_rows(t).items()} for t in initial}
   twin_config = {
       "tables": {"items": twin_table_config(10, 3, "mean"),
                  "words": twin_table_config(6, 2, "sum")},
@@ -1152,7 +1152,7 @@ def test_apply_gradients_outside_training_is_refused(mode):
         "query": ragged_to_sparse([[1], [5]], np.int64),
     })
     # No slot variables outside training.
-    assert all(not slots for slots in engine.slots.values())
+    assert all(not engine.slot_rows(name) for name in engine.created_tables())
     assert sorted(v.name for v in engine.variables()) == [
         "items/part_0:0", "words/part_0:0"]
     with pytest.raises(RuntimeError, match=mode):
@@ -1236,8 +1236,8 @@ def test_partition_layout(strategy, vocab, num_shards):
   with tf.Graph().as_default():
     engine = HostEmbeddingEngine(config, num_shards=num_shards)
     engine.create_variables()
-    table = engine.tables["t"]
-    accumulator = engine.slots["t"]["accumulator"]
+    table = engine.table_rows("t")
+    accumulator = engine.slot_rows("t")["accumulator"]
     n = min(vocab, num_shards)
     assert len(table.partitions) == len(accumulator.partitions) == n
     with v1.Session() as sess:
@@ -1269,7 +1269,7 @@ def test_shard_device_fn_places_partitions():
     engine = HostEmbeddingEngine(config, num_shards=3,
                                  shard_device_fn=lambda t, i: f"/job:ps/task:{i}")
     engine.create_variables()
-    variables = [engine.tables["t"]] + list(engine.slots["t"].values())
+    variables = [engine.table_rows("t")] + list(engine.slot_rows("t").values())
     assert len(variables) == 3
     for rows in variables:
       assert len(rows.partitions) == 3
@@ -1335,8 +1335,8 @@ def test_negative_ids_drop_in_the_features_that_have_them_only(negative_in):
     engine, ph, result = _three_features_engine()
     with v1.Session() as sess:
       init_session(sess)
-      t, u = sess.run([engine.tables["t"].read_all(),
-                       engine.tables["u"].read_all()])
+      t, u = sess.run([engine.table_rows("t").read_all(),
+                       engine.table_rows("u").read_all()])
       activations = sess.run(result.activations, {
           ph[k]: sparse_value(v, np.int64) for k, v in rows.items()})
   want = {}

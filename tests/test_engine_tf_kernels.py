@@ -96,12 +96,12 @@ def run_engine(optimizer, num_shards, strategy, clipping_limit=None):
     step = v1.placeholder(tf.int64, [])
     result = engine.lookup(ph)
     train = engine.apply_gradients(result, grad_ph, step)
-    reads = {"table": engine.tables["t"].read_all(),
-             **{k: s.read_all() for k, s in engine.slots["t"].items()}}
+    reads = {"table": engine.table_rows("t").read_all(),
+             **{k: s.read_all() for k, s in engine.slot_rows("t").items()}}
     with v1.Session() as sess:
       sess.run([v1.global_variables_initializer(),
                 v1.local_variables_initializer()])
-      sess.run(engine.tables["t"].assign_all(initial_table()))
+      sess.run(engine.table_rows("t").assign_all(initial_table()))
       for n, batch in enumerate(BATCHES):
         grads = activation_grads(n)
         ids, weights = batch["f"]

@@ -374,10 +374,10 @@ def run_engine(scenario, batches, initial_tables, coefficients, fast=False):
         zip(names, tf.gradients(loss, [result.activations[n] for n in names])))
     train = engine.apply_gradients(result, grads, step)
     flush = engine.flush()
-    assigns = [engine.tables[t].assign_all(initial_tables[t])
+    assigns = [engine.table_rows(t).assign_all(initial_tables[t])
                for t in initial_tables]
-    read_tables = {t: engine.tables[t].read_all() for t in initial_tables}
-    read_slots = {t: {k: s.read_all() for k, s in engine.slots[t].items()}
+    read_tables = {t: engine.table_rows(t).read_all() for t in initial_tables}
+    read_slots = {t: {k: s.read_all() for k, s in engine.slot_rows(t).items()}
                   for t in initial_tables}
     activations, lengths = [], []
     with v1.Session(config=session_config(fast)) as sess:
@@ -701,11 +701,11 @@ def test_learning_rate_fn_sees_the_step_at_the_start_of_the_step():
     train = engine.apply_gradients(result, {"f": tf.ones([1, 1])}, step)
     with v1.Session() as sess:
       sess.run(v1.global_variables_initializer())
-      sess.run(engine.tables["t"].assign_all(np.zeros((4, 1), F32)))
+      sess.run(engine.table_rows("t").assign_all(np.zeros((4, 1), F32)))
       row0 = []
       for n in range(3):
         sess.run(train, {step: n})
-        row0.append(sess.run(engine.tables["t"].read_all())[0, 0])
+        row0.append(sess.run(engine.table_rows("t").read_all())[0, 0])
   # Step n subtracts lr(n) * multiplier(n) = values[n] * (n + 1).
   np.testing.assert_allclose(row0, np.cumsum(-values * np.arange(1, 4)),
                              rtol=1e-6)

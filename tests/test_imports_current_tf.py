@@ -66,7 +66,7 @@ def test_packages_import_and_work_without_tensorflow_estimator():
       proto = config.config_proto
       engine = HostEmbeddingEngine(config)
       engine.create_variables()
-      engine.tables["t"].assign_all(tf.zeros([6, 2]))
+      engine.table_rows("t").assign_all(tf.zeros([6, 2]))
       ids = tf.SparseTensor([[0, 0], [1, 0]], tf.constant([1, 4], tf.int64),
                             [2, 1])
       result = engine.lookup({"f": ids})
@@ -79,7 +79,7 @@ def test_packages_import_and_work_without_tensorflow_estimator():
                                   and sys.modules[m] is not None
                                   for m in sys.modules),
           "tables": [t.name for t in proto.table_descriptor],
-          "rows": engine.tables["t"].read_all().numpy().tolist(),
+          "rows": engine.table_rows("t").read_all().numpy().tolist(),
           "column": column.name,
       }))
   """)

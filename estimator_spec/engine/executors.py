@@ -2,7 +2,8 @@
 
 Each applies docs/numerics.md, 'The backward pass, table by table' (steps 4
 to 7) and 'Each optimizer on a touched row' to the distinct ids of one
-step, reading the pipeline's fields; `choose` picks one from `EXECUTORS`:
+step, reading the pipeline's fields; `choose` names the one a table's plan
+records (`plan.TablePlan`):
 
 * `compiled`: the compiled row update (kernels/row_updates.cc), one op per
   partition of a table in this process: rows and slots change in place,
@@ -17,7 +18,7 @@ the same tables bit for bit.
 """
 import dataclasses
 import numbers
-from typing import Any, Callable, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional
 
 import tensorflow as tf
 
@@ -52,11 +53,9 @@ class PartitionRows:
 class Target:
   """What an update writes: `table` and `slots` ({slot name: rows}), each a
   `PartitionedRows` (a table in this process) or a `PartitionRows` (one
-  partition, updated on its own task under `lock_name`); `ops`: the
-  compiled op module usable on them, or None."""
+  partition, updated on its own task under `lock_name`)."""
   table: Any
   slots: Mapping[str, Any]
-  ops: Any = None
   lock_name: Optional[str] = None
 
 
@@ -154,37 +153,34 @@ def _locked(run: "Run") -> "Run":
 # touched rows as looked up this step or None) -> the update op.
 Run = Callable[[Pipeline, Target, Any, Any, Any, Any], Any]
 
-# The executors in order of preference: the first whose condition holds runs.
-EXECUTORS: Tuple[Tuple[str, Callable[[Pipeline, Target], bool], Run], ...] = (
-    ("compiled", lambda p, t: p.compiled is not None and t.ops is not None,
-     _compiled),
+# The executors by name; `choose` says which one a table's plan records.
+EXECUTORS: Dict[str, Run] = {
+    "compiled": _compiled,
     # TF's kernel locks the variables itself.
-    ("fused", lambda p, t: p.fused is not None and t.lock_name is not None,
-     _fused),
-    ("every_row", lambda p, t: p.every_row, _locked(_every_row)),
-    ("rows", lambda p, t: True, _locked(_touched_rows)),
-)
+    "fused": _fused,
+    "every_row": _locked(_every_row),
+    "rows": _locked(_touched_rows),
+}
 
 
-def choose(pipeline: Pipeline, target: Target) -> Tuple[str, Run]:
-  """(name, run) of the executor for `pipeline` on `target`."""
-  for name, applies, run in EXECUTORS:
-    if applies(pipeline, target):
-      return name, run
-  raise AssertionError("the last executor applies everywhere")
+def choose(pipeline: Pipeline, *, compiled: bool, locked: bool) -> str:
+  """The name of the executor for `pipeline`, the first that applies:
+  `compiled` where the pipeline has a compiled row update and the table's
+  partitions can run it (`compiled`); `fused` on a partition updated on its
+  own task (`locked`) where TF has a kernel for the rule alone;
+  `every_row` for a rule that moves every row; else `rows`."""
+  if pipeline.compiled is not None and compiled:
+    return "compiled"
+  if pipeline.fused is not None and locked:
+    return "fused"
+  if pipeline.every_row:
+    return "every_row"
+  return "rows"
 
 
-def update(pipeline: Pipeline, target: Target, ids: Any, grads: Any, lr: Any,
-           rows: Any = None) -> Any:
+def update(executor: str, pipeline: Pipeline, target: Target, ids: Any,
+           grads: Any, lr: Any, rows: Any = None) -> Any:
   """The op that applies `pipeline` to `target` for the distinct `ids`, by
-  the executor `choose` picks. `rows`: the touched rows as looked up in
-  this step, when nothing can have changed them since."""
-  return choose(pipeline, target)[1](pipeline, target, ids, grads, lr, rows)
-
-
-def compiled_ops(name: Optional[str], partitions: Any) -> Any:
-  """The compiled op module for the row update `name` on `partitions` (in
-  this process, on CPU), or None: then TF ops compute the update."""
-  if name is None:
-    return None
-  return kernels.ops_for(partitions)
+  the executor named `executor` (a table plan's). `rows`: the touched rows
+  as looked up in this step, when nothing can have changed them since."""
+  return EXECUTORS[executor](pipeline, target, ids, grads, lr, rows)

@@ -40,10 +40,10 @@ def add_table_summaries(engine, lookups, global_step):
   update (so with or without it): tied to the train op, a summary evaluated
   in a run of its own would train a step."""
   model = engine.model
-  norms = {name: _norm(engine.tables[name].partitions)
+  norms = {name: _norm(engine.table_partitions(name))
            for name in model.tables}
   slot_norms = {name: {slot: _norm(rows.partitions) for slot, rows in
-                       (engine.slots or {}).get(name, {}).items()}
+                       engine.slot_rows(name).items()}
                 for name in model.tables}
   for name in model.tables:
     rate = model.learning_rate(name)
