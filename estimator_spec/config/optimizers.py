@@ -43,6 +43,10 @@ class SlotSpec(NamedTuple):
 class OptimizationParameters:
   """Fields common to every TPU embedding optimizer.
 
+  This constructor is the one place that names and checks the arguments
+  every optimizer takes (`_COMMON_ARGUMENTS`). A subclass's constructor has
+  TF's signature for its class, passes these on with
+  `super().__init__(**_common_arguments(locals()))` and checks its own.
   Subclasses set `_proto_field` (the name of their message inside the
   `OptimizationParameters` proto) and implement `_fill_message` and
   `slot_specs`.
@@ -511,15 +515,15 @@ class StochasticGradientDescentParameters(OptimizationParameters):
     super().__init__(**_common_arguments(locals()))
 
 
-_COMMON_ARGUMENTS = ("learning_rate", "use_gradient_accumulation",
-                     "clip_weight_min", "clip_weight_max",
-                     "weight_decay_factor",
-                     "multiply_weight_decay_factor_by_learning_rate",
-                     "clip_gradient_min", "clip_gradient_max")
+# The arguments every optimizer takes, named once: by the parameters of
+# OptimizationParameters.__init__, which checks them.
+_COMMON_ARGUMENTS = tuple(
+    inspect.signature(OptimizationParameters.__init__).parameters)[1:]
 
 
 def _common_arguments(arguments: Mapping[str, Any]) -> Dict[str, Any]:
-  """The arguments every optimizer passes to OptimizationParameters."""
+  """The arguments every optimizer passes to OptimizationParameters, from
+  its constructor's `arguments` (its `locals()`)."""
   return {name: arguments[name] for name in _COMMON_ARGUMENTS}
 
 
