@@ -13,7 +13,9 @@ both sides. Properties:
 TF is only an oracle here.
 """
 import dataclasses
+import importlib
 import inspect
+import re
 import socket
 import time
 from unittest import mock
@@ -32,6 +34,7 @@ from tensorflow_estimator.python.estimator.tpu import _tpu_estimator_embedding a
 import estimator_spec as es
 import tpu_embedding_columns as tec
 from estimator_spec import interop
+from estimator_spec.interop import _tensorflow
 from estimator_spec.interop import _tpu
 from tests import test_config_proto_oracle as oracle
 from tpu_embedding_columns import errors
@@ -513,6 +516,32 @@ def test_unconvertible_values_are_refused_clearly():
       optimization_parameters=te.AdagradParameters(0.5))
   with pytest.raises(ValueError, match="learning_rate"):
     interop.from_tensorflow(zero_rate)
+
+
+def test_an_optimizer_tensorflow_lacks_is_refused_only_when_converted(
+    monkeypatch):
+  # Each optimizer class names its TF counterpart (`tf1_class`), which the
+  # conversion looks up when it runs: the module loads without it.
+  monkeypatch.setattr(es.AdagradParameters, "tf1_class", "NoSuchParameters")
+  module = importlib.reload(_tensorflow)
+  with pytest.raises(
+      ValueError,
+      match=r"to_tensorflow: AdagradParameters converts to TensorFlow's "
+      r"NoSuchParameters, which TensorFlow " + re.escape(tf.__version__) +
+      " does not have"):
+    module.to_tensorflow(_dict_spec(es.AdagradParameters(0.5)))
+  tf_spec = module.to_tensorflow(_dict_spec(es.AdamParameters(0.5)))
+  assert type(tf_spec.table_to_config_dict["t"].optimization_parameters) is (
+      te.AdamParameters)
+
+
+def test_a_subclass_does_not_convert_as_its_base_class():
+  class SignAdagrad(es.AdagradParameters):
+    pass
+
+  with pytest.raises(ValueError, match="to_tensorflow: SignAdagrad has no "
+                     "counterpart.*declares no `tf1_class`"):
+    interop.to_tensorflow(_dict_spec(SignAdagrad(0.5)))
 
 
 # --- TPUEstimator(use_tpu=True) delegation -----------------------------------

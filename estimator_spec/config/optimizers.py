@@ -8,7 +8,9 @@ about its optimizer and nothing else:
 * its hyper-parameters, which the host engine's rule for it reads;
 * which message of `OptimizationParameters` (the TPU proto) it fills, and how;
 * its slot variables: name, checkpoint suffix and initial value;
-* its counterpart in TF2's mid-level API.
+* the names of its counterparts in TF's v1 API (TF 2.15's TPUEstimator) and
+  in TF2's mid-level API, looked up by `estimator_spec.interop` when it
+  converts.
 
 The update rules themselves are the engine's (estimator_spec/engine/rules.py,
 one per class). Gradient clipping, weight decay, weight clipping and the
@@ -43,12 +45,23 @@ class SlotSpec(NamedTuple):
 class OptimizationParameters:
   """Fields common to every TPU embedding optimizer.
 
+  This constructor is the one place that names and checks the arguments
+  every optimizer takes (`_COMMON_ARGUMENTS`). A subclass's constructor has
+  TF's signature for its class, passes these on with
+  `super().__init__(**_common_arguments(locals()))` and checks its own.
   Subclasses set `_proto_field` (the name of their message inside the
   `OptimizationParameters` proto) and implement `_fill_message` and
   `slot_specs`.
   """
 
   _proto_field: ClassVar[Optional[str]] = None
+  # The name of TF's v1 class with this rule, in TF 2.15's
+  # `tensorflow.python.tpu.tpu_embedding` (TF exports four of them as
+  # `tf.compat.v1.tpu.experimental.<name>`), or None when TF has none.
+  # `estimator_spec.interop` reads it from the optimizer's class itself,
+  # never from a base class: a subclass's rule is its own, as the engine's
+  # records are (engine/rules.py).
+  tf1_class: ClassVar[Optional[str]] = None
   # The class of TF2's `tf.tpu.experimental.embedding` with this rule (its
   # name), or None when TF2 has none; `mid_level_arguments` gives its own
   # arguments (the common ones are the config model's).
@@ -158,6 +171,7 @@ class AdagradParameters(OptimizationParameters):
   `initial_accumulator`."""
 
   _proto_field = "adagrad"
+  tf1_class = "AdagradParameters"
   mid_level_class = "Adagrad"
   mid_level_names = {"initial_accumulator": "initial_accumulator_value"}
 
@@ -184,6 +198,7 @@ class AdagradMomentumParameters(OptimizationParameters):
   """Adagrad with a momentum accumulator and a configurable exponent."""
 
   _proto_field = "adagrad_momentum"
+  tf1_class = "AdagradMomentumParameters"
   mid_level_class = "AdagradMomentum"
   mid_level_names = {name: name for name in (
       "momentum", "use_nesterov", "exponent", "beta2", "epsilon")}
@@ -228,6 +243,7 @@ class ProximalAdagradParameters(OptimizationParameters):
   """Adagrad followed by the proximal step for l1/l2 regularization."""
 
   _proto_field = "proximal_adagrad"
+  tf1_class = "ProximalAdagradParameters"
 
   def __init__(
       self, learning_rate: float, initial_accumulator: float = 0.1,
@@ -268,6 +284,7 @@ class AdamParameters(OptimizationParameters):
   """
 
   _proto_field = "adam"
+  tf1_class = "AdamParameters"
   mid_level_class = "Adam"
   mid_level_names = {"beta1": "beta_1", "beta2": "beta_2",
                      "epsilon": "epsilon", "lazy_adam": "lazy_adam",
@@ -321,6 +338,7 @@ class FtrlParameters(OptimizationParameters):
   `allow_zero_accumulator` as in the TPU proto."""
 
   _proto_field = "ftrl"
+  tf1_class = "FtrlParameters"
   mid_level_class = "FTRL"
   mid_level_names = {name: name for name in (
       "learning_rate_power", "l1_regularization_strength",
@@ -387,6 +405,7 @@ class ProximalYogiParameters(OptimizationParameters):
   """Proximal Yogi (Zaheer et al., 2018) with l1/l2 regularization."""
 
   _proto_field = "proximal_yogi"
+  tf1_class = "ProximalYogiParameters"
 
   def __init__(
       self, learning_rate: float = 0.01, beta1: float = 0.9,
@@ -435,6 +454,7 @@ class MomentumParameters(OptimizationParameters):
   """Momentum: `m = momentum * m + g; w -= lr * m` (or Nesterov)."""
 
   _proto_field = "momentum"
+  tf1_class = "MomentumParameters"
 
   def __init__(
       self, learning_rate: float, momentum: float, use_nesterov: bool = False,
@@ -465,6 +485,7 @@ class RMSPropParameters(OptimizationParameters):
   mom = momentum*mom + lr*g/sqrt(ms + epsilon); w -= mom`."""
 
   _proto_field = "rms_prop"
+  tf1_class = "RMSPropParameters"
 
   def __init__(
       self, learning_rate: float, rho: float, momentum: float, epsilon: float,
@@ -498,6 +519,7 @@ class StochasticGradientDescentParameters(OptimizationParameters):
   """Plain SGD: `w -= lr * g`; no slot variables."""
 
   _proto_field = "stochastic_gradient_descent"
+  tf1_class = "StochasticGradientDescentParameters"
   mid_level_class = "SGD"
 
   def __init__(
@@ -511,15 +533,15 @@ class StochasticGradientDescentParameters(OptimizationParameters):
     super().__init__(**_common_arguments(locals()))
 
 
-_COMMON_ARGUMENTS = ("learning_rate", "use_gradient_accumulation",
-                     "clip_weight_min", "clip_weight_max",
-                     "weight_decay_factor",
-                     "multiply_weight_decay_factor_by_learning_rate",
-                     "clip_gradient_min", "clip_gradient_max")
+# The arguments every optimizer takes, named once: by the parameters of
+# OptimizationParameters.__init__, which checks them.
+_COMMON_ARGUMENTS = tuple(
+    inspect.signature(OptimizationParameters.__init__).parameters)[1:]
 
 
 def _common_arguments(arguments: Mapping[str, Any]) -> Dict[str, Any]:
-  """The arguments every optimizer passes to OptimizationParameters."""
+  """The arguments every optimizer passes to OptimizationParameters, from
+  its constructor's `arguments` (its `locals()`)."""
   return {name: arguments[name] for name in _COMMON_ARGUMENTS}
 
 

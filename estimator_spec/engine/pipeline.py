@@ -55,6 +55,7 @@ class UpdatePipeline:
     optimizer = model.optimizer_for(name)
     if optimizer is None:
       raise ValueError(f"Table {name!r} has no optimizer; it is not trained.")
+    record = rules.record_for(optimizer)
     lower, upper = model.gradient_clip_bounds(optimizer)
     low, high = optimizer.clip_weight_min, optimizer.clip_weight_max
     decay = optimizer.weight_decay_factor or 0.0
@@ -62,7 +63,7 @@ class UpdatePipeline:
                  low is None and high is None)
     every_row = optimizer.updates_every_row
     return cls(
-        table=name, optimizer=optimizer, rule=rules.rule_for(optimizer),
+        table=name, optimizer=optimizer, rule=record.rule,
         gradient_min=_bound(lower, -math.inf),
         gradient_max=_bound(upper, math.inf),
         clips_gradients=lower is not None or upper is not None,
@@ -72,8 +73,7 @@ class UpdatePipeline:
         weight_min=_bound(low, -math.inf), weight_max=_bound(high, math.inf),
         clips_weights=low is not None or high is not None,
         every_row=every_row,
-        fused=(rules.fused_for(optimizer)
-               if rule_only and not every_row else None),
+        fused=record.fused if rule_only and not every_row else None,
         compiled=compiled_rule(optimizer),
         learning_rate=model.learning_rate(name))
 
@@ -118,11 +118,11 @@ class UpdatePipeline:
 def compiled_rule(optimizer: optimizers.OptimizationParameters
                  ) -> Optional[str]:
   """The compiled row update that runs the whole pipeline with `optimizer`'s
-  rule (`rules.COMPILED`), or None (none exists, or the rule changes rows
+  rule (its `rules.Record`), or None (none exists, or the rule changes rows
   it did not look up)."""
   if optimizer.updates_every_row:
     return None
-  return rules.compiled_for(optimizer)
+  return rules.record_for(optimizer).compiled
 
 
 def _bound(value: Optional[float], default: float) -> float:

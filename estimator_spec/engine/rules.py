@@ -6,63 +6,77 @@ float32 tensors [U, D] (`slots` maps slot name to rows). Gradient clipping,
 weight decay and weight clipping are not done here: they are the update
 pipeline's (`pipeline.py`), common to every optimizer.
 
-Beside the rules, two shortcuts some optimizers have, which the executors
-(`executors.py`) use:
+Each optimizer class has ONE `Record` in `RECORDS`, registered with its rule
+by `@register(cls, fused=..., compiled=...)`: the rule, and the two
+shortcuts some optimizers have, which the executors (`executors.py`) use:
 
-* `FUSED`: the rule and its writes as ONE of TensorFlow's sparse-apply
+* `fused`: the rule and its writes as ONE of TensorFlow's sparse-apply
   kernels on a partition's variables, which reads and writes the rows under
   the variables' lock; only where TF has a kernel computing exactly the rule.
-* `COMPILED`: the name of the compiled row update (kernels/row_updates.cc)
+* `compiled`: the name of the compiled row update (kernels/row_updates.cc)
   that runs the whole pipeline with this rule.
+
+Records belong to the exact class: a subclass is not served by its base
+class's record, whose shortcuts compute the base class's rule.
 """
-from typing import (Any, Callable, Dict, Mapping, Optional, Tuple, Type,
-                    TypeVar)
+import dataclasses
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Type
 
 import numpy as np
 import tensorflow as tf
 
 from estimator_spec.config import optimizers
 
-_T = TypeVar("_T")
 Slots = Dict[str, Any]
 Rule = Callable[[Any, Mapping[str, Any], Any, Any, Any], Tuple[Any, Slots]]
 # (partition variable, {slot: slot variable}, local ids, gradients, lr) ->
 # the op that updates them.
 Fused = Callable[[Any, Mapping[str, Any], Any, Any, Any], Any]
+OptimizerClass = Type[optimizers.OptimizationParameters]
 
-RULES: Dict[Type[optimizers.OptimizationParameters], Rule] = {}
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+  """What the engine runs for one optimizer class: its `rule`, TF's
+  sparse-apply kernel computing exactly that rule (`fused`, or None) and
+  the name of its compiled row update (`compiled`, a name of
+  `kernels.row_update`, or None)."""
+  rule: Rule
+  fused: Optional[Fused] = None
+  compiled: Optional[str] = None
 
 
-def rule(cls: Type[optimizers.OptimizationParameters]
-        ) -> Callable[[Rule], Rule]:
-  """Registers the decorated function as the rule of optimizer class `cls`."""
+RECORDS: Dict[OptimizerClass, Record] = {}
 
-  def register(function: Rule) -> Rule:
-    RULES[cls] = function
+
+def register(cls: OptimizerClass, *, fused: Optional[Fused] = None,
+             compiled: Optional[str] = None) -> Callable[[Rule], Rule]:
+  """Registers the decorated function as the rule of exactly the optimizer
+  class `cls`, together with its shortcuts (see `Record`); a second
+  registration of `cls` replaces its whole record."""
+
+  def add(function: Rule) -> Rule:
+    RECORDS[cls] = Record(function, fused, compiled)
     return function
 
-  return register
+  return add
 
 
-def rule_for(optimizer: optimizers.OptimizationParameters) -> Rule:
-  """The rule of `optimizer` (of its class, or the nearest base class with
-  one)."""
-  found = _registered(RULES, optimizer)
-  if found is None:
-    raise TypeError(
-        f"{type(optimizer).__name__} has no update rule in the host engine; "
-        "register one with estimator_spec.engine.rules.rule.")
-  return found
-
-
-def _registered(registry: Mapping[type, _T],
-                optimizer: optimizers.OptimizationParameters) -> Optional[_T]:
-  """`registry`'s entry for the class of `optimizer` or its nearest base
-  class with one (None if none has)."""
-  for cls in type(optimizer).__mro__:
-    if cls in registry:
-      return registry[cls]
-  return None
+def record_for(optimizer: optimizers.OptimizationParameters) -> Record:
+  """The record of the class of `optimizer`, exactly that class."""
+  cls = type(optimizer)
+  if cls in RECORDS:
+    return RECORDS[cls]
+  bases = [base.__name__ for base in cls.__mro__[1:] if base in RECORDS]
+  inherited = (
+      f" The record of its base class {bases[0]} is not inherited: its fused "
+      "and compiled shortcuts compute that class's rule, not this one's."
+      if bases else "")
+  raise TypeError(
+      f"{cls.__name__} has no update rule in the host engine; register one "
+      "for this class itself with "
+      f"@estimator_spec.engine.rules.register({cls.__name__}) on its rule "
+      f"function.{inherited}")
 
 
 def _f32(value: float) -> Any:
@@ -76,7 +90,17 @@ def _proximal(v: Any, step: Any, l1: float, l2: float) -> Any:
   return tf.sign(v) * tf.maximum(tf.abs(v) - step * l1, 0.0) / (1.0 + step * l2)
 
 
-@rule(optimizers.AdagradParameters)
+def _fused_adagrad(table: Any, slots: Mapping[str, Any], ids: Any,
+                   grads: Any, lr: Any) -> Any:
+  # accum += g * g; var -= lr * g / (sqrt(accum) + 0): the rule below.
+  return tf.raw_ops.ResourceSparseApplyAdagradV2(
+      var=table.handle, accum=slots["accumulator"].handle, lr=lr,
+      epsilon=tf.constant(0.0, grads.dtype), grad=grads, indices=ids,
+      use_locking=True)
+
+
+@register(optimizers.AdagradParameters, fused=_fused_adagrad,
+          compiled="adagrad")
 def adagrad(w: Any, slots: Mapping[str, Any], g: Any, lr: Any,
             optimizer: Any) -> Tuple[Any, Slots]:
   del optimizer
@@ -84,7 +108,7 @@ def adagrad(w: Any, slots: Mapping[str, Any], g: Any, lr: Any,
   return w - lr * g / tf.sqrt(accumulator), {"accumulator": accumulator}
 
 
-@rule(optimizers.AdagradMomentumParameters)
+@register(optimizers.AdagradMomentumParameters)
 def adagrad_momentum(w: Any, slots: Mapping[str, Any], g: Any, lr: Any,
                      optimizer: Any) -> Tuple[Any, Slots]:
   # As TensorFlow's TPU test of this optimizer states what the TPU
@@ -104,7 +128,7 @@ def adagrad_momentum(w: Any, slots: Mapping[str, Any], g: Any, lr: Any,
   return w - lr * update, {"accumulator": accumulator, "momenta": momenta}
 
 
-@rule(optimizers.ProximalAdagradParameters)
+@register(optimizers.ProximalAdagradParameters)
 def proximal_adagrad(w: Any, slots: Mapping[str, Any], g: Any, lr: Any,
                      optimizer: Any) -> Tuple[Any, Slots]:
   accumulator = slots["accumulator"] + g * g
@@ -114,7 +138,7 @@ def proximal_adagrad(w: Any, slots: Mapping[str, Any], g: Any, lr: Any,
           {"accumulator": accumulator})
 
 
-@rule(optimizers.AdamParameters)
+@register(optimizers.AdamParameters)
 def adam(w: Any, slots: Mapping[str, Any], g: Any, lr: Any,
          optimizer: Any) -> Tuple[Any, Slots]:
   m = optimizer.beta1 * slots["m"] + (1.0 - _f32(optimizer.beta1)) * g
@@ -126,7 +150,7 @@ def adam(w: Any, slots: Mapping[str, Any], g: Any, lr: Any,
   return w - lr * step, {"m": m, "v": v}
 
 
-@rule(optimizers.FtrlParameters)
+@register(optimizers.FtrlParameters)
 def ftrl(w: Any, slots: Mapping[str, Any], g: Any, lr: Any,
          optimizer: Any) -> Tuple[Any, Slots]:
   # Zero-safe in every case: a^(-p) is computed directly (0 stays 0) and
@@ -152,7 +176,7 @@ def ftrl(w: Any, slots: Mapping[str, Any], g: Any, lr: Any,
   return new_w, {"accumulator": accumulator, "linear": linear}
 
 
-@rule(optimizers.ProximalYogiParameters)
+@register(optimizers.ProximalYogiParameters)
 def proximal_yogi(w: Any, slots: Mapping[str, Any], g: Any, lr: Any,
                   optimizer: Any) -> Tuple[Any, Slots]:
   m = optimizer.beta1 * slots["m"] + (1.0 - _f32(optimizer.beta1)) * g
@@ -164,7 +188,7 @@ def proximal_yogi(w: Any, slots: Mapping[str, Any], g: Any, lr: Any,
                     optimizer.l2_regularization_strength), {"v": v, "m": m})
 
 
-@rule(optimizers.MomentumParameters)
+@register(optimizers.MomentumParameters)
 def momentum(w: Any, slots: Mapping[str, Any], g: Any, lr: Any,
              optimizer: Any) -> Tuple[Any, Slots]:
   momenta = optimizer.momentum * slots["momenta"] + g
@@ -173,29 +197,13 @@ def momentum(w: Any, slots: Mapping[str, Any], g: Any, lr: Any,
   return w - lr * momenta, {"momenta": momenta}
 
 
-@rule(optimizers.RMSPropParameters)
+@register(optimizers.RMSPropParameters)
 def rms_prop(w: Any, slots: Mapping[str, Any], g: Any, lr: Any,
              optimizer: Any) -> Tuple[Any, Slots]:
   ms = optimizer.rho * slots["ms"] + (1.0 - _f32(optimizer.rho)) * g * g
   mom = (optimizer.momentum * slots["mom"] +
          lr * g / tf.sqrt(ms + optimizer.epsilon))
   return w - mom, {"ms": ms, "mom": mom}
-
-
-@rule(optimizers.StochasticGradientDescentParameters)
-def sgd(w: Any, slots: Mapping[str, Any], g: Any, lr: Any,
-        optimizer: Any) -> Tuple[Any, Slots]:
-  del slots, optimizer
-  return w - lr * g, {}
-
-
-def _fused_adagrad(table: Any, slots: Mapping[str, Any], ids: Any,
-                   grads: Any, lr: Any) -> Any:
-  # accum += g * g; var -= lr * g / (sqrt(accum) + 0): the rule above.
-  return tf.raw_ops.ResourceSparseApplyAdagradV2(
-      var=table.handle, accum=slots["accumulator"].handle, lr=lr,
-      epsilon=tf.constant(0.0, grads.dtype), grad=grads, indices=ids,
-      use_locking=True)
 
 
 def _fused_sgd(table: Any, slots: Mapping[str, Any], ids: Any, grads: Any,
@@ -205,25 +213,9 @@ def _fused_sgd(table: Any, slots: Mapping[str, Any], ids: Any, grads: Any,
   return table.scatter_sub(tf.IndexedSlices(lr * grads, ids)).op
 
 
-FUSED: Dict[Type[optimizers.OptimizationParameters], Fused] = {
-    optimizers.AdagradParameters: _fused_adagrad,
-    optimizers.StochasticGradientDescentParameters: _fused_sgd,
-}
-
-# The compiled row update of each optimizer that has one: the name of its
-# kernel in kernels.row_update (row_updates.cc).
-COMPILED: Dict[Type[optimizers.OptimizationParameters], str] = {
-    optimizers.AdagradParameters: "adagrad",
-    optimizers.StochasticGradientDescentParameters: "sgd",
-}
-
-
-def fused_for(optimizer: optimizers.OptimizationParameters) -> Optional[Fused]:
-  """TF's sparse-apply kernel computing exactly `optimizer`'s rule, or None."""
-  return _registered(FUSED, optimizer)
-
-
-def compiled_for(optimizer: optimizers.OptimizationParameters
-                ) -> Optional[str]:
-  """The compiled row update computing `optimizer`'s rule, or None."""
-  return _registered(COMPILED, optimizer)
+@register(optimizers.StochasticGradientDescentParameters,
+          fused=_fused_sgd, compiled="sgd")
+def sgd(w: Any, slots: Mapping[str, Any], g: Any, lr: Any,
+        optimizer: Any) -> Tuple[Any, Slots]:
+  del slots, optimizer
+  return w - lr * g, {}

@@ -41,14 +41,6 @@ from estimator_spec.config import spec as _spec
 
 TensorFlowEmbeddingConfigSpec = _tf_estimator_embedding.EmbeddingConfigSpec
 
-# TF's optimizer classes by name (the same names as ours); all of them live
-# in tpu_embedding, some are also exported as
-# tf.compat.v1.tpu.experimental.*Parameters.
-_TF_OPTIMIZERS = {
-    cls.__name__: getattr(_tf_embedding, cls.__name__)
-    for cls in _optimizers.ALL_OPTIMIZERS
-}
-_OUR_OPTIMIZERS = {cls.__name__: cls for cls in _optimizers.ALL_OPTIMIZERS}
 # TF's EmbeddingConfigSpec takes only these as the spec-wide optimizer with
 # feature columns (its TPUEstimator cannot name the slots of the others).
 _TF_COLUMN_FORM_OPTIMIZERS = tuple(
@@ -95,21 +87,24 @@ def to_tensorflow(spec):
 
   Raises:
     TypeError: `spec` is not an `estimator_spec.EmbeddingConfigSpec`.
-    ValueError: TF cannot express the spec: AdagradMomentum or ProximalYogi
-      as the spec-wide optimizer of the columns form (TF's spec refuses
-      them there; use the dict form with per-table optimizers), or a column
-      TF's constructors refuse.
+    ValueError: TF cannot express the spec: an optimizer TF lacks (its class
+      declares no `tf1_class` of its own, or names a class this TensorFlow
+      does not have), AdagradMomentum or ProximalYogi as the spec-wide
+      optimizer of the columns form (TF's spec refuses them there; use the
+      dict form with per-table optimizers), or a column TF's constructors
+      refuse.
   """
   owner = "estimator_spec.interop.to_tensorflow"
   _check_ours(owner, spec)
-  optimizer = _optimizer_to_tensorflow(spec.optimization_parameters,
+  optimizer = _optimizer_to_tensorflow(owner, spec.optimization_parameters,
                                        spec.model)
   if spec.feature_columns is not None:
     return _columns_form_to_tensorflow(owner, spec, optimizer)
   tables = {
       name: _table_as(
           _tf_embedding.TableConfig, table,
-          _optimizer_to_tensorflow(table.optimization_parameters, spec.model))
+          _optimizer_to_tensorflow(owner, table.optimization_parameters,
+                                   spec.model))
       for name, table in spec.table_to_config_dict.items()
   }
   features = {
@@ -176,7 +171,7 @@ def _feature_as(cls, feature):
   return cls(**{name: getattr(feature, name) for name in _FEATURE_FIELDS})
 
 
-def _optimizer_to_tensorflow(optimizer, model):
+def _optimizer_to_tensorflow(owner, optimizer, model):
   """TF's class for `optimizer`, its gradient clipping intersected with the
   spec's clipping_limit (`model.gradient_clip_bounds`)."""
   if optimizer is None:
@@ -184,7 +179,35 @@ def _optimizer_to_tensorflow(optimizer, model):
   args = optimizer.get_config()
   args["clip_gradient_min"], args["clip_gradient_max"] = (
       model.gradient_clip_bounds(optimizer))
-  return _TF_OPTIMIZERS[type(optimizer).__name__](**args)
+  return _tf_optimizer_class(owner, optimizer)(**args)
+
+
+def _tf_optimizer_class(owner, optimizer):
+  """TF's class for `optimizer`: the one its class names (`tf1_class`,
+  declared by that class itself, not inherited), looked up in TF's
+  tpu_embedding now; ValueError where there is none."""
+  cls = type(optimizer)
+  name = vars(cls).get("tf1_class")
+  if name is None:
+    raise ValueError(
+        f"{owner}: {cls.__name__} has no counterpart among TensorFlow's TPU embedding "
+        "optimizers: its class declares no `tf1_class` (a subclass does not "
+        "take its base class's, whose rule it may change). Convert a spec "
+        "that uses one of " + ", ".join(_tf1_names()) + ".")
+  found = getattr(_tf_embedding, name, None)
+  if found is None:
+    raise ValueError(
+        f"{owner}: {cls.__name__} converts to TensorFlow's {name}, which TensorFlow "
+        f"{tf.__version__} does not have "
+        "(tensorflow.python.tpu.tpu_embedding); use another optimizer, or "
+        "a TensorFlow version that has it.")
+  return found
+
+
+def _tf1_names():
+  """The names of TF's classes our optimizers convert to, sorted."""
+  return sorted(cls.tf1_class for cls in _optimizers.ALL_OPTIMIZERS
+                if cls.tf1_class is not None)
 
 
 def _column_args(column):
@@ -329,17 +352,27 @@ def _features_from_tensorflow(owner, tf_spec):
 def _optimizer_from_tensorflow(owner, where, optimizer):
   if optimizer is None:
     return None
-  name = type(optimizer).__name__
-  if name not in _TF_OPTIMIZERS or type(optimizer) is not _TF_OPTIMIZERS[name]:
+  cls = _our_optimizer_class(optimizer)
+  if cls is None:
     raise errors.ArgumentTypeError(
         f"{owner}: `{where}` must be one of TensorFlow's TPU embedding "
         "optimizers (tf.compat.v1.tpu.experimental.AdagradParameters, ...: "
-        + ", ".join(sorted(_TF_OPTIMIZERS)) + f"); got {name}: {optimizer!r}.")
-  cls = _OUR_OPTIMIZERS[name]
+        + ", ".join(_tf1_names()) +
+        f"); got {type(optimizer).__name__}: {optimizer!r}.")
   names = [
       p for p in inspect.signature(cls.__init__).parameters if p != "self"
   ]
   return cls(**{arg: getattr(optimizer, arg) for arg in names})
+
+
+def _our_optimizer_class(tf_optimizer):
+  """Our optimizer class whose `tf1_class` is exactly the class of
+  `tf_optimizer` in this TensorFlow, or None."""
+  for cls in _optimizers.ALL_OPTIMIZERS:
+    if cls.tf1_class is not None and type(tf_optimizer) is getattr(
+        _tf_embedding, cls.tf1_class, None):
+      return cls
+  return None
 
 
 def _device_name(owner, column):

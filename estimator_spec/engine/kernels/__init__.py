@@ -129,8 +129,8 @@ def free_constant(value):
 # Every op of row_updates.cc has its wrapper here; callers check first that
 # the kernels are available (`ops_for`).
 
-# The compiled row updates, by the name `engine.rules.COMPILED` gives an
-# optimizer's rule: each runs docs/numerics.md, 'The backward pass, table by
+# The compiled row updates, by the name an optimizer's `engine.rules.Record`
+# gives its rule: each runs docs/numerics.md, 'The backward pass, table by
 # table' steps 4 to 7 on the touched rows of one partition, in place.
 _ROW_UPDATES = {"adagrad": "host_embedding_adagrad_rows",
                 "sgd": "host_embedding_sgd_rows"}
