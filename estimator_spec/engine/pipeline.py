@@ -74,7 +74,8 @@ class UpdatePipeline:
         clips_weights=low is not None or high is not None,
         every_row=every_row,
         fused=record.fused if rule_only and not every_row else None,
-        compiled=compiled_rule(optimizer),
+        # A compiled update runs on the touched rows only.
+        compiled=None if every_row else record.compiled,
         learning_rate=model.learning_rate(name))
 
   def decay_factor(self, lr: Any) -> Any:
@@ -113,16 +114,6 @@ class UpdatePipeline:
     rows, grads = self.clip_and_decay(rows, grads, lr)
     new_rows, new_slots = self.apply_rule(rows, slots, grads, lr)
     return self.clip_weights(new_rows), new_slots
-
-
-def compiled_rule(optimizer: optimizers.OptimizationParameters
-                 ) -> Optional[str]:
-  """The compiled row update that runs the whole pipeline with `optimizer`'s
-  rule (its `rules.Record`), or None (none exists, or the rule changes rows
-  it did not look up)."""
-  if optimizer.updates_every_row:
-    return None
-  return rules.record_for(optimizer).compiled
 
 
 def _bound(value: Optional[float], default: float) -> float:
