@@ -74,9 +74,9 @@ import tensorflow as tf
 import estimator_spec
 import tpu_embedding_columns
 from bench import e2e_bench
-from estimator_spec.engine import statistics
 from estimator_spec.estimator import monitoring
 from estimator_spec.estimator import profiling
+from estimator_spec.profiling import statistics
 
 CONFIGS = (("ours", None), ("ours+stats", statistics.DEFAULT_SAMPLING_RATE),
            ("ours+stats@1", 1.0))

@@ -812,7 +812,7 @@ def _run_describe(args, spec):
       raise UsageError(
           f"--profile-dir {args.profile_dir} is not a directory; give the "
           "profile_data_directory of a training run.")
-    from estimator_spec.engine import statistics
+    from estimator_spec.profiling import statistics
     with warnings.catch_warnings(record=True) as caught:
       warnings.simplefilter("always")
       saved = statistics.load_for_model(args.profile_dir, config.model,
@@ -827,8 +827,8 @@ def _run_describe(args, spec):
 
 def _run_profile(args):
   """profile: summary on stdout, the page written, its path last."""
-  from estimator_spec.engine import statistics
-  from estimator_spec.reports import statistics as statistics_report
+  from estimator_spec.profiling import statistics
+  from estimator_spec.profiling import report as statistics_report
   directory = args.directory
   if not os.path.isdir(directory):
     reason = "does not exist" if not os.path.exists(directory) else (

@@ -35,8 +35,8 @@ import numpy as np
 import tensorflow as tf
 
 import estimator_spec
-from estimator_spec.engine import statistics
-from estimator_spec.reports import statistics as statistics_report
+from estimator_spec.profiling import report as statistics_report
+from estimator_spec.profiling import statistics
 from examples import ctr_data
 from examples import dlrm
 from examples import training_monitor

@@ -397,7 +397,7 @@ def test_convert_and_export_refuse_an_existing_output_unless_forced(
 
 
 def test_profile_output_that_exists_needs_force(tmp_path, capsys):
-  from estimator_spec.engine import statistics as st  # pylint: disable=import-outside-toplevel
+  from estimator_spec.profiling import statistics as st  # pylint: disable=import-outside-toplevel
   model = ml.small_spec().model
   stats = st.TableStatistics(st.table_settings(model, "tbl_a", 2), 1.0)
   stats.observe(np.arange(40) % 7, np.ones(40, np.int64))
@@ -478,7 +478,7 @@ def test_every_option_of_every_command_says_what_it_is():
 
 def test_describe_says_each_unreadable_statistics_file_in_one_line(
     tmp_path, capsys):
-  from estimator_spec.engine import statistics
+  from estimator_spec.profiling import statistics
   spec = ml.build_mod_spec()
   table = sorted(spec.model.tables)[0]
   name = statistics.file_name(statistics.table_settings(spec.model, table, 1))
@@ -597,7 +597,7 @@ def test_a_name_first_used_loads_tensorflow_without_notices():
 def test_describe_says_host_shards_and_core_shards(tmp_path, capsys):
   """The tables' shards are the hosts' (checkpoint partitions, memory);
   lookup statistics are per TPU core: the report says which is which."""
-  from estimator_spec.engine import statistics  # pylint: disable=import-outside-toplevel
+  from estimator_spec.profiling import statistics  # pylint: disable=import-outside-toplevel
   spec = ml.build_mod_spec()
   table = sorted(spec.model.tables)[0]
   stats = statistics.TableStatistics(

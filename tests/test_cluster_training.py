@@ -32,8 +32,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_spec.engine import statistics as st
 from estimator_spec.estimator import placement
+from estimator_spec.profiling import statistics as st
 from tests import cluster_programs
 from tests.cluster_harness import LocalCluster
 from tests.cluster_harness import REPO_ROOT

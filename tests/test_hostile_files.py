@@ -20,9 +20,9 @@ import pytest
 import estimator_spec as es
 import tpu_embedding_columns as tec
 from estimator_spec import files
-from estimator_spec.engine import statistics as st
 from estimator_spec.estimator import cluster as cluster_lib
 from estimator_spec.estimator import placement
+from estimator_spec.profiling import statistics as st
 
 FAST = hypothesis.settings(max_examples=60, deadline=None,
                            suppress_health_check=list(

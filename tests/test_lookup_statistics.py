@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import estimator_spec as es
-from estimator_spec.engine import statistics as st
+from estimator_spec.profiling import statistics as st
 
 VOCAB, SHARDS = 1000, 3
 

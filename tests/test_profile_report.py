@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from estimator_spec import __main__ as cli
-from estimator_spec.engine import statistics as st
-from estimator_spec.reports import statistics as sr
+from estimator_spec.profiling import report as sr
+from estimator_spec.profiling import statistics as st
 from examples import dlrm
 
 KINDS = ("rank-frequency", "coverage", "shard-load", "ids-per-example")

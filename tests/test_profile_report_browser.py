@@ -26,7 +26,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
-from estimator_spec.engine import statistics as st
+from estimator_spec.profiling import statistics as st
 from tests import test_profile_report as reports
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

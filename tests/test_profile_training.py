@@ -18,7 +18,7 @@ import tensorflow as tf
 import estimator_spec as es
 from estimator_spec import TPUEstimator
 from estimator_spec import TPUEstimatorSpec
-from estimator_spec.engine import statistics as st
+from estimator_spec.profiling import statistics as st
 
 v1 = tf.compat.v1
 BATCH = 8

@@ -31,8 +31,8 @@ import tensorflow as tf
 
 from estimator_spec import files
 from estimator_spec.config import report
-from estimator_spec.engine import statistics
 from estimator_spec.estimator import placement
+from estimator_spec.profiling import statistics
 
 
 class Profiler:

@@ -34,7 +34,6 @@ from estimator_spec import quiet
 from estimator_spec import tpu_runner
 from estimator_spec.checkpoints import tables as checkpoint_tables
 from estimator_spec.config import spec as spec_lib
-from estimator_spec.engine import statistics
 from estimator_spec.estimator import calling
 from estimator_spec.estimator import cluster as cluster_lib
 from estimator_spec.estimator import hooks as hooks_lib
@@ -50,6 +49,7 @@ from estimator_spec.estimator.spec import ExportSavedModelApiVersion
 from estimator_spec.estimator.spec import TPUEstimatorSpec
 from estimator_spec.estimator.spec import to_estimator_spec
 from estimator_spec.estimator.framework import keras2
+from estimator_spec.profiling import statistics
 from estimator_spec.tf_patches import replica_context
 from estimator_spec.tf_patches import tpu_columns
 

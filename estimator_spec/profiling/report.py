@@ -1,7 +1,7 @@
 """The lookup statistics report: a terminal summary and one HTML page.
 
-Input: `estimator_spec.engine.statistics.TableStatistics` objects (the
-engine's plain data, read by its `load_all`).
+Input: `statistics.TableStatistics` objects (plain data, read by
+`statistics.load_all`).
 
 * `table_facts(stats)`: the numbers the report shows for one table, as a
   dict (the summary and the page both print these).
@@ -22,7 +22,7 @@ import html
 import math
 
 from estimator_spec import files
-from estimator_spec.engine import statistics
+from estimator_spec.profiling import statistics
 
 TOP_IDS = 5
 COVERAGE_KS = (10, 100, 1000)
