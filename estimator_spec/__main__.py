@@ -812,10 +812,10 @@ def _run_describe(args, spec):
       raise UsageError(
           f"--profile-dir {args.profile_dir} is not a directory; give the "
           "profile_data_directory of a training run.")
-    from estimator_spec.profiling import statistics
+    from estimator_spec.profiling import store
     with warnings.catch_warnings(record=True) as caught:
       warnings.simplefilter("always")
-      saved = statistics.load_for_model(args.profile_dir, config.model,
+      saved = store.load_for_model(args.profile_dir, config.model,
                                         config.num_cores)
     for warning in caught:  # one line each, as profile says them
       print(f"{PROG} describe: warning: {_one_line(warning.message)}",
@@ -827,8 +827,8 @@ def _run_describe(args, spec):
 
 def _run_profile(args):
   """profile: summary on stdout, the page written, its path last."""
-  from estimator_spec.profiling import statistics
   from estimator_spec.profiling import report as statistics_report
+  from estimator_spec.profiling import store
   directory = args.directory
   if not os.path.isdir(directory):
     reason = "does not exist" if not os.path.exists(directory) else (
@@ -842,7 +842,7 @@ def _run_profile(args):
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     try:
-      found = statistics.load_all(directory)
+      found = store.load_all(directory)
     except OSError as error:
       raise UsageError(f"cannot read {directory}: "
                        f"{error.strerror or error}.") from None

@@ -1,4 +1,4 @@
-"""The lookup statistics report (`reports/statistics.py`) and
+"""The lookup statistics report (`profiling/report.py`) and
 `python -m estimator_spec profile`, without a browser.
 
 * The summary's numbers equal what the test counts from the raw ids
@@ -25,6 +25,7 @@ import pytest
 from estimator_spec import __main__ as cli
 from estimator_spec.profiling import report as sr
 from estimator_spec.profiling import statistics as st
+from estimator_spec.profiling import store
 from examples import dlrm
 
 KINDS = ("rank-frequency", "coverage", "shard-load", "ids-per-example")
@@ -409,7 +410,7 @@ def test_profile_refuses_a_directory_without_statistics(tmp_path, capsys,
 def test_profile_reports_the_good_files_and_skips_a_corrupt_one(tmp_path,
                                                                 capsys):
   for stats in _three_tables():
-    st.save(str(tmp_path), stats)
+    store.save(str(tmp_path), stats)
   (tmp_path / "junk.json").write_text("{not json")
   code, out, err = _run(capsys, "profile", str(tmp_path))
   assert code == 0
@@ -429,7 +430,7 @@ def test_profile_reports_the_good_files_and_skips_a_corrupt_one(tmp_path,
 
 
 def test_profile_output_option_and_unwritable_output(tmp_path, capsys):
-  st.save(str(tmp_path), _three_tables()[0])
+  store.save(str(tmp_path), _three_tables()[0])
   target = tmp_path / "elsewhere.html"
   code, out, _ = _run(capsys, "profile", str(tmp_path), "--output",
                       str(target))
@@ -457,7 +458,7 @@ def test_describe_shows_the_statistics_of_a_profile_dir(tmp_path, capsys):
   # Every lookup on the first rows: div puts them all on shard 0.
   ids = np.arange(400) % 7
   stats.observe(ids, np.ones(ids.size, np.int64))
-  st.save(str(tmp_path), stats)
+  store.save(str(tmp_path), stats)
   argv = ["describe", "examples.dlrm:build_spec", "--num-hosts", "2",
           "--cores-per-host", "2"]
   code, plain, _ = _run(capsys, *argv)

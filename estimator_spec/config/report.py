@@ -65,8 +65,8 @@ def statistics_section(config: _Config, stats_by_table: Mapping[str, Any],
 
   Args:
     config: the `EmbeddingConfig`.
-    stats_by_table: {table: statistics (`engine.statistics.TableStatistics`)
-      or None}.
+    stats_by_table: {table: statistics
+      (`profiling.statistics.TableStatistics`) or None}.
     num_shards: the shard count the statistics were kept for.
     unit: what a shard is, as the section names it ("core shard" where
       the report also shows the hosts' shards).

@@ -19,7 +19,7 @@ saving them, and reading them back at start-up.
   other steps run exactly as without a profile directory, and the step's
   own ops (and so the numbers) are the same with and without one. The counts
   gathered since the last save are added to the directory's files
-  (`statistics.add_to_file`) at each checkpoint interval of the RunConfig
+  (`store.add_to_file`) at each checkpoint interval of the RunConfig
   (`save_checkpoints_steps` / `save_checkpoints_secs`) and when training
   ends. Every training task of a cluster samples its own batches; the files
   sum them.
@@ -32,7 +32,9 @@ import tensorflow as tf
 from estimator_spec import files
 from estimator_spec.config import report
 from estimator_spec.estimator import placement
+from estimator_spec.profiling import sampling
 from estimator_spec.profiling import statistics
+from estimator_spec.profiling import store
 
 
 class Profiler:
@@ -51,10 +53,10 @@ class Profiler:
     self.model = model
     self.directory = directory
     self.sampling_rate = float(sampling_rate)
-    self.period = statistics.sampling_period(sampling_rate)
+    self.period = sampling.sampling_period(sampling_rate)
     self.num_shards = int(num_shards)
     if writes:
-      statistics.check_directory(directory)
+      store.check_directory(directory)
 
   def settings(self, table):
     return statistics.table_settings(self.model, table, self.num_shards)
@@ -62,7 +64,7 @@ class Profiler:
   def load(self):
     """{table: TableStatistics or None}: what the directory holds for
     these tables with these settings."""
-    return statistics.load_for_model(self.directory, self.model,
+    return store.load_for_model(self.directory, self.model,
                                      self.num_shards)
 
   def startup_report(self, config, saved):
@@ -217,7 +219,7 @@ class StatisticsHook(tf.compat.v1.train.SessionRunHook):
       if not (stats.runs or stats.examples):
         continue
       try:
-        statistics.add_to_file(self._profiler.directory, stats)
+        store.add_to_file(self._profiler.directory, stats)
         saved.append(table)
       except (OSError, files.FileRejected) as error:
         tf.compat.v1.logging.warning(
