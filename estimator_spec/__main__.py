@@ -827,8 +827,9 @@ def _run_describe(args, spec):
 
 def _run_profile(args):
   """profile: summary on stdout, the page written, its path last."""
-  from estimator_spec.profiling import report as statistics_report
+  from estimator_spec.profiling import page
   from estimator_spec.profiling import store
+  from estimator_spec.profiling import summary
   directory = args.directory
   if not os.path.isdir(directory):
     reason = "does not exist" if not os.path.exists(directory) else (
@@ -854,11 +855,11 @@ def _run_profile(args):
                      "training run with profile_data_directory writes them).")
   output = args.output or os.path.join(directory, "report.html")
   try:
-    statistics_report.write_html(found, output, source=directory)
+    page.write_html(found, output, source=directory)
   except OSError as error:
     raise UsageError(f"cannot write {output}: "
                      f"{error.strerror or error}.") from None
-  print(statistics_report.summary(found))
+  print(summary.summary(found))
   print(output)
   return 0
 

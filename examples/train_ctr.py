@@ -35,7 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 import estimator_spec
-from estimator_spec.profiling import report as statistics_report
+from estimator_spec.profiling import page as statistics_page
 from estimator_spec.profiling import sampling
 from estimator_spec.profiling import store
 from examples import ctr_data
@@ -283,7 +283,7 @@ def _lookup_statistics_report(spec, profile_dir):
     print(f"  {stats.settings['table']:<48} {stats.imbalance(strategy):5.2f}"
           f"  vs {stats.imbalance(other):5.2f}  ({stats.lookups:,} ids "
           f"sampled, ~{stats.distinct_ids():,.0f} distinct)")
-  return statistics_report.write_html(
+  return statistics_page.write_html(
       store.load_all(profile_dir),
       os.path.join(profile_dir, "report.html"), source=profile_dir)
 

@@ -7,7 +7,8 @@ them.
 * `file_format`: their JSON form, every field checked when read;
 * `store`: their files in a directory, added to under a lock;
 * `sampling`: how often training samples its lookups;
-* `report`: the `profile` command's text summary and its HTML page.
+* `summary`, `plots`, `page`: the `profile` command's report: the numbers
+  and text summary of each table, its SVG plots, the HTML page.
 
 It sits above the engine and below the estimator, which wires its hook
 into training (docs/architecture.md, 'Who owns what').

@@ -86,7 +86,7 @@ class TableStatistics:
     """{id: count} of the Misra-Gries summary."""
     return dict(zip(self._heavy_ids.tolist(), self._heavy_counts.tolist()))
 
-  # --- observing ---------------------------------------------------------------
+  # --- observing --------------------------------------------------------------
 
   def observe(self, ids, lengths):
     """Adds one sampled batch: `ids` (int, every id of the batch for this
