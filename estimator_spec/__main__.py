@@ -806,22 +806,25 @@ def _run_describe(args, spec):
       num_hosts=args.num_hosts,
       num_cores=args.num_hosts * args.cores_per_host,
       mode=args.mode)
-  saved = None
+  statistics_text = ""
   if args.profile_dir is not None:
     if not os.path.isdir(args.profile_dir):
       raise UsageError(
           f"--profile-dir {args.profile_dir} is not a directory; give the "
           "profile_data_directory of a training run.")
+    from estimator_spec.profiling import shards
     from estimator_spec.profiling import store
     with warnings.catch_warnings(record=True) as caught:
       warnings.simplefilter("always")
       saved = store.load_for_model(args.profile_dir, config.model,
-                                        config.num_cores)
+                                   config.num_cores)
     for warning in caught:  # one line each, as profile says them
       print(f"{PROG} describe: warning: {_one_line(warning.message)}",
             file=sys.stderr)
+    statistics_text = shards.describe_section(config, saved, args.num_shards)
   print(report.describe(config, num_shards=args.num_shards,
-                        include_proto=args.proto, statistics=saved))
+                        include_proto=args.proto,
+                        statistics_text=statistics_text))
   return 0
 
 

@@ -30,9 +30,9 @@ import numpy as np
 import tensorflow as tf
 
 from estimator_spec import files
-from estimator_spec.config import report
 from estimator_spec.estimator import placement
 from estimator_spec.profiling import sampling
+from estimator_spec.profiling import shards
 from estimator_spec.profiling import statistics
 from estimator_spec.profiling import store
 
@@ -70,7 +70,7 @@ class Profiler:
   def startup_report(self, config, saved):
     """Logs the div/mod shard load and memory the saved statistics
     (`saved`, from `load`) show."""
-    text = report.statistics_section(config, saved, self.num_shards)
+    text = shards.statistics_section(config, saved, self.num_shards)
     if text:
       tf.compat.v1.logging.info("Lookup statistics in %s:\n%s",
                                 self.directory, text)

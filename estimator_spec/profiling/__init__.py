@@ -7,6 +7,9 @@ them.
 * `file_format`: their JSON form, every field checked when read;
 * `store`: their files in a directory, added to under a lock;
 * `sampling`: how often training samples its lookups;
+* `shards`: what the statistics say about a config's shards (lookup
+  load and memory under `div` and `mod`), for training's start-up report
+  and `describe --profile-dir`;
 * `summary`, `plots`, `page`: the `profile` command's report: the numbers
   and text summary of each table, its SVG plots, the HTML page.
 
