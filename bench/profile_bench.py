@@ -75,7 +75,6 @@ import estimator_spec
 import tpu_embedding_columns
 from bench import e2e_bench
 from estimator_spec.estimator import monitoring
-from estimator_spec.estimator import profiling
 from estimator_spec.profiling import sampling
 
 CONFIGS = (("ours", None), ("ours+stats", sampling.DEFAULT_SAMPLING_RATE),
@@ -123,7 +122,7 @@ def _build(job, rate):
 def _time_the_hook():
   """Wraps `StatisticsHook.before_run`/`after_run` to record the time spent
   in them per step: [(sampled, seconds)] (this process only)."""
-  hook_class = profiling.StatisticsHook
+  hook_class = sampling.StatisticsHook
   calls = []
   before, after = hook_class.before_run, hook_class.after_run
 

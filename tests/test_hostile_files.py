@@ -683,8 +683,8 @@ class _Profiler:
 
 def test_the_hook_keeps_its_counts_when_the_lock_is_a_link(tmp_path):
   import tensorflow as tf
-  from estimator_spec.estimator import profiling
-  hook = profiling.StatisticsHook(_Profiler(str(tmp_path)), {"tbl_items": []})
+  from estimator_spec.profiling import sampling
+  hook = sampling.StatisticsHook(_Profiler(str(tmp_path)), {"tbl_items": []})
   hook._new_delta()
   # One feature: example 0 looks up 3 twice, example 1 looks up 7.
   result = {"tbl_items": [(np.array([3, 3, 7], np.int64),
