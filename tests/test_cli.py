@@ -397,7 +397,7 @@ def test_convert_and_export_refuse_an_existing_output_unless_forced(
 
 
 def test_profile_output_that_exists_needs_force(tmp_path, capsys):
-  from estimator_spec.profiling import statistics as st  # pylint: disable=import-outside-toplevel
+  from estimator_spec.profiling import statistics as st
   from estimator_spec.profiling import store
   model = ml.small_spec().model
   stats = st.TableStatistics(st.table_settings(model, "tbl_a", 2), 1.0)
@@ -599,7 +599,7 @@ def test_a_name_first_used_loads_tensorflow_without_notices():
 def test_describe_says_host_shards_and_core_shards(tmp_path, capsys):
   """The tables' shards are the hosts' (checkpoint partitions, memory);
   lookup statistics are per TPU core: the report says which is which."""
-  from estimator_spec.profiling import statistics  # pylint: disable=import-outside-toplevel
+  from estimator_spec.profiling import statistics
   from estimator_spec.profiling import store
   spec = ml.build_mod_spec()
   table = sorted(spec.model.tables)[0]
