@@ -74,11 +74,10 @@ import tensorflow as tf
 import estimator_spec
 import tpu_embedding_columns
 from bench import e2e_bench
-from estimator_spec.engine import statistics
 from estimator_spec.estimator import monitoring
-from estimator_spec.estimator import profiling
+from estimator_spec.profiling import sampling
 
-CONFIGS = (("ours", None), ("ours+stats", statistics.DEFAULT_SAMPLING_RATE),
+CONFIGS = (("ours", None), ("ours+stats", sampling.DEFAULT_SAMPLING_RATE),
            ("ours+stats@1", 1.0))
 
 
@@ -123,7 +122,7 @@ def _build(job, rate):
 def _time_the_hook():
   """Wraps `StatisticsHook.before_run`/`after_run` to record the time spent
   in them per step: [(sampled, seconds)] (this process only)."""
-  hook_class = profiling.StatisticsHook
+  hook_class = sampling.StatisticsHook
   calls = []
   before, after = hook_class.before_run, hook_class.after_run
 
@@ -151,7 +150,7 @@ def _paired_round(job, segments, queue):
   every configuration)."""
   warnings.filterwarnings("ignore", category=UserWarning)
   tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
-  period = statistics.sampling_period(statistics.DEFAULT_SAMPLING_RATE)
+  period = sampling.sampling_period(sampling.DEFAULT_SAMPLING_RATE)
   hook_calls = _time_the_hook()
   root = tempfile.mkdtemp(prefix="profile_bench_")
   try:
@@ -253,7 +252,7 @@ def _measure(job, rounds, segments, reference):
         "those it samples): " + ", ".join(
             f"{label} {unsampled[label]:.3f} / {sampled[label]:.3f}"
             for label, _ in CONFIGS))
-  period = statistics.sampling_period(statistics.DEFAULT_SAMPLING_RATE)
+  period = sampling.sampling_period(sampling.DEFAULT_SAMPLING_RATE)
   extra = (sampled["ours+stats"] - sampled["ours"]) / period
   print(f"  ours+stats / ours on the steps not sampled: "
         f"{unsampled['ours+stats'] / unsampled['ours']:.3f}; a sampled step "
@@ -403,7 +402,7 @@ def main():
                                                          else 10)
   segments = args.segments or (1 if args.quick else 3)
   rounds = 1 if args.quick else args.rounds
-  period = statistics.sampling_period(statistics.DEFAULT_SAMPLING_RATE)
+  period = sampling.sampling_period(sampling.DEFAULT_SAMPLING_RATE)
   print(f"profile_bench: {os.cpu_count()} CPUs, TF {tf.__version__}; "
         f"{rounds} round(s); per round and configuration {segments} train() "
         f"call(s) of {warmup} warm-up + the timed steps; the default rate "

@@ -806,29 +806,33 @@ def _run_describe(args, spec):
       num_hosts=args.num_hosts,
       num_cores=args.num_hosts * args.cores_per_host,
       mode=args.mode)
-  saved = None
+  statistics_text = ""
   if args.profile_dir is not None:
     if not os.path.isdir(args.profile_dir):
       raise UsageError(
           f"--profile-dir {args.profile_dir} is not a directory; give the "
           "profile_data_directory of a training run.")
-    from estimator_spec.engine import statistics
+    from estimator_spec.profiling import shards
+    from estimator_spec.profiling import store
     with warnings.catch_warnings(record=True) as caught:
       warnings.simplefilter("always")
-      saved = statistics.load_for_model(args.profile_dir, config.model,
-                                        config.num_cores)
+      saved = store.load_for_model(args.profile_dir, config.model,
+                                   config.num_cores)
     for warning in caught:  # one line each, as profile says them
       print(f"{PROG} describe: warning: {_one_line(warning.message)}",
             file=sys.stderr)
+    statistics_text = shards.describe_section(config, saved, args.num_shards)
   print(report.describe(config, num_shards=args.num_shards,
-                        include_proto=args.proto, statistics=saved))
+                        include_proto=args.proto,
+                        statistics_text=statistics_text))
   return 0
 
 
 def _run_profile(args):
   """profile: summary on stdout, the page written, its path last."""
-  from estimator_spec.engine import statistics
-  from estimator_spec.reports import statistics as statistics_report
+  from estimator_spec.profiling import page
+  from estimator_spec.profiling import store
+  from estimator_spec.profiling import summary
   directory = args.directory
   if not os.path.isdir(directory):
     reason = "does not exist" if not os.path.exists(directory) else (
@@ -842,7 +846,7 @@ def _run_profile(args):
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     try:
-      found = statistics.load_all(directory)
+      found = store.load_all(directory)
     except OSError as error:
       raise UsageError(f"cannot read {directory}: "
                        f"{error.strerror or error}.") from None
@@ -854,11 +858,11 @@ def _run_profile(args):
                      "training run with profile_data_directory writes them).")
   output = args.output or os.path.join(directory, "report.html")
   try:
-    statistics_report.write_html(found, output, source=directory)
+    page.write_html(found, output, source=directory)
   except OSError as error:
     raise UsageError(f"cannot write {output}: "
                      f"{error.strerror or error}.") from None
-  print(statistics_report.summary(found))
+  print(summary.summary(found))
   print(output)
   return 0
 

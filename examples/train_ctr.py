@@ -35,8 +35,9 @@ import numpy as np
 import tensorflow as tf
 
 import estimator_spec
-from estimator_spec.engine import statistics
-from estimator_spec.reports import statistics as statistics_report
+from estimator_spec.profiling import page as statistics_page
+from estimator_spec.profiling import sampling
+from estimator_spec.profiling import store
 from examples import ctr_data
 from examples import dlrm
 from examples import training_monitor
@@ -181,7 +182,7 @@ def main():
         f"batches of {args.batch_size}, evaluating on {evaluated:,} "
         f"held-out examples every {every} steps, sampling the lookups of "
         "one step in "
-        f"{statistics.sampling_period(statistics.DEFAULT_SAMPLING_RATE)}."
+        f"{sampling.sampling_period(sampling.DEFAULT_SAMPLING_RATE)}."
         "\nYardsticks on the evaluation examples: AUC "
         f"{ceiling_auc:.4f} (log loss {ceiling_loss:.4f}) for the hidden "
         f"click model itself (the ceiling); AUC {baseline_auc:.4f} (log "
@@ -266,7 +267,7 @@ def _lookup_statistics_report(spec, profile_dir):
   """Prints the three tables whose busiest shard (of 16) the choice of
   layout changes most; writes the report of the whole profile directory
   and returns its path."""
-  saved = statistics.load_for_model(profile_dir, spec.model, 16).values()
+  saved = store.load_for_model(profile_dir, spec.model, 16).values()
   saved = [s for s in saved if s is not None and s.lookups]
   strategy = spec.model.partition_strategy
   other = "div" if strategy == "mod" else "mod"
@@ -282,8 +283,8 @@ def _lookup_statistics_report(spec, profile_dir):
     print(f"  {stats.settings['table']:<48} {stats.imbalance(strategy):5.2f}"
           f"  vs {stats.imbalance(other):5.2f}  ({stats.lookups:,} ids "
           f"sampled, ~{stats.distinct_ids():,.0f} distinct)")
-  return statistics_report.write_html(
-      statistics.load_all(profile_dir),
+  return statistics_page.write_html(
+      store.load_all(profile_dir),
       os.path.join(profile_dir, "report.html"), source=profile_dir)
 
 

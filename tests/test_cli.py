@@ -397,11 +397,12 @@ def test_convert_and_export_refuse_an_existing_output_unless_forced(
 
 
 def test_profile_output_that_exists_needs_force(tmp_path, capsys):
-  from estimator_spec.engine import statistics as st  # pylint: disable=import-outside-toplevel
+  from estimator_spec.profiling import statistics as st
+  from estimator_spec.profiling import store
   model = ml.small_spec().model
   stats = st.TableStatistics(st.table_settings(model, "tbl_a", 2), 1.0)
   stats.observe(np.arange(40) % 7, np.ones(40, np.int64))
-  st.save(str(tmp_path), stats)
+  store.save(str(tmp_path), stats)
   page = tmp_path / "page.html"
   page.write_text("mine")
   assert_user_error(capsys, ["profile", tmp_path, "--output", page],
@@ -478,10 +479,11 @@ def test_every_option_of_every_command_says_what_it_is():
 
 def test_describe_says_each_unreadable_statistics_file_in_one_line(
     tmp_path, capsys):
-  from estimator_spec.engine import statistics
+  from estimator_spec.profiling import statistics
+  from estimator_spec.profiling import store
   spec = ml.build_mod_spec()
   table = sorted(spec.model.tables)[0]
-  name = statistics.file_name(statistics.table_settings(spec.model, table, 1))
+  name = store.file_name(statistics.table_settings(spec.model, table, 1))
   (tmp_path / name).write_text('{"lookups": Infinity, "nested": [[[[')
   code, out, err = run(capsys, "describe", SPEC, "--profile-dir", tmp_path)
   assert code == 0 and "tbl_" in out
@@ -597,13 +599,14 @@ def test_a_name_first_used_loads_tensorflow_without_notices():
 def test_describe_says_host_shards_and_core_shards(tmp_path, capsys):
   """The tables' shards are the hosts' (checkpoint partitions, memory);
   lookup statistics are per TPU core: the report says which is which."""
-  from estimator_spec.engine import statistics  # pylint: disable=import-outside-toplevel
+  from estimator_spec.profiling import statistics
+  from estimator_spec.profiling import store
   spec = ml.build_mod_spec()
   table = sorted(spec.model.tables)[0]
   stats = statistics.TableStatistics(
       statistics.table_settings(spec.model, table, 16), 1.0)
   stats.observe(np.arange(64) % 9, np.ones(64, np.int64))
-  statistics.save(str(tmp_path), stats)
+  store.save(str(tmp_path), stats)
   code, out, err = run(capsys, "describe", SPEC, "--num-hosts", "2",
                        "--cores-per-host", "8", "--batch-size", "64",
                        "--profile-dir", tmp_path)

@@ -32,8 +32,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_spec.engine import statistics as st
 from estimator_spec.estimator import placement
+from estimator_spec.profiling import statistics as st
+from estimator_spec.profiling import store
 from tests import cluster_programs
 from tests.cluster_harness import LocalCluster
 from tests.cluster_harness import REPO_ROOT
@@ -372,7 +373,7 @@ def test_statistics_place_partitions_and_leave_training_unchanged(tmp_path):
     stats = st.TableStatistics(st.table_settings(model, table, 2), 1.0)
     ids = [0] * hot + [model.tables[table].vocabulary_size - 1] * cold
     stats.observe(np.asarray(ids), np.ones(len(ids), np.int64))
-    st.save(profile, stats)
+    store.save(profile, stats)
     seeded[table] = stats
   model_dir = str(tmp_path / "cluster")
   out = str(tmp_path / "cluster.json")
@@ -407,8 +408,8 @@ def test_statistics_place_partitions_and_leave_training_unchanged(tmp_path):
   # Both tasks' samples add up to what one process sampled of the same
   # global batches (the one process keeps them for 1 shard).
   for table in (a, bc):
-    cluster_stats = st.load(profile, st.table_settings(model, table, 2))
-    single_stats = st.load(single_profile,
+    cluster_stats = store.load(profile, st.table_settings(model, table, 2))
+    single_stats = store.load(single_profile,
                            st.table_settings(model, table, 1))
     assert cluster_stats.runs == seeded[table].runs + 2
     assert single_stats.runs == 1

@@ -20,9 +20,11 @@ import pytest
 import estimator_spec as es
 import tpu_embedding_columns as tec
 from estimator_spec import files
-from estimator_spec.engine import statistics as st
 from estimator_spec.estimator import cluster as cluster_lib
 from estimator_spec.estimator import placement
+from estimator_spec.profiling import file_format
+from estimator_spec.profiling import statistics as st
+from estimator_spec.profiling import store
 
 FAST = hypothesis.settings(max_examples=60, deadline=None,
                            suppress_health_check=list(
@@ -166,7 +168,7 @@ def _stats(settings=None):
 
 
 def _mutated(**changes):
-  data = _stats().to_json()
+  data = file_format.to_json(_stats())
   for dotted, value in changes.items():
     where = data
     *parents, last = dotted.split(".")
@@ -179,7 +181,7 @@ def _mutated(**changes):
 def _hostile_texts():
   """{case: file content} of the statistics cases of issue 35 (each kept
   under the name of `_settings()`'s file)."""
-  good = _stats().to_json()
+  good = file_format.to_json(_stats())
   heavy = _mutated()
   heavy["heavy_hitters"]["ids"][0][1] = 10**30
   many_shards = dict(good, settings=_settings(shards=3_000_000))
@@ -208,30 +210,31 @@ def _hostile_texts():
 @pytest.mark.parametrize("case", sorted(_hostile_texts()))
 def test_a_hostile_statistics_file_is_a_warning_then_ignored(tmp_path, case):
   content = _hostile_texts()[case]
-  path = tmp_path / st.file_name(_settings())
+  path = tmp_path / store.file_name(_settings())
   (path.write_bytes if isinstance(content, bytes) else path.write_text)(
       content)
   with pytest.warns(RuntimeWarning, match=f"{path} is ignored: .+"):
-    assert st.load(str(tmp_path), _settings()) is None
+    assert store.load(str(tmp_path), _settings()) is None
   # Adding to it replaces it with the new counts alone (valid JSON).
   with pytest.warns(RuntimeWarning, match="is ignored"):
-    st.add_to_file(str(tmp_path), _stats())
-  assert st.load(str(tmp_path), _settings()).to_json() == _stats().to_json()
+    store.add_to_file(str(tmp_path), _stats())
+  assert file_format.to_json(store.load(str(tmp_path), _settings())) == (
+      file_format.to_json(_stats()))
 
 
 def test_a_statistics_file_with_too_many_shards_is_refused_before_any_work(
     tmp_path):
-  data = _stats().to_json()
+  data = file_format.to_json(_stats())
   data["settings"] = _settings(shards=10**7)
   data["key"] = st.settings_key(data["settings"])
   with pytest.raises(ValueError, match="num_shards is 10000000, not in"):
-    st.TableStatistics.from_json(data)
+    file_format.from_json(data)
 
 
 @pytest.mark.parametrize("kind", ["fifo", "big", "symlink", "directory"])
 def test_a_statistics_file_that_is_no_regular_small_file_is_ignored(
     tmp_path, kind):
-  path = tmp_path / st.file_name(_settings())
+  path = tmp_path / store.file_name(_settings())
   if kind == "fifo":
     os.mkfifo(path)
   elif kind == "big":
@@ -239,17 +242,17 @@ def test_a_statistics_file_that_is_no_regular_small_file_is_ignored(
       f.truncate(200 * 2**20)  # sparse: refused by its size, not read
   elif kind == "symlink":
     target = tmp_path / "elsewhere"
-    target.write_text(json.dumps(_stats().to_json()))
+    target.write_text(json.dumps(file_format.to_json(_stats())))
     path.symlink_to(target)
   else:
     path.mkdir()
   words = {"fifo": "a FIFO", "big": "more than the 16,777,216 allowed",
            "symlink": "a symbolic link", "directory": "a directory"}[kind]
   with pytest.warns(RuntimeWarning, match=f"is ignored: it .*{words}"):
-    assert st.load(str(tmp_path), _settings()) is None
+    assert store.load(str(tmp_path), _settings()) is None
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    assert st.load_all(str(tmp_path)) == []
+    assert store.load_all(str(tmp_path)) == []
   assert [words in str(w.message) for w in caught] == [True]
 
 
@@ -257,16 +260,16 @@ def test_a_lock_link_is_refused_and_nothing_is_created_outside(tmp_path):
   (tmp_path / ".lock").symlink_to(tmp_path / "outside")
   with pytest.raises(files.FileRejected, match=r"lock file .*\.lock is "
                      "refused: it is a symbolic link"):
-    st.add_to_file(str(tmp_path), _stats())
+    store.add_to_file(str(tmp_path), _stats())
   assert not (tmp_path / "outside").exists()
-  assert not os.path.exists(tmp_path / st.file_name(_settings()))
+  assert not os.path.exists(tmp_path / store.file_name(_settings()))
 
 
 @pytest.mark.parametrize("mask, mode", [(0o077, 0o600), (0o022, 0o644)])
 def test_statistics_files_follow_the_umask(tmp_path, mask, mode):
   old = os.umask(mask)
   try:
-    path = st.add_to_file(str(tmp_path), _stats())
+    path = store.add_to_file(str(tmp_path), _stats())
   finally:
     os.umask(old)
   assert stat.S_IMODE(os.stat(path).st_mode) == mode
@@ -277,10 +280,10 @@ def test_statistics_files_follow_the_umask(tmp_path, mask, mode):
 def test_random_bytes_in_a_statistics_file_are_ignored(tmp_path_factory,
                                                        data):
   directory = tmp_path_factory.mktemp("stats")
-  (directory / st.file_name(_settings())).write_bytes(data)
+  (directory / store.file_name(_settings())).write_bytes(data)
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)
-    assert st.load(str(directory), _settings()) is None
+    assert store.load(str(directory), _settings()) is None
 
 
 _JSON = hs.recursive(
@@ -300,19 +303,20 @@ _FIELDS = ["settings", "key", "sampling_rate", "runs", "lookups", "examples",
 def test_any_field_replaced_by_random_json_is_refused_or_valid(field, value):
   data = _mutated(**{field: value})
   try:
-    stats = st.TableStatistics.from_json(data)
+    stats = file_format.from_json(data)
   except ValueError:
     return
   # Accepted only as a valid file: it writes and reads back unchanged.
-  again = json.loads(json.dumps(stats.to_json(), allow_nan=False))
-  assert st.TableStatistics.from_json(again).to_json() == stats.to_json()
+  again = json.loads(json.dumps(file_format.to_json(stats), allow_nan=False))
+  assert file_format.to_json(file_format.from_json(again)) == (
+      file_format.to_json(stats))
 
 
 @FAST
 @hypothesis.given(_JSON)
 def test_random_json_is_no_statistics(value):
   with pytest.raises(ValueError):
-    st.TableStatistics.from_json(value)
+    file_format.from_json(value)
 
 
 # --- the profile command ----------------------------------------------------
@@ -322,7 +326,7 @@ def test_profile_survives_hostile_files_and_a_report_link(tmp_path, capsys):
   from estimator_spec import __main__ as cli
   directory = tmp_path / "profile"
   directory.mkdir()
-  st.save(str(directory), _stats())
+  store.save(str(directory), _stats())
   for i, (case, content) in enumerate(sorted(_hostile_texts().items())):
     path = directory / f"tbl_x{i}-{case}.json"
     (path.write_bytes if isinstance(content, bytes) else path.write_text)(
@@ -679,8 +683,8 @@ class _Profiler:
 
 def test_the_hook_keeps_its_counts_when_the_lock_is_a_link(tmp_path):
   import tensorflow as tf
-  from estimator_spec.estimator import profiling
-  hook = profiling.StatisticsHook(_Profiler(str(tmp_path)), {"tbl_items": []})
+  from estimator_spec.profiling import sampling
+  hook = sampling.StatisticsHook(_Profiler(str(tmp_path)), {"tbl_items": []})
   hook._new_delta()
   # One feature: example 0 looks up 3 twice, example 1 looks up 7.
   result = {"tbl_items": [(np.array([3, 3, 7], np.int64),
@@ -694,7 +698,7 @@ def test_the_hook_keeps_its_counts_when_the_lock_is_a_link(tmp_path):
   assert not (tmp_path / "outside").exists()
   os.remove(tmp_path / ".lock")
   hook.save()
-  saved = st.load(str(tmp_path), _settings())
+  saved = store.load(str(tmp_path), _settings())
   assert saved.lookups == 6 and saved.examples == 4
   assert dict(saved.hottest()) == {3: 4, 7: 2}
 

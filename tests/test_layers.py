@@ -25,7 +25,7 @@ LAYERS = (
     ("columns", ("tpu_embedding_columns",)),
     ("config", ("estimator_spec.config",)),
     ("engine", ("estimator_spec.engine",)),
-    ("reports", ("estimator_spec.reports",)),
+    ("profiling", ("estimator_spec.profiling",)),
     ("tpu", ("estimator_spec.tpu",)),
     ("checkpoints", ("estimator_spec.checkpoints",)),
     ("estimator", ("estimator_spec.estimator",)),

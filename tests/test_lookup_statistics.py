@@ -1,5 +1,6 @@
-"""Lookup statistics of a table (`engine/statistics.py`), the data and files
-that `profile_data_directory` keeps: exact where the sketches promise
+"""Lookup statistics of a table (`profiling/statistics.py`), the data and
+files (`profiling/file_format.py`, `profiling/store.py`) that
+`profile_data_directory` keeps: exact where the sketches promise
 exactness, within their stated error otherwise, mergeable, and stored in
 files named by the settings that give them meaning. Expected values are
 computed here directly from the ids (NumPy counting, the div/mod rules
@@ -14,7 +15,9 @@ import numpy as np
 import pytest
 
 import estimator_spec as es
-from estimator_spec.engine import statistics as st
+from estimator_spec.profiling import file_format
+from estimator_spec.profiling import statistics as st
+from estimator_spec.profiling import store
 
 VOCAB, SHARDS = 1000, 3
 
@@ -128,7 +131,7 @@ def _model(vocab=100, dimension=4, optimizer=None, strategy="div",
 
 
 def test_file_names_follow_the_settings_that_give_statistics_meaning():
-  name = st.file_name(st.table_settings(_model(), "t", 2))
+  name = store.file_name(st.table_settings(_model(), "t", 2))
   assert name.startswith("t-") and name.endswith(".json")
   changed = [
       st.table_settings(_model(vocab=101), "t", 2),
@@ -136,30 +139,30 @@ def test_file_names_follow_the_settings_that_give_statistics_meaning():
       st.table_settings(_model(sequence=5), "t", 2),
       st.table_settings(_model(), "t", 3),
   ]
-  assert len({name} | {st.file_name(s) for s in changed}) == 5
+  assert len({name} | {store.file_name(s) for s in changed}) == 5
   unrelated = [
       st.table_settings(_model(dimension=8), "t", 2),
       st.table_settings(_model(optimizer=es.AdamParameters(0.5)), "t", 2),
   ]
-  assert {st.file_name(s) for s in unrelated} == {name}
+  assert {store.file_name(s) for s in unrelated} == {name}
 
 
 def test_files_round_trip_and_two_models_share_a_directory(tmp_path):
   one = _observed(_batches(4))
   other = _observed(_batches(5), {**_settings(), "table": "tbl_other"})
-  paths = {st.save(str(tmp_path), one), st.save(str(tmp_path), other)}
+  paths = {store.save(str(tmp_path), one), store.save(str(tmp_path), other)}
   assert len(paths) == 2
   assert sorted(os.listdir(tmp_path)) == sorted(
       os.path.basename(p) for p in paths)  # no temporary file left
   for stats in (one, other):
-    back = st.load(str(tmp_path), stats.settings)
-    assert back.to_json() == stats.to_json()
+    back = store.load(str(tmp_path), stats.settings)
+    assert file_format.to_json(back) == file_format.to_json(stats)
   # Plain Python reads the format.
-  with open(os.path.join(tmp_path, st.file_name(one.settings))) as f:
+  with open(os.path.join(tmp_path, store.file_name(one.settings))) as f:
     data = json.load(f)
-  assert data["version"] == st.FORMAT_VERSION
+  assert data["version"] == file_format.FORMAT_VERSION
   assert data["lookups"] == one.lookups
-  assert st.load(str(tmp_path), _settings(shards=7)) is None  # no file
+  assert store.load(str(tmp_path), _settings(shards=7)) is None  # no file
 
 
 @pytest.mark.parametrize("content", [
@@ -168,59 +171,59 @@ def test_files_round_trip_and_two_models_share_a_directory(tmp_path):
 ], ids=["corrupt", "foreign", "future-version"])
 def test_a_bad_file_is_ignored_with_a_warning(tmp_path, content):
   settings = _settings()
-  path = tmp_path / st.file_name(settings)
+  path = tmp_path / store.file_name(settings)
   path.write_text(content)
   with pytest.warns(RuntimeWarning, match="is ignored"):
-    assert st.load(str(tmp_path), settings) is None
+    assert store.load(str(tmp_path), settings) is None
   assert path.read_text() == content  # left as it was
 
 
 def test_a_file_of_other_settings_under_this_name_is_ignored(tmp_path):
   stats = _observed(_batches(6))
-  st.save(str(tmp_path), stats)
+  store.save(str(tmp_path), stats)
   wanted = _settings(shards=5)
-  os.rename(tmp_path / st.file_name(stats.settings),
-            tmp_path / st.file_name(wanted))
+  os.rename(tmp_path / store.file_name(stats.settings),
+            tmp_path / store.file_name(wanted))
   with pytest.warns(RuntimeWarning, match="other settings"):
-    assert st.load(str(tmp_path), wanted) is None
+    assert store.load(str(tmp_path), wanted) is None
 
 
 def test_an_unwritable_directory_is_a_clear_error(tmp_path):
   blocker = tmp_path / "a_file"
   blocker.write_text("")
   with pytest.raises(ValueError, match="cannot be written"):
-    st.check_writable(str(blocker / "profiles"))
+    store.check_writable(str(blocker / "profiles"))
   with warnings.catch_warnings():
     warnings.simplefilter("error")
-    st.check_writable(str(tmp_path / "new" / "profiles"))  # made
+    store.check_writable(str(tmp_path / "new" / "profiles"))  # made
   assert (tmp_path / "new" / "profiles").is_dir()
 
 
 def test_ids_outside_the_table_or_lengths_that_disagree_are_refused():
   stats = _observed(_batches(7))
-  before = stats.to_json()
+  before = file_format.to_json(stats)
   with pytest.raises(ValueError, match="has 1000 rows"):
     stats.observe([3, 1000], [2])
   with pytest.raises(ValueError, match="lengths add up to 3"):
     stats.observe([3, 4], [1, 2])
-  assert stats.to_json() == before  # nothing counted
+  assert file_format.to_json(stats) == before  # nothing counted
 
 
 def test_load_all_reads_every_table_and_skips_bad_files(tmp_path):
   first = _observed(_batches(3))
   other = dict(_settings("mod"), table="tbl_users")
   second = _observed(_batches(4), other)
-  st.save(str(tmp_path), second)
-  st.save(str(tmp_path), first)
+  store.save(str(tmp_path), second)
+  store.save(str(tmp_path), first)
   (tmp_path / "junk.json").write_text("{not json")
   renamed = tmp_path / "tbl_items-0000000000000000.json"
-  renamed.write_text(json.dumps(first.to_json()))
+  renamed.write_text(json.dumps(file_format.to_json(first)))
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    loaded = st.load_all(str(tmp_path))
+    loaded = store.load_all(str(tmp_path))
   assert [s.settings["table"] for s in loaded] == ["tbl_items", "tbl_users"]
-  assert loaded[0].to_json() == first.to_json()
-  assert loaded[1].to_json() == second.to_json()
+  assert file_format.to_json(loaded[0]) == file_format.to_json(first)
+  assert file_format.to_json(loaded[1]) == file_format.to_json(second)
   skipped = sorted(str(w.message).split()[3] for w in caught)
   assert skipped == [str(tmp_path / "junk.json"), str(renamed)]
 
@@ -228,7 +231,7 @@ def test_load_all_reads_every_table_and_skips_bad_files(tmp_path):
 def test_saved_files_are_readable_by_others_as_the_umask_allows(tmp_path):
   old = os.umask(0o022)
   try:
-    path = st.save(str(tmp_path), _observed(_batches(5)))
+    path = store.save(str(tmp_path), _observed(_batches(5)))
   finally:
     os.umask(old)
   assert os.stat(path).st_mode & 0o777 == 0o644
@@ -242,14 +245,14 @@ def test_saved_files_are_readable_by_others_as_the_umask_allows(tmp_path):
 # a case moves a count from one entry to another, so that the sum still
 # holds and only the broken check can refuse the file.
 
-M = st.MAX_COUNT
+M = file_format.MAX_COUNT
 
 
 def _file(change=None, **fields):
   """A valid statistics file's JSON, `fields` ({dotted path: value}; a list
   index is a number) set, then `change(data)` applied; the key recomputed
   unless a case sets it."""
-  data = _observed(_batches(0)).to_json()
+  data = file_format.to_json(_observed(_batches(0)))
   for dotted, value in fields.items():
     where = data
     *parents, last = dotted.split(".")
@@ -269,9 +272,9 @@ def _file(change=None, **fields):
 _MISSING = object()
 _COUNTS = [  # (field, low, high): every integer the reader bounds
     ("runs", 0, M), ("lookups", 0, M), ("examples", 0, M),
-    ("heavy_hitters.capacity", 1, st.MAX_CAPACITY),
-    ("settings.vocabulary_size", 1, st.MAX_VOCABULARY),
-    ("settings.num_shards", 1, st.MAX_SHARDS),
+    ("heavy_hitters.capacity", 1, file_format.MAX_CAPACITY),
+    ("settings.vocabulary_size", 1, file_format.MAX_VOCABULARY),
+    ("settings.num_shards", 1, file_format.MAX_SHARDS),
 ]
 
 
@@ -345,7 +348,7 @@ _CASES = {
                          "the settings hold other fields than"),
     "table-empty": ({"settings.table": ""},
                     "settings.table is '', not a table name"),
-    "table-long": ({"settings.table": "t" * (st.MAX_NAME_CHARS + 1)},
+    "table-long": ({"settings.table": "t" * (file_format.MAX_NAME_CHARS + 1)},
                    "not a table name"),
     "table-number": ({"settings.table": 7},
                      "settings.table is 7, not a table name"),
@@ -362,7 +365,8 @@ _CASES = {
     "feature-name-number": ({"settings.features.0.0": 5}, _FEATURES),
     "feature-name-empty": ({"settings.features.0.0": ""}, _FEATURES),
     "feature-name-long": (
-        {"settings.features.0.0": "f" * (st.MAX_NAME_CHARS + 1)}, _FEATURES),
+        {"settings.features.0.0": "f" * (file_format.MAX_NAME_CHARS + 1)},
+        _FEATURES),
     "feature-name-newline": ({"settings.features.0.0": "a\n"}, _FEATURES),
     "feature-name-surrogate": ({"settings.features.0.0": "a\ud800"},
                                _FEATURES),
@@ -478,19 +482,19 @@ def test_each_check_of_the_reader_refuses_its_one_wrong_field(case):
   fields, words = _CASES[case]
   data = _file(fields) if callable(fields) else _file(**fields)
   with pytest.raises(ValueError) as raised:
-    st.TableStatistics.from_json(data)
+    file_format.from_json(data)
   assert words in str(raised.value)
 
 
 def test_the_readers_bounds_are_inclusive():
   # The other side of each bound above: its last allowed value is read.
   data = _file(runs=M, sampling_rate=1.0, **{
-      "heavy_hitters.capacity": st.MAX_CAPACITY,
+      "heavy_hitters.capacity": file_format.MAX_CAPACITY,
       "settings.num_shards": 3})
-  stats = st.TableStatistics.from_json(data)
+  stats = file_format.from_json(data)
   assert (stats.runs, stats.sampling_rate, stats.capacity) == (
-      M, 1.0, st.MAX_CAPACITY)
-  assert st.TableStatistics.from_json(_file(runs=0)).runs == 0
+      M, 1.0, file_format.MAX_CAPACITY)
+  assert file_format.from_json(_file(runs=0)).runs == 0
   top = base64.b64encode(bytes([64 - st.HLL_PRECISION + 1]) * 4096).decode()
-  assert st.TableStatistics.from_json(_file(hll_registers=top)).registers.max(
+  assert file_format.from_json(_file(hll_registers=top)).registers.max(
   ) == 64 - st.HLL_PRECISION + 1

@@ -12,9 +12,9 @@ import pytest
 import tensorflow as tf
 
 import estimator_spec as es
-from estimator_spec.engine import statistics as st
 from estimator_spec.estimator import cluster as cluster_lib
 from estimator_spec.estimator import placement
+from estimator_spec.profiling import statistics as st
 
 NUM_PS = 3
 

@@ -1,5 +1,5 @@
-"""The lookup statistics report (`reports/statistics.py`) and
-`python -m estimator_spec profile`, without a browser.
+"""The lookup statistics report (`profiling/summary.py`, `plots.py`,
+`page.py`) and `python -m estimator_spec profile`, without a browser.
 
 * The summary's numbers equal what the test counts from the raw ids
   (lookups, examples, hottest ids, coverage, div/mod shard load), and say
@@ -23,8 +23,11 @@ import numpy as np
 import pytest
 
 from estimator_spec import __main__ as cli
-from estimator_spec.engine import statistics as st
-from estimator_spec.reports import statistics as sr
+from estimator_spec.profiling import page as report_page
+from estimator_spec.profiling import plots as report_plots
+from estimator_spec.profiling import statistics as st
+from estimator_spec.profiling import store
+from estimator_spec.profiling import summary as report_summary
 from examples import dlrm
 
 KINDS = ("rank-frequency", "coverage", "shard-load", "ids-per-example")
@@ -95,7 +98,7 @@ def test_summary_numbers_equal_counts_of_the_raw_ids():
   div = np.bincount(div_partition(ids, vocab, shards), minlength=shards)
   mod = np.bincount(ids % shards, minlength=shards)
 
-  block = _block(sr.summary([stats]), "tbl_items")
+  block = _block(report_summary.summary([stats]), "tbl_items")
   assert f"{ids.size:,} lookups in {lengths.size:,} examples" in block
   assert f"{ids.size / lengths.size:.2f} on average" in _line(
       block, "ids per example")
@@ -120,7 +123,7 @@ def test_summary_numbers_equal_counts_of_the_raw_ids():
   assert "vocabulary           2,000 rows" in block
   assert "sampling rate 100%" in block
 
-  facts = sr.table_facts(stats)
+  facts = report_summary.table_facts(stats)
   assert facts["counts_exact"]
   assert facts["coverage"] == {k: sum(ordered[:k]) / ids.size
                                for k in (10, 100, 1000)}
@@ -134,7 +137,7 @@ def test_cut_counts_are_reported_as_lower_bounds():
   ids = np.concatenate([i for i, _ in batches])
   ordered = sorted(collections.Counter(ids.tolist()).values(), reverse=True)
   bound = ids.size / (capacity + 1)
-  facts = sr.table_facts(stats)
+  facts = report_summary.table_facts(stats)
   assert not facts["counts_exact"]
   assert facts["count_error_bound"] == pytest.approx(bound)
   for k in (10, 100, 1000):
@@ -142,10 +145,10 @@ def test_cut_counts_are_reported_as_lower_bounds():
     assert facts["coverage"][k] <= true_share
     assert facts["coverage"][k] >= true_share - min(k, capacity) * bound / (
         ids.size)
-  block = _block(sr.summary([stats]), "tbl_items")
+  block = _block(report_summary.summary([stats]), "tbl_items")
   assert _line(block, "top 10/100/1000").count(">=") == 3
   assert f"counts at most {int(bound):,} low" in _line(block, "hottest ids")
-  page = sr.render_html([stats])
+  page = report_page.render_html([stats])
   assert "lower bound" in page and "at least share of lookups" in page
   assert "Only the tracked hottest ids are shown: 16 of at most 16" in page
   assert f"lookups/(capacity+1) = {bound:,.1f} below the true count" in page
@@ -157,13 +160,13 @@ def test_summary_of_several_tables_and_sampling():
   two = observed(settings("a_ads", vocab=500, shards=2,
                           features=(("ads", 0), ("history", 20))),
                  zipf_batches(3, 500, max_length=20))
-  text = sr.summary([one, two])
+  text = report_summary.summary([one, two])
   assert [b.splitlines()[0] for b in text.strip().split("\n\n")] == [
       "Table b_users", "Table a_ads"]
   assert "sampling rate 25%" in _block(text, "b_users")
   assert "ads, history (sequence of 20)" in _block(text, "a_ads")
   assert "configured 'mod'" in _block(text, "b_users")
-  assert sr.summary([]) == ""
+  assert report_summary.summary([]) == ""
 
 
 # --- the page -----------------------------------------------------------------
@@ -244,7 +247,8 @@ def _three_tables():
 
 def test_page_is_self_contained_and_has_four_plots_per_table(tmp_path):
   tables = _three_tables()
-  path = sr.write_html(tables, str(tmp_path / "report.html"), source="dir")
+  path = report_page.write_html(tables, str(tmp_path / "report.html"),
+                                source="dir")
   page = open(path, encoding="utf-8").read()
   for needle in ("http://", "https://", "<link", "<script", "@import",
                  "url(", "<img", "<iframe"):
@@ -267,7 +271,8 @@ def test_page_is_self_contained_and_has_four_plots_per_table(tmp_path):
 
 def test_plot_marks_carry_the_data():
   stats = _three_tables()[1]  # mod, 3 shards, 0..20 ids per example
-  plots = {svg.get("data-plot"): svg for svg in svgs(sr.render_html([stats]))}
+  page = report_page.render_html([stats])
+  plots = {svg.get("data-plot"): svg for svg in svgs(page)}
   bars = [r for r in plots["shard-load"].iter("rect")
           if "bar" in r.get("class", "")]
   assert len(bars) == 2 * 3
@@ -276,9 +281,9 @@ def test_plot_marks_carry_the_data():
     strategy = bar.get("class").split()[1]
     loads[strategy].append(int(bar.find("title").text.split(": ")[1]
                                .split()[0].replace(",", "")))
-    assert bar.get("fill") == (sr.STRATEGY_COLORS[strategy]
+    assert bar.get("fill") == (report_plots.STRATEGY_COLORS[strategy]
                                if strategy == "mod" else
-                               sr.PALE_COLORS[strategy])
+                               report_plots.PALE_COLORS[strategy])
   assert dict(loads) == {s: stats.shard_load[s].tolist() for s in ("div",
                                                                    "mod")}
   title = plots["shard-load"].find("title").text
@@ -310,14 +315,14 @@ def _degenerate_tables():
 
 def test_degenerate_tables_give_a_note_or_plots_with_marks(tmp_path):
   tables = _degenerate_tables()
-  text = sr.summary(tables)
+  text = report_summary.summary(tables)
   assert "no lookups sampled" in _line(_block(text, "t_unused"), "lookups")
   assert "3 examples" in _block(text, "t_unused")
   assert "100.0% / 100.0% / 100.0% of lookups" in _block(text, "t_country")
   assert "over 1 shard: div 1.00, mod 1.00" in _block(text, "t_one_shard")
   assert "vocabulary           1 row\n" in _block(text, "t_country") + "\n"
 
-  page = open(sr.write_html(tables, str(tmp_path / "r.html")),
+  page = open(report_page.write_html(tables, str(tmp_path / "r.html")),
               encoding="utf-8").read()
   result = parsed(page)
   by_table = {name: (plots, notes) for name, plots, notes in result.sections}
@@ -355,7 +360,7 @@ def test_degenerate_tables_give_a_note_or_plots_with_marks(tmp_path):
 def test_names_are_escaped():
   stats = observed(settings('<b>&"t"', features=(("<i>f</i>", 0),)),
                    zipf_batches(7, 2000, count=1))
-  page = sr.render_html([stats], source="<dir>")
+  page = report_page.render_html([stats], source="<dir>")
   result = parsed(page)
   assert result.tags["b"] == 0 and result.tags["i"] == 0
   assert [name for name, _, _ in result.sections] == ['<b>&"t"']
@@ -367,7 +372,7 @@ def test_names_are_escaped():
 
 def test_no_statistics_is_an_error_not_an_empty_page(tmp_path):
   with pytest.raises(ValueError, match="no statistics"):
-    sr.write_html([], str(tmp_path / "r.html"))
+    report_page.write_html([], str(tmp_path / "r.html"))
   assert not (tmp_path / "r.html").exists()
 
 
@@ -409,7 +414,7 @@ def test_profile_refuses_a_directory_without_statistics(tmp_path, capsys,
 def test_profile_reports_the_good_files_and_skips_a_corrupt_one(tmp_path,
                                                                 capsys):
   for stats in _three_tables():
-    st.save(str(tmp_path), stats)
+    store.save(str(tmp_path), stats)
   (tmp_path / "junk.json").write_text("{not json")
   code, out, err = _run(capsys, "profile", str(tmp_path))
   assert code == 0
@@ -429,7 +434,7 @@ def test_profile_reports_the_good_files_and_skips_a_corrupt_one(tmp_path,
 
 
 def test_profile_output_option_and_unwritable_output(tmp_path, capsys):
-  st.save(str(tmp_path), _three_tables()[0])
+  store.save(str(tmp_path), _three_tables()[0])
   target = tmp_path / "elsewhere.html"
   code, out, _ = _run(capsys, "profile", str(tmp_path), "--output",
                       str(target))
@@ -457,7 +462,7 @@ def test_describe_shows_the_statistics_of_a_profile_dir(tmp_path, capsys):
   # Every lookup on the first rows: div puts them all on shard 0.
   ids = np.arange(400) % 7
   stats.observe(ids, np.ones(ids.size, np.int64))
-  st.save(str(tmp_path), stats)
+  store.save(str(tmp_path), stats)
   argv = ["describe", "examples.dlrm:build_spec", "--num-hosts", "2",
           "--cores-per-host", "2"]
   code, plain, _ = _run(capsys, *argv)

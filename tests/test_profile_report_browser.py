@@ -26,7 +26,8 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
-from estimator_spec.engine import statistics as st
+from estimator_spec.profiling import statistics as st
+from estimator_spec.profiling import store
 from tests import test_profile_report as reports
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,7 +77,7 @@ def _statistics(directory):
       st.TableStatistics(reports.settings("tbl_unused", vocab=10), 1.0),
   ]
   for stats in tables:
-    st.save(str(directory), stats)
+    store.save(str(directory), stats)
   return sorted(stats.settings["table"] for stats in tables)
 
 

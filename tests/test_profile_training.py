@@ -18,7 +18,9 @@ import tensorflow as tf
 import estimator_spec as es
 from estimator_spec import TPUEstimator
 from estimator_spec import TPUEstimatorSpec
-from estimator_spec.engine import statistics as st
+from estimator_spec.profiling import file_format
+from estimator_spec.profiling import statistics as st
+from estimator_spec.profiling import store
 
 v1 = tf.compat.v1
 BATCH = 8
@@ -118,8 +120,8 @@ def _expected(steps, vocab=None, strategy_shards=SHARDS):
 def _saved(directory, table, vocab=None, strategy="div"):
   spec = _spec(str(directory), vocab, strategy)
   settings = st.table_settings(spec.model, table, SHARDS)
-  path = os.path.join(str(directory), st.file_name(settings))
-  return st.load(str(directory), settings), path
+  path = os.path.join(str(directory), store.file_name(settings))
+  return store.load(str(directory), settings), path
 
 
 def _assert_matches(stats, expected, runs=1):
@@ -219,7 +221,7 @@ def test_a_corrupt_file_is_replaced_with_a_warning(tmp_path):
              for w in caught)
   stats, _ = _saved(profile, "items")
   _assert_matches(stats, _expected(2)["items"])
-  assert json.load(open(path))["version"] == st.FORMAT_VERSION
+  assert json.load(open(path))["version"] == file_format.FORMAT_VERSION
 
 
 @pytest.mark.parametrize("where", ["under_a_file", "url"])

@@ -18,7 +18,8 @@ _Config = embedding_config.EmbeddingConfig
 _FLOAT_BYTES = 4
 
 
-def _mib(num_bytes: float) -> str:
+def mib(num_bytes: float) -> str:
+  """`num_bytes` in MiB, as the reports print memory."""
   return f"{num_bytes / 2**20:,.1f} MiB"
 
 
@@ -39,12 +40,12 @@ def _learning_rate_label(config: _Config, table: model_lib.Table) -> str:
 def shard_bytes(config: _Config,
                 num_shards: Optional[int] = None) -> dict[str, list[int]]:
   """{table: [bytes of partition i (table + optimizer slots)]}."""
-  return {name: _partition_bytes(config, name, layout)
+  return {name: partition_bytes(config, name, layout)
           for name, layout in config.shard_layouts(num_shards).items()}
 
 
-def _partition_bytes(config: _Config, table_name: str,
-                     layout: sharding.ShardLayout) -> list[int]:
+def partition_bytes(config: _Config, table_name: str,
+                    layout: sharding.ShardLayout) -> list[int]:
   """[bytes of partition i of `layout`]: its rows of the table and of its
   optimizer's slots, float32."""
   optimizer = config.optimizer_for(table_name)
@@ -53,83 +54,27 @@ def _partition_bytes(config: _Config, table_name: str,
   return [rows * dimension * _FLOAT_BYTES * copies for rows in layout.sizes]
 
 
-def statistics_section(config: _Config, stats_by_table: Mapping[str, Any],
-                       num_shards: int, unit: str = "shard") -> str:
-  """What saved lookup statistics say about `config`'s tables on
-  `num_shards` shards: per table the sampled lookups and the largest over
-  the mean shard load (imbalance) under `div` and under `mod`; then, per
-  shard, the share of all their sampled lookups and the memory of all
-  tables together under each strategy (shard i of every table lives on the
-  same core or ps task).
-  "" when no table has statistics.
-
-  Args:
-    config: the `EmbeddingConfig`.
-    stats_by_table: {table: statistics (`engine.statistics.TableStatistics`)
-      or None}.
-    num_shards: the shard count the statistics were kept for.
-    unit: what a shard is, as the section names it ("core shard" where
-      the report also shows the hosts' shards).
-  """
-  found = {t: s for t, s in stats_by_table.items() if s is not None}
-  if not found:
-    return ""
-  model = config.model
-  out = io.StringIO()
-  tw = max([5] + [len(name) for name in found])
-  configured = model.partition_strategy
-  out.write(f"  {num_shards} {unit}(s); tables use '{configured}'.\n")
-  out.write(f"  {'table':<{tw}} {'runs':>5} {'lookups':>12} {'distinct':>10}"
-            f" {'div max/mean':>13} {'mod max/mean':>13}\n")
-  load = {s: np.zeros(num_shards) for s in sharding.STRATEGIES}
-  memory = {s: np.zeros(num_shards) for s in sharding.STRATEGIES}
-  for name, stats in found.items():
-    table = model.tables[name]
-    out.write(f"  {name:<{tw}} {stats.runs:>5} {stats.lookups:>12,} "
-              f"{stats.distinct_ids():>10,.0f} "
-              f"{stats.imbalance('div'):>13.2f} "
-              f"{stats.imbalance('mod'):>13.2f}\n")
-    for strategy in sharding.STRATEGIES:
-      counts = stats.shard_load[strategy]
-      load[strategy][:counts.size] += counts
-      sizes = _partition_bytes(config, name, sharding.ShardLayout(
-          table.vocabulary_size, num_shards, strategy))
-      memory[strategy][:len(sizes)] += sizes
-  out.write(f"  Per {unit}, the tables above together (share of their "
-            "sampled lookups; memory of tables and slots):\n")
-  out.write(f"  {'shard':>5} {'div load':>9} {'div memory':>12} "
-            f"{'mod load':>9} {'mod memory':>12}\n")
-  share = {s: 100.0 * load[s] / max(load[s].sum(), 1)
-           for s in sharding.STRATEGIES}
-  for shard in range(num_shards):
-    out.write(f"  {shard:>5} {share['div'][shard]:>8.1f}% "
-              f"{_mib(memory['div'][shard]):>12} "
-              f"{share['mod'][shard]:>8.1f}% "
-              f"{_mib(memory['mod'][shard]):>12}\n")
-  for strategy in sharding.STRATEGIES:
-    mean = load[strategy].mean()
-    worst = load[strategy].max() / mean if mean else 1.0
-    note = " (configured)" if strategy == configured else ""
-    out.write(f"  {strategy}{note}: busiest shard {worst:.2f}x the mean "
-              "load\n")
-  return out.getvalue()
+def shard_unit(config: _Config, num_shards: Optional[int] = None) -> str:
+  """What `describe` calls a shard of `config`'s tables on `num_shards`
+  shards: the tables' shards are the checkpoint's partitions, one per host
+  ("host shard") unless `num_shards` says otherwise ("shard")."""
+  if num_shards is None or num_shards == config.num_hosts:
+    return "host shard"
+  return "shard"
 
 
 def describe(config: _Config, num_shards: Optional[int] = None,
-             include_proto: bool = False,
-             statistics: Optional[Mapping[str, Any]] = None) -> str:
+             include_proto: bool = False, statistics_text: str = "") -> str:
   """Returns a multi-line report of `config` (an `EmbeddingConfig`);
-  with `statistics` ({table: saved lookup statistics or None}, kept for
-  `config.num_cores` shards), also what they show (`statistics_section`);
-  with `include_proto`, also the TPU configuration proto, which the TPU
-  layer's `estimator_spec.EmbeddingConfig` builds (`config_proto`)."""
+  with `statistics_text`, also that part on saved lookup statistics
+  (the profiling layer writes it: `profiling.shards.describe_section`),
+  after the memory; with `include_proto`, also the TPU configuration
+  proto, which the TPU layer's `estimator_spec.EmbeddingConfig` builds
+  (`config_proto`)."""
   model = config.model
   out = io.StringIO()
   num_shards = config.num_hosts if num_shards is None else num_shards
-  # The tables' shards here are the checkpoint's partitions, one per host
-  # unless `num_shards` says otherwise; lookup statistics are kept per TPU
-  # core, where the TPU looks the rows up (docs/profile.md).
-  unit = "host shard" if num_shards == config.num_hosts else "shard"
+  unit = shard_unit(config, num_shards)
   out.write(
       f"Topology: {config.num_hosts} host(s) x {config.num_cores_per_host} "
       f"core(s) = {config.num_cores} cores; global batch {config.batch_size} "
@@ -144,12 +89,7 @@ def describe(config: _Config, num_shards: Optional[int] = None,
   out.write(_tables_section(config, num_shards, sizes))
   out.write(_features_section(config))
   out.write(_memory_section(sizes, num_shards, unit))
-  section = statistics_section(config, statistics or {}, config.num_cores,
-                               unit="core shard")
-  if section:
-    out.write(f"\nLookup statistics (sampled while training), kept per TPU "
-              f"core, not per {unit}:\n")
-    out.write(section)
+  out.write(statistics_text)
   if include_proto:
     out.write("\nTPUEmbeddingConfiguration:\n")
     out.write(str(_proto_of(config)))
@@ -177,7 +117,7 @@ def _tables_section(config: _Config, num_shards: int,
         f"{table.dimension:>4} {str(table.combiner):>8} "
         f"{_optimizer_label(config.optimizer_for(table.name)):>16} "
         f"{_learning_rate_label(config, table):>8} {len(table.features):>5} "
-        f"{row_text:>16} {_mib(sum(sizes[table.name])):>12}\n")
+        f"{row_text:>16} {mib(sum(sizes[table.name])):>12}\n")
   return out.getvalue()
 
 
@@ -217,8 +157,8 @@ def _memory_section(sizes: Mapping[str, list[int]], num_shards: int,
     per_shard[:len(table_sizes)] += np.asarray(table_sizes, dtype=np.int64)
   out.write(f"\nMemory per {unit} (tables + optimizer slots, float32):\n")
   for shard, num_bytes in enumerate(per_shard):
-    out.write(f"  shard {shard}: {_mib(int(num_bytes))}\n")
-  out.write(f"  total:   {_mib(int(per_shard.sum()))}\n")
+    out.write(f"  shard {shard}: {mib(int(num_bytes))}\n")
+  out.write(f"  total:   {mib(int(per_shard.sum()))}\n")
   return out.getvalue()
 
 

@@ -34,7 +34,6 @@ from estimator_spec import quiet
 from estimator_spec import tpu_runner
 from estimator_spec.checkpoints import tables as checkpoint_tables
 from estimator_spec.config import spec as spec_lib
-from estimator_spec.engine import statistics
 from estimator_spec.estimator import calling
 from estimator_spec.estimator import cluster as cluster_lib
 from estimator_spec.estimator import hooks as hooks_lib
@@ -50,6 +49,7 @@ from estimator_spec.estimator.spec import ExportSavedModelApiVersion
 from estimator_spec.estimator.spec import TPUEstimatorSpec
 from estimator_spec.estimator.spec import to_estimator_spec
 from estimator_spec.estimator.framework import keras2
+from estimator_spec.profiling import sampling
 from estimator_spec.tf_patches import replica_context
 from estimator_spec.tf_patches import tpu_columns
 
@@ -144,7 +144,7 @@ def _check_sampling_rate(rate, spec):
   profile_data_directory."""
   if rate is None:
     return
-  statistics.sampling_period(rate, "TPUEstimator: `profile_sampling_rate`")
+  sampling.sampling_period(rate, "TPUEstimator: `profile_sampling_rate`")
   if spec is None or spec.profile_data_directory is None:
     raise ValueError(
         "TPUEstimator: `profile_sampling_rate` is the share of training steps "
@@ -383,7 +383,7 @@ class TPUEstimator(stack.Estimator):
     cluster = self._placement.cluster
     return profiling.Profiler(
         spec.model, spec.profile_data_directory,
-        (statistics.DEFAULT_SAMPLING_RATE if sampling_rate is None
+        (sampling.DEFAULT_SAMPLING_RATE if sampling_rate is None
          else sampling_rate),
         num_shards=train_config.num_cores,
         writes=cluster is None or cluster.trains)

@@ -1,178 +1,17 @@
-"""The lookup statistics report: a terminal summary and one HTML page.
-
-Input: `estimator_spec.engine.statistics.TableStatistics` objects (the
-engine's plain data, read by its `load_all`).
-
-* `table_facts(stats)`: the numbers the report shows for one table, as a
-  dict (the summary and the page both print these).
-* `summary(stats_list)`: a text summary, one block per table.
-* `write_html(stats_list, path)`: one self-contained HTML page (inline CSS
-  and SVG drawn here; nothing is fetched) with, per table, the summary
-  numbers and four plots: id frequency by rank (log-log), the share of
-  lookups the k hottest ids cover, the lookups each shard would carry under
-  `div` and `mod`, and the ids-per-example histogram. A table without
-  sampled lookups gets a note instead of plots.
-
-Heavy-hitter counts are Misra-Gries lower bounds (at most
-lookups / (capacity + 1) below the true count); when the tracked counts add
-up to every lookup, nothing was ever cut and they are exact. Shares computed
-from them (coverage) are lower bounds in the same way and are marked ">=".
+"""The report's SVG plots of one table, drawn here as text (nothing is
+fetched): id frequency by rank (log-log), the share of lookups the k
+hottest ids cover, the lookups each shard would carry under `div` and
+`mod`, and the ids-per-example histogram. Each takes the table's numbers
+(`summary.table_facts`) and returns one <svg class="plot"> whose
+`data-plot` is its kind (`PLOT_KINDS`).
 """
 import html
 import math
 
-from estimator_spec import files
-from estimator_spec.engine import statistics
+from estimator_spec.config import sharding
+from estimator_spec.profiling import summary
 
-TOP_IDS = 5
-COVERAGE_KS = (10, 100, 1000)
-DISTINCT_ERROR = "\u00b11.6%"  # HyperLogLog relative standard error
 PLOT_KINDS = ("rank-frequency", "coverage", "shard-load", "ids-per-example")
-
-_STRATEGIES = ("div", "mod")
-
-
-# --- numbers -----------------------------------------------------------------
-
-
-def table_facts(stats):
-  """The numbers the report shows for `stats` (see module docstring)."""
-  settings = stats.settings
-  lookups = int(stats.lookups)
-  ranked = stats.hottest()
-  tracked_total = sum(count for _, count in ranked)
-  exact = tracked_total == lookups
-  vocabulary = int(settings["vocabulary_size"])
-  distinct = stats.distinct_ids() if lookups else 0.0
-  coverage = {}
-  for k in COVERAGE_KS:
-    covered = sum(count for _, count in ranked[:k])
-    coverage[k] = covered / lookups if lookups else 0.0
-  shard_load = {s: [int(x) for x in stats.shard_load[s]] for s in _STRATEGIES}
-  return {
-      "table": settings["table"],
-      "vocabulary_size": vocabulary,
-      "features": [(str(name), int(length))
-                   for name, length in settings["features"]],
-      "runs": int(stats.runs),
-      "sampling_rate": float(stats.sampling_rate),
-      "lookups": lookups,
-      "examples": int(stats.examples),
-      "mean_ids_per_example": (lookups / stats.examples
-                               if stats.examples else 0.0),
-      "distinct_ids": distinct,
-      "vocabulary_touched": min(1.0, distinct / vocabulary),
-      "hottest": ranked[:TOP_IDS],
-      "tracked_ids": len(ranked),
-      "capacity": int(stats.capacity),
-      "counts_exact": exact,
-      "count_error_bound": lookups / (stats.capacity + 1),
-      "coverage": coverage,
-      "num_shards": int(settings["num_shards"]),
-      "num_partitions": len(shard_load["div"]),
-      "shard_load": shard_load,
-      "imbalance": {s: stats.imbalance(s) for s in _STRATEGIES},
-      "strategy": settings["partition_strategy"],
-  }
-
-
-def _integer(value):
-  return f"{int(value):,}"
-
-
-def _percent(share):
-  if 0 < share < 0.001:
-    return "<0.1%"
-  return f"{100 * share:.1f}%"
-
-
-def _features_text(features):
-  parts = []
-  for name, length in features:
-    parts.append(f"{name} (sequence of {length})" if length else name)
-  return ", ".join(parts) or "-"
-
-
-def _rate_text(rate):
-  return f"{100 * rate:g}%"
-
-
-def _fact_rows(facts):
-  """[(label, text)]: the summary of one table, shared by text and HTML."""
-  rows = [
-      ("vocabulary", f"{_integer(facts['vocabulary_size'])} "
-                     f"row{'s' if facts['vocabulary_size'] != 1 else ''}"),
-      ("features", _features_text(facts["features"])),
-      ("runs", f"{facts['runs']}, sampling rate "
-               f"{_rate_text(facts['sampling_rate'])}"),
-      ("sampled", f"{_integer(facts['lookups'])} lookups in "
-                  f"{_integer(facts['examples'])} examples"),
-  ]
-  if not facts["lookups"]:
-    rows.append(("lookups", "no lookups sampled"))
-    rows.append(("partitioning", _strategy_text(facts)))
-    return rows
-  rows += [
-      ("ids per example", f"{facts['mean_ids_per_example']:.2f} on average"),
-      ("distinct ids", f"~{_integer(round(facts['distinct_ids']))} "
-                       f"{DISTINCT_ERROR}, "
-                       f"{_percent(facts['vocabulary_touched'])} of the "
-                       "vocabulary touched"),
-      ("hottest ids", _hottest_text(facts)),
-      ("top " + "/".join(str(k) for k in COVERAGE_KS) + " ids",
-       " / ".join(_coverage_text(facts, k) for k in COVERAGE_KS)
-       + " of lookups"),
-      ("shard load", _imbalance_text(facts)),
-      ("partitioning", _strategy_text(facts)),
-  ]
-  return rows
-
-
-def _hottest_text(facts):
-  text = ", ".join(f"{key} ({_integer(count)})"
-                   for key, count in facts["hottest"])
-  if not facts["counts_exact"]:
-    bound = math.floor(facts["count_error_bound"])
-    text += f"; counts at most {_integer(bound)} low"
-  return text
-
-
-def _coverage_text(facts, k):
-  prefix = "" if facts["counts_exact"] else ">="
-  return prefix + _percent(facts["coverage"][k])
-
-
-def _imbalance_text(facts):
-  shards = facts["num_partitions"]
-  return (f"max/mean over {shards} shard{'s' if shards != 1 else ''}: "
-          f"div {facts['imbalance']['div']:.2f}, "
-          f"mod {facts['imbalance']['mod']:.2f}")
-
-
-def _strategy_text(facts):
-  configured = facts["strategy"]
-  text = f"configured {configured!r}"
-  other = "mod" if configured == "div" else "div"
-  if facts["lookups"] and (facts["imbalance"][other] <
-                           0.9 * facts["imbalance"][configured]):
-    text += f" ({other!r} would spread these lookups more evenly)"
-  return text
-
-
-def summary(stats_list):
-  """A text summary of each table's statistics, for a terminal."""
-  blocks = []
-  for stats in stats_list:
-    facts = table_facts(stats)
-    rows = _fact_rows(facts)
-    width = max(len(label) for label, _ in rows)
-    lines = [f"Table {facts['table']}"]
-    lines += [f"  {label:<{width}}  {text}" for label, text in rows]
-    blocks.append("\n".join(lines))
-  return "\n\n".join(blocks) + ("\n" if blocks else "")
-
-
-# --- SVG plots ----------------------------------------------------------------
 
 _WIDTH, _HEIGHT = 480, 300
 _LEFT, _RIGHT, _TOP, _BOTTOM = 64, 18, 40, 50
@@ -361,7 +200,7 @@ def _dots(plot, xs, ys, axis_x, axis_y, color, limit=40):
                       f'fill="{color}"/>')
 
 
-def _rank_frequency_plot(facts, ranked):
+def rank_frequency_plot(facts, ranked):
   counts = [count for _, count in ranked]
   ranks = list(range(1, len(counts) + 1))
   bound = 0.0 if facts["counts_exact"] else facts["count_error_bound"]
@@ -385,7 +224,7 @@ def _rank_frequency_plot(facts, ranked):
   return plot.render()
 
 
-def _coverage_plot(facts, ranked):
+def coverage_plot(facts, ranked):
   lookups = facts["lookups"]
   shares, total = [], 0
   for _, count in ranked:
@@ -410,19 +249,20 @@ def _coverage_plot(facts, ranked):
                     f'stroke="{_BLUE}" stroke-width="2.5" '
                     'stroke-linejoin="round"/>')
   _dots(plot, ks, shares, axis_x, axis_y, _BLUE)
-  for k in COVERAGE_KS:
+  for k in summary.COVERAGE_KS:
     if k > len(shares):
       continue
     x, y = axis_x(k), axis_y(shares[k - 1])
     plot.marks.append(f'<circle cx="{_number(x)}" cy="{_number(y)}" r="4" '
                       f'fill="#fff" stroke="{_BLUE}" stroke-width="2"/>')
+    share = summary.percent_text(shares[k - 1])
     plot.labels.append(f'<text class="mark-label" x="{_number(x)}" '
                        f'y="{_number(y + 16)}" text-anchor="middle">'
-                       f"{html.escape(_percent(shares[k - 1]))}</text>")
+                       f"{html.escape(share)}</text>")
   return plot.render()
 
 
-def _shard_load_plot(facts):
+def shard_load_plot(facts):
   loads = facts["shard_load"]
   shards = len(loads["div"])
   configured = facts["strategy"]
@@ -438,7 +278,7 @@ def _shard_load_plot(facts):
   every = max(1, math.ceil(shards / 16))
   for shard in range(shards):
     left = plot.x0 + (shard + 0.5) * slot - bar
-    for i, strategy in enumerate(_STRATEGIES):
+    for i, strategy in enumerate(sharding.STRATEGIES):
       load = loads[strategy][shard]
       y = axis_y(load)
       palette = STRATEGY_COLORS if strategy == configured else PALE_COLORS
@@ -447,7 +287,8 @@ def _shard_load_plot(facts):
           f'<rect class="bar {strategy}" x="{_number(left + i * bar)}" '
           f'y="{_number(y)}" width="{_number(max(bar, 0.5))}" '
           f'height="{_number(plot.y0 - y)}" fill="{color}"><title>'
-          f"{strategy}, shard {shard}: {_integer(load)} lookups</title></rect>")
+          f"{strategy}, shard {shard}: {summary.integer_text(load)} lookups"
+          "</title></rect>")
     if shard % every == 0:
       center = _number(plot.x0 + (shard + 0.5) * slot)
       plot.labels.append(f'<text class="tick-label" x="{center}" '
@@ -458,7 +299,7 @@ def _shard_load_plot(facts):
   plot.marks.append(f'<line class="mean" x1="{plot.x0}" y1="{y}" '
                     f'x2="{plot.x1}" y2="{y}"/>')
   plot.labels.append(_mean_legend(plot.x0 + 4))
-  for i, strategy in enumerate(_STRATEGIES):
+  for i, strategy in enumerate(sharding.STRATEGIES):
     palette = STRATEGY_COLORS if strategy == configured else PALE_COLORS
     color = palette[strategy]
     label = strategy + (" (configured)" if strategy == configured else "")
@@ -476,7 +317,7 @@ def _mean_legend(x, text="mean"):
           f'y="{_TOP - 3}">{html.escape(text)}</text>')
 
 
-def _ids_per_example_plot(stats, facts):
+def ids_per_example_plot(stats, facts):
   histogram = sorted(stats.ids_per_example.items())
   low, high = histogram[0][0], histogram[-1][0]
   width = max(1, math.ceil((high - low + 1) / 50))
@@ -508,7 +349,8 @@ def _ids_per_example_plot(stats, facts):
         f'<rect class="bar" x="{_number(left + gap)}" y="{_number(y)}" '
         f'width="{_number(max(right - left - 2 * gap, 0.5))}" '
         f'height="{_number(plot.y0 - y)}" fill="{_BLUE}"><title>'
-        f"{label} ids: {_integer(examples)} examples</title></rect>")
+        f"{label} ids: {summary.integer_text(examples)} examples"
+        "</title></rect>")
   mean = facts["mean_ids_per_example"]
   if axis_x.low <= mean <= axis_x.high:
     x = _number(axis_x(mean))
@@ -516,138 +358,3 @@ def _ids_per_example_plot(stats, facts):
                       f'x2="{x}" y2="{plot.y1}"/>')
     plot.labels.append(_mean_legend(plot.x1 - 110, f"mean {mean:.2f}"))
   return plot.render()
-
-
-# --- the page ----------------------------------------------------------------
-
-_STYLE = """
-body { font-family: sans-serif; margin: 24px auto; max-width: 1020px;
-       color: #222; background: #fff; }
-h1 { font-size: 1.5em; margin-bottom: 0.2em; }
-h2 { font-size: 1.25em; border-bottom: 1px solid #ccc; padding-bottom: 4px;
-     margin-top: 2em; }
-.source { color: #555; margin-top: 0; }
-nav ul { padding-left: 1.2em; }
-table.facts { border-collapse: collapse; margin: 8px 0 16px; }
-table.facts th { text-align: left; font-weight: normal; color: #555;
-                 padding: 2px 16px 2px 0; vertical-align: top; }
-table.facts td { padding: 2px 0; }
-.plots { display: grid; grid-template-columns: repeat(2, 490px);
-         gap: 16px 24px; }
-figure { margin: 0; }
-figcaption { font-size: 0.85em; color: #444; margin-top: 2px; }
-.note { background: #fff6d6; border: 1px solid #e6cf7a; padding: 8px 12px; }
-svg.plot { display: block; background: #fff; }
-svg.plot text { font-family: sans-serif; fill: #222; }
-svg.plot .plot-title { font-size: 14px; font-weight: bold; }
-svg.plot .tick-label, svg.plot .legend, svg.plot .mark-label
-  { font-size: 11px; }
-svg.plot .axis-label { font-size: 12px; }
-svg.plot .axis { stroke: #333; stroke-width: 1.2; }
-svg.plot .tick, svg.plot .minor { stroke: #333; stroke-width: 1; }
-svg.plot .grid { stroke: #e4e4e4; stroke-width: 1; }
-svg.plot .mean { stroke: #555; stroke-width: 1.2; stroke-dasharray: 5 4; }
-"""
-
-
-def _anchor(index):
-  return f"table-{index + 1}"
-
-
-def _table_section(index, stats):
-  facts = table_facts(stats)
-  name = html.escape(facts["table"])
-  rows = "\n".join(f"<tr><th>{html.escape(label)}</th>"
-                   f"<td>{html.escape(text)}</td></tr>"
-                   for label, text in _fact_rows(facts))
-  parts = [f'<section class="table" id="{_anchor(index)}" '
-           f'data-table="{name}">',
-           f"<h2>Table {name}</h2>",
-           f'<table class="facts">\n{rows}\n</table>']
-  if not facts["lookups"]:
-    parts.append('<p class="note">No lookups sampled for this table: '
-                 "nothing to plot.</p>")
-  else:
-    ranked = stats.hottest()
-    if facts["counts_exact"]:
-      count_note = ("Every id sampled is tracked, so these counts are "
-                    "exact.")
-    else:
-      count_note = (
-          "Counts are lower bounds: each is at most lookups/(capacity+1) = "
-          f"{facts['count_error_bound']:,.1f} below the true count (shaded: "
-          "where the true count lies).")
-    captions = [
-        (_rank_frequency_plot(facts, ranked),
-         _tracked_text(len(ranked), facts["capacity"]) + " " + count_note),
-        (_coverage_plot(facts, ranked),
-         "Share of the sampled lookups that go to the k hottest tracked ids"
-         + _circles_text(len(ranked)) + "."
-         + ("" if facts["counts_exact"] else " A lower bound, like the "
-            "counts.")),
-        (_shard_load_plot(facts),
-         f"Lookups each of the {facts['num_partitions']} shard(s) would "
-         "serve under div (contiguous rows) and mod (row % shards); the "
-         f"configured strategy, {facts['strategy']}, in full colour."),
-        (_ids_per_example_plot(stats, facts),
-         "How many examples had n ids of this table (per feature)."
-         + (f" The last bar holds {statistics.MAX_IDS_PER_EXAMPLE} or more."
-            if statistics.MAX_IDS_PER_EXAMPLE in stats.ids_per_example
-            else "")),
-    ]
-    parts.append('<div class="plots">')
-    for svg, caption in captions:
-      parts.append(f"<figure>\n{svg}\n<figcaption>{html.escape(caption)}"
-                   "</figcaption>\n</figure>")
-    parts.append("</div>")
-  parts.append("</section>")
-  return "\n".join(parts)
-
-
-def _tracked_text(tracked, capacity):
-  return (f"Only the tracked hottest ids are shown: {_integer(tracked)} of at "
-          f"most {_integer(capacity)} (the summary's capacity).")
-
-
-def _circles_text(tracked):
-  marked = [str(k) for k in COVERAGE_KS if k <= tracked]
-  return f"; circles at k = {', '.join(marked)}" if marked else ""
-
-
-def render_html(stats_list, source=None):
-  """The report page as a string (see `write_html`)."""
-  if not stats_list:
-    raise ValueError("statistics_report: no statistics to report")
-  heading = "Lookup statistics"
-  title = heading + (f": {source}" if source else "")
-  links = "\n".join(
-      f'<li><a href="#{_anchor(i)}">{html.escape(s.settings["table"])}</a>'
-      "</li>" for i, s in enumerate(stats_list))
-  count = len(stats_list)
-  parts = [
-      "<!DOCTYPE html>",
-      '<html lang="en">',
-      "<head>",
-      '<meta charset="utf-8">',
-      f"<title>{html.escape(title)}</title>",
-      f"<style>{_STYLE}</style>",
-      "</head>",
-      "<body>",
-      f"<h1>{heading}</h1>",
-      f'<p class="source">{count} table{"s" if count != 1 else ""}'
-      + (f" from {html.escape(source)}" if source else "") + ".</p>",
-      f"<nav><ul>\n{links}\n</ul></nav>",
-  ]
-  parts += [_table_section(i, s) for i, s in enumerate(stats_list)]
-  parts += ["</body>", "</html>", ""]
-  return "\n".join(parts)
-
-
-def write_html(stats_list, path, source=None):
-  """Writes the report page of `stats_list` to `path`; returns `path`.
-  `source` (e.g. the statistics directory) is named in the page's title.
-  The page is written atomically, with the user's umask, and a symbolic
-  link at `path` is replaced, never written through
-  (`files.write_atomic`)."""
-  page = render_html(stats_list, source)
-  return files.write_atomic(path, page)
