@@ -21,9 +21,10 @@
 
 `read_rows` is also available here (loaded on first use).
 """
+from typing import Callable
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Callable[..., object]:
   if name == "read_rows":
     from estimator_spec.checkpoints import rows
     return rows.read_rows

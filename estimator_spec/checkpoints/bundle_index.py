@@ -30,6 +30,7 @@ key/value file in LevelDB's table layout:
   only those entries are used.
 """
 import struct
+from typing import Iterator, Union
 
 import tensorflow as tf
 from tensorflow.core.protobuf import tensor_bundle_pb2
@@ -39,12 +40,19 @@ _MAGIC = 0xdb4775248b80fb57
 _TRAILER_BYTES = 5
 _UNCOMPRESSED = 0
 
+# One saved slice: a (start, length) pair per dimension of the tensor.
+Slice = tuple[tuple[int, int], ...]
+# A block's (offset, size) in the file.
+_Handle = tuple[int, int]
+# What the parsing reads: the file, or one block of it.
+_Buffer = Union[bytes, memoryview]
+
 
 class IndexFormatError(ValueError):
   """The `.index` file is not in the format TF 2.15 writes."""
 
 
-def tensor_slices(prefix):
+def tensor_slices(prefix: str) -> dict[str, tuple[Slice, ...]]:
   """{tensor name: its saved slices} for the tensors of checkpoint `prefix`
   that were saved as slices of one tensor (partitioned variables).
 
@@ -65,7 +73,7 @@ def tensor_slices(prefix):
         "read here. Re-save it with tf.compat.v1.train.Saver() (V2 format).")
   with tf.io.gfile.GFile(path, "rb") as f:
     data = f.read()
-  result = {}
+  result: dict[str, tuple[Slice, ...]] = {}
   for key, value in _entries(data, path):
     if not key or key[0] == 0:  # the header, or one slice's own entry
       continue
@@ -73,7 +81,7 @@ def tensor_slices(prefix):
     if not entry.slices:
       continue
     dims = [d.size for d in entry.shape.dim]
-    slices = []
+    slices: list[Slice] = []
     for proto in entry.slices:
       if len(proto.extent) != len(dims):
         raise IndexFormatError(
@@ -86,7 +94,7 @@ def tensor_slices(prefix):
   return result
 
 
-def _entries(data, path):
+def _entries(data: bytes, path: str) -> Iterator[tuple[bytes, bytes]]:
   """(key, value) of every entry of the data blocks, in key order."""
   if len(data) < _FOOTER_BYTES or struct.unpack_from(
       "<Q", data, len(data) - 8)[0] != _MAGIC:
@@ -101,7 +109,7 @@ def _entries(data, path):
     yield from _block_entries(_block(data, data_block, path))
 
 
-def _varint(buffer, position):
+def _varint(buffer: _Buffer, position: int) -> tuple[int, int]:
   value = shift = 0
   while True:
     byte = buffer[position]
@@ -112,14 +120,14 @@ def _varint(buffer, position):
     shift += 7
 
 
-def _handle(buffer, position):
+def _handle(buffer: _Buffer, position: int) -> tuple[_Handle, int]:
   """((offset, size) of a block, position after it)."""
   offset, position = _varint(buffer, position)
   size, position = _varint(buffer, position)
   return (offset, size), position
 
 
-def _block(data, handle, path):
+def _block(data: bytes, handle: _Handle, path: str) -> memoryview:
   offset, size = handle
   if offset + size + _TRAILER_BYTES > len(data):
     raise IndexFormatError(f"{path}: a block lies beyond the end of the file.")
@@ -132,7 +140,8 @@ def _block(data, handle, path):
   return memoryview(data)[offset:offset + size]
 
 
-def _block_entries(block):
+def _block_entries(
+    block: memoryview) -> Iterator[tuple[bytes, bytes]]:
   restarts = struct.unpack_from("<I", block, len(block) - 4)[0]
   end = len(block) - 4 - 4 * restarts
   position, key = 0, b""

@@ -24,10 +24,13 @@ converted: the checkpoint is staged in a temporary directory next to it and
 moved into place at the end (and the staging directory is removed on
 error).
 """
+from typing import Optional, TextIO, Union
+
 import tensorflow as tf
 
 from estimator_spec.checkpoints import progress as _progress
 from estimator_spec.checkpoints import tables
+from estimator_spec.config import model as model_lib
 from estimator_spec.config import spec as spec_lib
 from estimator_spec.config import sharding
 from tpu_embedding_columns import checks
@@ -35,9 +38,13 @@ from tpu_embedding_columns import checks
 _MIN_GROUP_BYTES = 64 << 20  # other tensors saved together up to this size
 
 
-def convert_checkpoint(spec, checkpoint, output_prefix, *, to_strategy,
-                       to_shards, from_strategy=None, variable_names=None,
-                       progress=False, overwrite=False):
+def convert_checkpoint(spec: spec_lib.EmbeddingConfigSpec,
+                       checkpoint: tables.StrPath,
+                       output_prefix: tables.StrPath, *, to_strategy: str,
+                       to_shards: int, from_strategy: Optional[str] = None,
+                       variable_names: Optional[dict[str, str]] = None,
+                       progress: Union[bool, None, TextIO] = False,
+                       overwrite: bool = False) -> str:
   """Writes `checkpoint` with the spec's tables laid out for another run.
 
   Args:
@@ -88,8 +95,12 @@ def convert_checkpoint(spec, checkpoint, output_prefix, *, to_strategy,
                     from_strategy, variable_names, bar, owner, overwrite)
 
 
-def _convert(model, checkpoint, output_prefix, to_strategy, to_shards,
-             from_strategy, variable_names, bar, owner, overwrite):
+def _convert(model: model_lib.EmbeddingModel, checkpoint: tables.Checkpoint,
+             output_prefix: tables.StrPath, to_strategy: str, to_shards: int,
+             from_strategy: Optional[str],
+             variable_names: Optional[dict[str, str]],
+             bar: _progress.ProgressFactory, owner: str,
+             overwrite: bool) -> str:
   from_strategy = tables.written_strategy(checkpoint, model, from_strategy,
                                          owner)
   table_tensors = tables.locate_tables(checkpoint, model, variable_names,
@@ -100,9 +111,9 @@ def _convert(model, checkpoint, output_prefix, to_strategy, to_shards,
     table = model.tables[table_name]
     target = sharding.ShardLayout(table.vocabulary_size, to_shards,
                                   to_strategy)
-    sources = [checkpoint.written_layout(t, table, from_strategy, owner)
+    layouts = [checkpoint.written_layout(t, table, from_strategy, owner)
                for t in tensors]
-    plans.append((table_name, table, target, list(zip(tensors, sources))))
+    plans.append((table_name, table, target, list(zip(tensors, layouts))))
   engine_names = {t for tensors in row_tensors.values() for t in tensors}
   others = sorted(set(checkpoint.shapes) - engine_names -
                   {tables.LAYOUT_TENSOR})

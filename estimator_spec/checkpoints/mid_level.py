@@ -9,13 +9,31 @@ the keys of the object graph it is given (the one TF2 itself saves for that
 embedding, which the interop layer learns from TF2's classes). Tables and
 slots are found and read through `tables`.
 """
+from typing import Callable, Optional
+
 import tensorflow as tf
 
+from estimator_spec.checkpoints import progress
 from estimator_spec.checkpoints import tables
+from estimator_spec.config import model as model_lib
+from estimator_spec.config import optimizers
 from estimator_spec.config import sharding
+from estimator_spec.tensor_types import Tensor
+
+# (names, slices, tensors) of checkpoint entries, as `StagedCheckpoint.save`
+# takes them.
+Entries = tuple[list[str], list[str], list[Tensor]]
+# What `write_mid_level_checkpoint`'s `object_graph()` gives: ({variable full
+# name: checkpoint key}, the checkpoint's other entries).
+ObjectGraph = tuple[dict[str, str], Entries]
+# One slot of a table to write: (its TF2 name, `SlotSpec.mid_level`; the
+# source tensor, None when the checkpoint lacks it; its initial value).
+_SlotPlan = tuple[Optional[str], Optional[str], float]
+# One table to write: (name, table, checkpoint tensor, its slots).
+_TablePlan = tuple[str, model_lib.Table, str, list[_SlotPlan]]
 
 
-def object_name(table_name, slot=None):
+def object_name(table_name: str, slot: Optional[str] = None) -> str:
   """The name under which TF2's `TPUEmbedding` / `TPUEmbeddingForServing`
   tracks a table's variable (`'<table>'`) or one of its slots
   (`'<table>/<slot>'`, `slot` being the slot's TF2 name, `SlotSpec.
@@ -25,12 +43,14 @@ def object_name(table_name, slot=None):
   return table_name if slot is None else f"{table_name}/{slot}"
 
 
-def object_names(model):
+def object_names(
+    model: model_lib.EmbeddingModel
+) -> dict[str, tuple[str, Optional[optimizers.SlotSpec]]]:
   """{object name: (table name, `SlotSpec` or None for the table)}: every
   variable TF2's mid-level classes track for the tables of `model` (a
   `config.model` EmbeddingModel), tables then their slots (the slots of the
   table's optimizer; none for SGD or a table without optimizer)."""
-  names = {}
+  names: dict[str, tuple[str, Optional[optimizers.SlotSpec]]] = {}
   for table_name in model.tables:
     names[object_name(table_name)] = (table_name, None)
     parameters = model.optimizer_for(table_name)
@@ -44,10 +64,15 @@ def object_names(model):
   return names
 
 
-def write_mid_level_checkpoint(model_dir, model, output_prefix,
-                               object_graph, *, owner, variable_names=None,
-                               allow_missing_slots=False, bar=None,
-                               from_strategy=None, overwrite=False):
+def write_mid_level_checkpoint(model_dir: tables.StrPath,
+                               model: model_lib.EmbeddingModel,
+                               output_prefix: tables.StrPath,
+                               object_graph: Callable[[], ObjectGraph], *,
+                               owner: str, bar: progress.ProgressFactory,
+                               variable_names: Optional[dict[str, str]] = None,
+                               allow_missing_slots: bool = False,
+                               from_strategy: Optional[str] = None,
+                               overwrite: bool = False) -> str:
   """Writes the tables and slots of a TPUEstimator checkpoint for TF2 (see
   `estimator_spec.interop.export_mid_level_checkpoint`, which checks the
   arguments and calls it); returns the written prefix (absolute).
@@ -77,23 +102,26 @@ def write_mid_level_checkpoint(model_dir, model, output_prefix,
       return staged.commit()
 
 
-def _plans(checkpoint, model, variable_names, allow_missing_slots, owner):
+def _plans(checkpoint: tables.Checkpoint, model: model_lib.EmbeddingModel,
+           variable_names: Optional[dict[str, str]],
+           allow_missing_slots: bool, owner: str) -> list[_TablePlan]:
   """[(table name, table, checkpoint tensor, [(TF2 slot name, source
   tensor or None, initial value)])] of every table of `model`."""
   table_tensors = tables.locate_tables(checkpoint, model, variable_names,
                                        owner)
-  plans = []
+  plans: list[_TablePlan] = []
   missing = []
   for name, tensor in table_tensors.items():
     table = model.tables[name]
     parameters = model.optimizer_for(name)
-    slots = []
+    slots: list[_SlotPlan] = []
     if parameters is not None:
       for slot in parameters.slot_specs():
-        source = slot.variable_name(tensor)
+        written = slot.variable_name(tensor)
         shape = [table.vocabulary_size, table.dimension]
-        if checkpoint.shapes.get(source) != shape:
-          missing.append(source)
+        source: Optional[str] = written
+        if checkpoint.shapes.get(written) != shape:
+          missing.append(written)
           source = None
         slots.append((slot.mid_level, source, slot.initial_value))
     plans.append((name, table, tensor, slots))
@@ -106,8 +134,10 @@ def _plans(checkpoint, model, variable_names, allow_missing_slots, owner):
   return plans
 
 
-def _write_table(staged, checkpoint, keys, bar, name, table, tensor, slots,
-                 written_strategy, owner):
+def _write_table(staged: tables.StagedCheckpoint, checkpoint: tables.Checkpoint,
+                 keys: dict[str, str], bar: progress.ProgressFactory, name: str,
+                 table: model_lib.Table, tensor: str, slots: list[_SlotPlan],
+                 written_strategy: str, owner: str) -> None:
   """Saves one table and its slots in row order under their keys (slots
   the checkpoint lacks at their initial values)."""
   row_order = sharding.ShardLayout(table.vocabulary_size, 1, "div")

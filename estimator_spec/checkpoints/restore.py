@@ -22,10 +22,15 @@ tables were laid out with (the string tensor `LAYOUT_TENSOR`), so a restore
 knows how a table stored in several partitions is ordered. Checkpoints
 without it (TF's own, or older ones) are taken to use this run's strategy.
 """
+from typing import Any, Mapping, Optional
+
 import tensorflow as tf
 
 from estimator_spec.checkpoints import tables
 from estimator_spec.config import sharding
+from estimator_spec.engine import engine as engine_lib
+from estimator_spec.engine import storage
+from estimator_spec.tensor_types import Op, Tensor, Variable
 # Public here too: the estimator's tests and tools know them from this module.
 from estimator_spec.checkpoints.tables import LAYOUT_TENSOR
 from estimator_spec.checkpoints.tables import recorded_strategy
@@ -35,14 +40,14 @@ from estimator_spec.checkpoints.tables import stored_partitions
 class _EngineVariable:
   """One engine table or slot: its partitions, layout and restore ops."""
 
-  def __init__(self, rows, is_slot):
+  def __init__(self, rows: storage.PartitionedRows, is_slot: bool) -> None:
     self.name = rows.name
     self.is_slot = is_slot
     self.layout = rows.layout
     self.partitions = rows.partitions
-    self.initializer = tf.group(*[p.initializer for p in rows.partitions])
-    self.placeholders = []
-    self.assigns = []
+    self.initializer: Op = tf.group(*[p.initializer for p in rows.partitions])
+    self.placeholders: list[Tensor] = []
+    self.assigns: list[Op] = []
     with tf.control_dependencies(None), tf.name_scope("embedding_restore"):
       for partition in self.partitions:
         value = tf.compat.v1.placeholder(tf.float32, partition.shape)
@@ -50,7 +55,7 @@ class _EngineVariable:
         self.assigns.append(partition.assign(value, read_value=False))
 
 
-class LayoutAwareSaver(tf.compat.v1.train.Saver):
+class LayoutAwareSaver(tf.compat.v1.train.Saver):  # type: ignore[misc]  # TF is untyped
   """A `Saver` whose `restore` re-lays out engine tables (see module doc).
 
   Args:
@@ -66,10 +71,12 @@ class LayoutAwareSaver(tf.compat.v1.train.Saver):
     **kwargs: for `tf.compat.v1.train.Saver`.
   """
 
-  def __init__(self, engine, allow_missing_slots, record_layout, record=None,
-               **kwargs):
-    self._variables = []
-    engine_ids = set()
+  def __init__(self, engine: engine_lib.HostEmbeddingEngine,
+               allow_missing_slots: bool, record_layout: bool,
+               record: Optional[Mapping[str, str]] = None,
+               **kwargs: Any) -> None:
+    self._variables: list[_EngineVariable] = []
+    engine_ids: set[int] = set()
     for name in engine.created_tables():
       entries = [(engine.table_rows(name), False)] + [
           (slot, True) for slot in engine.slot_rows(name).values()
@@ -79,14 +86,14 @@ class LayoutAwareSaver(tf.compat.v1.train.Saver):
         engine_ids.update(id(p) for p in variable_rows.partitions)
     self._allow_missing_slots = allow_missing_slots
     self._strategy = engine.model.partition_strategy
-    self._marker = None
+    self._marker: Optional[Variable] = None
     if self._variables and record_layout:
       with tf.control_dependencies(None):
         self._marker = tf.compat.v1.Variable(
             self._strategy, name=LAYOUT_TENSOR, trainable=False,
             collections=[tf.compat.v1.GraphKeys.GLOBAL_VARIABLES])
       engine_ids.add(id(self._marker))
-    self._records = []
+    self._records: list[Variable] = []
     for name, value in sorted((record or {}).items()):
       with tf.control_dependencies(None):
         variable = tf.compat.v1.Variable(
@@ -102,19 +109,24 @@ class LayoutAwareSaver(tf.compat.v1.train.Saver):
         "sharded", "save_relative_paths")}
     # Built now (a var_list saver cannot defer); model_fn has created every
     # variable by the time the estimator builds this saver.
-    self._others = tf.compat.v1.train.Saver(
+    self._others: Optional[tf.compat.v1.train.Saver] = tf.compat.v1.train.Saver(
         var_list=others, **other_kwargs) if others else None
     super().__init__(**kwargs)
 
-  def restore(self, sess, save_path):
+  def restore(self, sess: tf.compat.v1.Session,
+              save_path: Optional[str]) -> None:
     if save_path is None:
-      return super().restore(sess, save_path)
+      super().restore(sess, save_path)
+      return
     with tables.Checkpoint(save_path) as checkpoint:
-      return self._restore(sess, save_path, checkpoint)
+      self._restore(sess, save_path, checkpoint)
 
-  def _restore(self, sess, save_path, checkpoint):
+  def _restore(self, sess: tf.compat.v1.Session, save_path: str,
+               checkpoint: tables.Checkpoint) -> None:
     written_strategy = checkpoint.strategy
-    plan = []
+    # (variable, the layout its tensor was written in; None when the
+    # checkpoint lacks it: it starts from its initial value)
+    plan: list[tuple[_EngineVariable, Optional[sharding.ShardLayout]]] = []
     for entry in self._variables:
       if not checkpoint.has_tensor(entry.name):
         if not (entry.is_slot and self._allow_missing_slots):
@@ -123,28 +135,29 @@ class LayoutAwareSaver(tf.compat.v1.train.Saver):
               f"Checkpoint {save_path} has no tensor {entry.name!r} "
               f"(embedding {'slot' if entry.is_slot else 'table'}); it was "
               "written for another model or embedding_config_spec.")
-        plan.append(("init", entry, None))
+        plan.append((entry, None))
       else:
         written = sharding.ShardLayout(entry.layout.vocabulary_size,
                                        checkpoint.partition_count(entry.name),
                                        written_strategy or self._strategy)
         if _row_order_differs(written, entry.layout):
-          plan.append(("convert", entry, written))
+          plan.append((entry, written))
     recorded = all(checkpoint.has_tensor(v.op.name) for v in self._records)
     if not plan and recorded and (
         self._marker is None or written_strategy == self._strategy):
-      return super().restore(sess, save_path)
+      super().restore(sess, save_path)
+      return
     if self._others is not None:
       self._others.restore(sess, save_path)
     for variable in ([self._marker] if self._marker is not None else []) + (
         self._records):
       sess.run(variable.initializer)
-    planned = {id(entry) for _, entry, _ in plan}
+    planned = {id(entry) for entry, _ in plan}
     for entry in self._variables:
       if id(entry) not in planned:  # stored in this run's order
         _assign_partitions(sess, checkpoint, entry, entry.layout)
-    for action, entry, written in plan:
-      if action == "init":
+    for entry, stored in plan:
+      if stored is None:
         tf.compat.v1.logging.warning(
             "Checkpoint %s has no %s (a checkpoint of TF's CPU path, whose "
             "optimizer had no such slot); it starts from its initial "
@@ -153,13 +166,13 @@ class LayoutAwareSaver(tf.compat.v1.train.Saver):
       else:
         tf.compat.v1.logging.info(
             "Restoring %s from %d partitions (%s layout) into %d (%s).",
-            entry.name, written.num_partitions, written.strategy,
+            entry.name, stored.num_partitions, stored.strategy,
             entry.layout.num_partitions, entry.layout.strategy)
-        _assign_partitions(sess, checkpoint, entry, written)
-    return None
+        _assign_partitions(sess, checkpoint, entry, stored)
 
 
-def _row_order_differs(written, layout):
+def _row_order_differs(written: sharding.ShardLayout,
+                       layout: sharding.ShardLayout) -> bool:
   """Whether a tensor stored in `written`'s partition order must be
   re-laid out for `layout`. `div` tensors restore into any `div`
   partitioning through TF's own slices (rows stay in row order)."""
@@ -171,7 +184,9 @@ def _row_order_differs(written, layout):
           written.strategy != layout.strategy)
 
 
-def _assign_partitions(sess, checkpoint, entry, written):
+def _assign_partitions(sess: tf.compat.v1.Session,
+                       checkpoint: tables.Checkpoint, entry: _EngineVariable,
+                       written: sharding.ShardLayout) -> None:
   """Assigns an engine variable from its tensor, stored in `written`'s
   partition order, one partition at a time (reading only its rows)."""
   for index, (placeholder, assign) in enumerate(

@@ -9,15 +9,21 @@ stored position of each id comes from the layout that wrote the tensor
 (`ShardLayout.locate`, the routing rule the engine uses) and only the
 stored ranges covering the asked ids are read (`Checkpoint.rows_by_id`).
 """
+from typing import Any, Iterable, Optional
+
 import numpy as np
+import numpy.typing as npt
 
 from estimator_spec.checkpoints import tables
+from estimator_spec.config import model as model_lib
 from estimator_spec.config import spec as spec_lib
 from tpu_embedding_columns import checks
 
 
-def read_rows(model_dir, spec, table, ids, *, slot=None, from_strategy=None,
-              variable_names=None):
+def read_rows(model_dir: tables.StrPath, spec: spec_lib.EmbeddingConfigSpec,
+              table: str, ids: npt.ArrayLike, *, slot: Optional[str] = None,
+              from_strategy: Optional[str] = None,
+              variable_names: Optional[dict[str, str]] = None) -> tables.Rows:
   """The rows of table `table` with ids `ids`, as stored in a checkpoint.
 
   Args:
@@ -65,7 +71,8 @@ def read_rows(model_dir, spec, table, ids, *, slot=None, from_strategy=None,
     return checkpoint.rows_by_id(tensor, layout, ids)
 
 
-def table_of(owner, model, name):
+def table_of(owner: str, model: model_lib.EmbeddingModel,
+             name: str) -> model_lib.Table:
   """The config-model table `name` of `model`; ValueError naming the
   model's tables when it has none of that name."""
   name = checks.check_str(owner, "table", name)
@@ -76,7 +83,8 @@ def table_of(owner, model, name):
   return model.tables[name]
 
 
-def check_ids(owner, ids, table):
+def check_ids(owner: str, ids: npt.ArrayLike,
+              table: model_lib.Table) -> npt.NDArray[np.int64]:
   """`ids` as an int64 array; ValueError naming the ids out of range of
   `table` (a config-model table) and its vocabulary size."""
   ids = np.asarray(ids)
@@ -94,13 +102,15 @@ def check_ids(owner, ids, table):
   return ids
 
 
-def _some(values, limit=5):
+def _some(values: Iterable[Any], limit: int = 5) -> str:
   values = list(dict.fromkeys(int(v) for v in values))  # once each
   shown = ", ".join(str(int(v)) for v in values[:limit])
   return f"[{shown}{', ...' if len(values) > limit else ''}]"
 
 
-def _slot_tensor(owner, checkpoint, model, table, tensor, slot):
+def _slot_tensor(owner: str, checkpoint: tables.Checkpoint,
+                 model: model_lib.EmbeddingModel, table: model_lib.Table,
+                 tensor: str, slot: str) -> str:
   # {suffix: tensor name} of the table's slot tensors (`<tensor>/<suffix>`).
   found = {name[len(tensor) + 1:]: name for name in tables.table_row_tensors(
       checkpoint, model, {table.name: tensor})[table.name][1:]}

@@ -36,16 +36,32 @@ import os
 import shutil
 import stat
 import tempfile
+from types import TracebackType
+from typing import (Any, Callable, Collection, Iterable, Literal, Mapping,
+                    Optional, Protocol, Sequence, Union)
 
 import numpy as np
+import numpy.typing as npt
 import tensorflow as tf
 
 from estimator_spec import files
 from estimator_spec.checkpoints import bundle_index
+from estimator_spec.config import model as model_lib
 from estimator_spec.config import sharding
+from estimator_spec.tensor_types import Tensor
 from tpu_embedding_columns import checks
 
 LAYOUT_TENSOR = "estimator_spec/partition_strategy"
+
+# A path argument: a str or an `os.PathLike` of one.
+StrPath = Union[str, os.PathLike[str]]
+# Rows of a tensor read from (or written to) a checkpoint, in NumPy.
+Rows = npt.NDArray[Any]
+# A whole tensor as TF's checkpoint reader gives it: an array, or a scalar
+# (NumPy's, or bytes for a string).
+Value = Union[npt.NDArray[Any], np.generic, bytes]
+# (start row, rows) of each slice a tensor was saved in, in row order.
+RowSlices = tuple[tuple[int, int], ...]
 
 _BLOCK_BYTES = 16 << 20  # rows moved per NumPy step (bounds temporaries)
 _ALIGNMENT = 64  # TensorFlow's CPU tensors need 64-byte aligned buffers
@@ -54,7 +70,7 @@ _ALIGNMENT = 64  # TensorFlow's CPU tensors need 64-byte aligned buffers
 # --- arguments and opening -----------------------------------------------------
 
 
-def _check_path(owner, arg, value):
+def _check_path(owner: str, arg: str, value: StrPath) -> StrPath:
   if not isinstance(value, (str, os.PathLike)):
     checks.fail(owner, arg, "must be a path (str or os.PathLike)", value,
                  TypeError)
@@ -63,7 +79,7 @@ def _check_path(owner, arg, value):
   return value
 
 
-def resolve_checkpoint(path, owner="checkpoint"):
+def resolve_checkpoint(path: StrPath, owner: str = "checkpoint") -> str:
   """A checkpoint prefix from a model directory (its latest checkpoint) or a
   prefix. Raises FileNotFoundError when there is none."""
   path = os.fspath(_check_path(owner, "checkpoint", path))
@@ -77,7 +93,7 @@ def resolve_checkpoint(path, owner="checkpoint"):
   return path
 
 
-def _check_regular_files(prefix, owner):
+def _check_regular_files(prefix: str, owner: str) -> None:
   """Raises ValueError when a local checkpoint's index or data file is
   not a regular file (a FIFO or a device, which TensorFlow's reader would
   wait on for ever)."""
@@ -100,7 +116,7 @@ def _check_regular_files(prefix, owner):
 MAX_STATE_FILE_BYTES = 2**20
 
 
-def _latest_in_directory(directory, owner):
+def _latest_in_directory(directory: str, owner: str) -> str:
   """The checkpoint prefix the model directory's `checkpoint` state file
   names; FileNotFoundError saying which is missing: the state file, or
   the checkpoint it names (or why the state file cannot be read)."""
@@ -131,7 +147,7 @@ def _latest_in_directory(directory, owner):
     raise FileNotFoundError(
         f"{owner}: the `checkpoint` state file of {directory!r} names no "
         f"checkpoint (it is empty or not a checkpoint state); {advice}")
-  prefix = state.model_checkpoint_path
+  prefix: str = state.model_checkpoint_path
   if not tf.io.gfile.exists(prefix + ".index"):
     raise FileNotFoundError(
         f"{owner}: the `checkpoint` state file of {directory!r} names "
@@ -141,18 +157,31 @@ def _latest_in_directory(directory, owner):
   return prefix
 
 
-def open_checkpoint(path, owner="checkpoint"):
+def open_checkpoint(path: StrPath,
+                    owner: str = "checkpoint") -> "Checkpoint":
   """A `Checkpoint` of a model directory (its latest) or a prefix."""
   return Checkpoint(resolve_checkpoint(path, owner))
 
 
-def recorded_strategy(reader):
+class TensorReader(Protocol):
+  """What `recorded_strategy` reads: TF's `NewCheckpointReader`, or a
+  `Checkpoint`."""
+
+  def has_tensor(self, name: str) -> bool:
+    ...
+
+  def get_tensor(self, name: str) -> Value:
+    ...
+
+
+def recorded_strategy(reader: TensorReader) -> Optional[str]:
   """The partition strategy a checkpoint records ('div'/'mod'), or None.
   `reader`: a `tf.compat.v1.train.NewCheckpointReader` or a `Checkpoint`."""
   if not reader.has_tensor(LAYOUT_TENSOR):
     return None
-  value = reader.get_tensor(LAYOUT_TENSOR)
-  value = value.decode("utf-8") if isinstance(value, bytes) else str(value)
+  stored = reader.get_tensor(LAYOUT_TENSOR)
+  value = (stored.decode("utf-8") if isinstance(stored, bytes) else
+           str(stored))
   if value not in sharding.STRATEGIES:
     raise ValueError(
         f"Checkpoint tensor {LAYOUT_TENSOR!r} holds {value!r}, not a "
@@ -160,7 +189,8 @@ def recorded_strategy(reader):
   return value
 
 
-def check_from_strategy(owner, from_strategy):
+def check_from_strategy(owner: str,
+                        from_strategy: Optional[str]) -> Optional[str]:
   """`from_strategy` ('div', 'mod' or None); ValueError naming `owner`
   otherwise."""
   if from_strategy is not None and from_strategy not in sharding.STRATEGIES:
@@ -169,7 +199,8 @@ def check_from_strategy(owner, from_strategy):
   return from_strategy
 
 
-def written_strategy(checkpoint, model, from_strategy, owner):
+def written_strategy(checkpoint: "Checkpoint", model: model_lib.EmbeddingModel,
+                     from_strategy: Optional[str], owner: str) -> str:
   """The partition strategy a `Checkpoint`'s tables were written with: the
   one it records, else `from_strategy` (the caller's word), else the
   model's. Raises ValueError when `from_strategy` contradicts the record."""
@@ -185,7 +216,8 @@ def written_strategy(checkpoint, model, from_strategy, owner):
   return from_strategy
 
 
-def stored_partitions(checkpoint):
+def stored_partitions(
+    checkpoint: Union["Checkpoint", StrPath]) -> dict[str, int]:
   """{tensor name: number of slices it was saved in} (1 when saved whole)
   of a `Checkpoint`, a checkpoint prefix or a model directory."""
   if isinstance(checkpoint, Checkpoint):
@@ -211,43 +243,50 @@ class Checkpoint:
   small TF session.
   """
 
-  def __init__(self, prefix):
+  def __init__(self, prefix: StrPath) -> None:
     self.prefix = os.fspath(prefix)
     # Training's restore reads here too: a FIFO is refused, not waited on.
     _check_regular_files(self.prefix, "checkpoint")
     self.reader = tf.compat.v1.train.NewCheckpointReader(self.prefix)
-    self.shapes = {name: [int(d) for d in shape] for name, shape in
-                   self.reader.get_variable_to_shape_map().items()}
-    self.dtypes = self.reader.get_variable_to_dtype_map()
-    self._slices = None  # {name: slices}, read from the index when needed
-    self._session = None  # a private session running RestoreV2
-    self._feeds = None
-    self._restores = {}  # {dtype: RestoreV2 output}
+    self.shapes: dict[str, list[int]] = {
+        name: [int(d) for d in shape] for name, shape in
+        self.reader.get_variable_to_shape_map().items()}
+    self.dtypes: dict[str, tf.DType] = (
+        self.reader.get_variable_to_dtype_map())
+    # {name: slices}, read from the index when needed.
+    self._slices: Optional[dict[str, tuple[bundle_index.Slice, ...]]] = None
+    # A private session running RestoreV2.
+    self._session: Optional[tf.compat.v1.Session] = None
+    # Its feeds (prefix, tensor names, slice specs), made with it by the
+    # first read.
+    self._feeds: tuple[Tensor, Tensor, Tensor]
+    self._restores: dict[tf.DType, Tensor] = {}  # {dtype: RestoreV2 output}
 
   # Reader-like access (`recorded_strategy` takes either).
-  def has_tensor(self, name):
+  def has_tensor(self, name: str) -> bool:
     return name in self.shapes
 
-  def get_tensor(self, name):
+  def get_tensor(self, name: str) -> Value:
     """The whole tensor `name` (NumPy)."""
-    return self.reader.get_tensor(name)
+    value: Value = self.reader.get_tensor(name)
+    return value
 
   @property
-  def strategy(self):
+  def strategy(self) -> Optional[str]:
     """The strategy this checkpoint records for its tables, or None."""
     return recorded_strategy(self)
 
-  def _saved_slices(self):
+  def _saved_slices(self) -> dict[str, tuple[bundle_index.Slice, ...]]:
     if self._slices is None:
       self._slices = bundle_index.tensor_slices(self.prefix)
     return self._slices
 
-  def partition_count(self, name):
+  def partition_count(self, name: str) -> int:
     """How many slices tensor `name` was saved in (1: saved whole)."""
     slices = self._saved_slices().get(name)
     return 1 if slices is None else len(slices)
 
-  def row_slices(self, name):
+  def row_slices(self, name: str) -> Optional[RowSlices]:
     """((start row, rows), ...) of the slices tensor `name` was saved in,
     in row order: ((0, rows),) when saved whole; None for a scalar or when
     the slices do not split axis 0 alone."""
@@ -267,7 +306,8 @@ class Checkpoint:
       return None
     return tuple(extents[0] for extents in slices)
 
-  def written_layout(self, name, table, strategy, owner):
+  def written_layout(self, name: str, table: model_lib.Table, strategy: str,
+                     owner: str) -> sharding.ShardLayout:
     """The `ShardLayout` table tensor `name` (of `table`, a config-model
     table) was written with: its partition count from the checkpoint,
     `strategy` that of the run that wrote it. Raises ValueError when the
@@ -292,14 +332,14 @@ class Checkpoint:
             "--from-strategy div).")
     return layout
 
-  def read_rows(self, name, start, stop):
+  def read_rows(self, name: str, start: int, stop: int) -> Rows:
     """Rows [start, stop) of tensor `name` in stored order (NumPy)."""
     shape = self.shapes[name]
     spec = ("" if (start, stop) == (0, shape[0]) else
             slice_spec(shape, start, stop - start))
     return self._restore(name, spec)
 
-  def _restore(self, name, spec):
+  def _restore(self, name: str, spec: str) -> Rows:
     dtype = self.dtypes[name]
     if self._session is None:
       graph = tf.Graph()
@@ -314,14 +354,17 @@ class Checkpoint:
         self._restores[dtype] = tf.raw_ops.RestoreV2(
             prefix=prefix, tensor_names=names, shape_and_slices=specs,
             dtypes=[dtype])[0]
-    return self._session.run(self._restores[dtype], {
+    rows: Rows = self._session.run(self._restores[dtype], {
         prefix: self.prefix, names: [name], specs: [spec]})
+    return rows
 
-  def _reads(self, name):
+  def _reads(self, name: str) -> RowSlices:
     """(start, rows) of the pieces to read `name` in: its stored slices."""
     return self.row_slices(name) or ((0, self.shapes[name][0]),)
 
-  def relaid(self, name, source, target, advance=None):
+  def relaid(self, name: str, source: sharding.ShardLayout,
+             target: sharding.ShardLayout,
+             advance: Optional[Callable[[int], None]] = None) -> list[Rows]:
     """The rows of tensor `name`, stored in `source`'s partition order, as
     the partitions of `target` (a list of arrays). Each stored slice is
     read once; `advance(n)` is called as rows are placed."""
@@ -345,13 +388,15 @@ class Checkpoint:
       del rows
     return parts
 
-  def partition(self, name, source, target, index):
+  def partition(self, name: str, source: sharding.ShardLayout,
+                target: sharding.ShardLayout, index: int) -> Rows:
     """Partition `index` of `target` of tensor `name`, stored in `source`'s
     partition order. Reads, from each stored slice holding some of its
     rows, only the range that covers them."""
     return self.rows_by_id(name, source, target.row_ids(index))
 
-  def rows_by_id(self, name, source, ids):
+  def rows_by_id(self, name: str, source: sharding.ShardLayout,
+                 ids: npt.ArrayLike) -> Rows:
     """The rows with global ids `ids` (any order, repeats allowed) of tensor
     `name`, stored in `source`'s partition order, as an array [len(ids),
     ...]. Reads, from each stored slice holding some of them, only the
@@ -375,30 +420,33 @@ class Checkpoint:
       del rows
     return result
 
-  def _empty(self, name, rows):
+  def _empty(self, name: str, rows: int) -> Rows:
     return aligned_empty([rows] + self.shapes[name][1:],
                          self.dtypes[name].as_numpy_dtype)
 
-  def _chunk_rows(self, name):
-    row_bytes = int(np.prod(self.shapes[name][1:], dtype=np.int64)) * (
+  def _chunk_rows(self, name: str) -> int:
+    row_bytes: int = int(np.prod(self.shapes[name][1:], dtype=np.int64)) * (
         self.dtypes[name].size)
     return max(1, _BLOCK_BYTES // max(1, row_bytes))
 
-  def close(self):
+  def close(self) -> None:
     if self._session is not None:
       self._session.close()
       self._session = None
       self._restores = {}
 
-  def __enter__(self):
+  def __enter__(self) -> "Checkpoint":
     return self
 
-  def __exit__(self, exc_type, exc, tb):
+  def __exit__(self, exc_type: Optional[type[BaseException]],
+               exc: Optional[BaseException],
+               tb: Optional[TracebackType]) -> Literal[False]:
     self.close()
     return False
 
 
-def _stored_row_ids(layout, start, size):
+def _stored_row_ids(layout: sharding.ShardLayout, start: int,
+                    size: int) -> npt.NDArray[np.int64]:
   """The row ids at stored positions [start, start + size) of a tensor
   stored in `layout`'s partition order."""
   ids = []
@@ -414,7 +462,9 @@ def _stored_row_ids(layout, start, size):
 # --- finding tables and slots ----------------------------------------------------
 
 
-def _check_variable_names(owner, model, variable_names):
+def _check_variable_names(
+    owner: str, model: model_lib.EmbeddingModel,
+    variable_names: Optional[dict[str, str]]) -> dict[str, str]:
   if variable_names is None:
     return {}
   if not isinstance(variable_names, dict):
@@ -431,7 +481,7 @@ def _check_variable_names(owner, model, variable_names):
   return dict(variable_names)
 
 
-def _name_matches(name, table):
+def _name_matches(name: str, table: model_lib.Table) -> bool:
   """Whether `name` is a name a CPU lookup of `table` gives its variable:
   `[<scope>/]<var name>` (shared columns, dict form) or
   `[<scope>/]<var name>_embedding/embedding_weights` (a column's own)."""
@@ -442,12 +492,15 @@ def _name_matches(name, table):
   return False
 
 
-def _same_shape(shapes, shape):
+def _same_shape(shapes: Mapping[str, list[int]],
+                shape: list[int]) -> list[str]:
   return sorted(n for n, s in shapes.items() if s == shape)
 
 
-def locate_tables(checkpoint, model, variable_names=None,
-                  owner="locate_tables", only=None):
+def locate_tables(checkpoint: Checkpoint, model: model_lib.EmbeddingModel,
+                  variable_names: Optional[dict[str, str]] = None,
+                  owner: str = "locate_tables",
+                  only: Optional[Collection[str]] = None) -> dict[str, str]:
   """{table name: checkpoint tensor name} for every table of `model`, in a
   `Checkpoint`.
 
@@ -502,7 +555,7 @@ def locate_tables(checkpoint, model, variable_names=None,
   return found
 
 
-def _differences(expected, found):
+def _differences(expected: list[int], found: list[int]) -> str:
   """'vocabulary_size: spec 20, checkpoint 21; ...' of a table's
   [vocabulary_size, dimension] against a tensor's shape."""
   if len(found) != 2:
@@ -512,7 +565,9 @@ def _differences(expected, found):
   return "; ".join(parts) or "dtype differs"
 
 
-def _not_located(owner, table, candidates, shapes, dtypes):
+def _not_located(owner: str, table: model_lib.Table, candidates: list[str],
+                 shapes: Mapping[str, list[int]],
+                 dtypes: Mapping[str, tf.DType]) -> str:
   """The message when table `table`'s tensor is missing or ambiguous."""
   shape = [table.vocabulary_size, table.dimension]
   flag = (f"variable_names={{{table.name!r}: '<tensor name>'}} (command "
@@ -538,7 +593,9 @@ def _not_located(owner, table, candidates, shapes, dtypes):
           f"{flag} to choose one.")
 
 
-def table_row_tensors(checkpoint, model, table_tensors):
+def table_row_tensors(
+    checkpoint: Checkpoint, model: model_lib.EmbeddingModel,
+    table_tensors: Mapping[str, str]) -> dict[str, list[str]]:
   """{table name: [its tensor, then every `<tensor>/...` tensor of the same
   shape (slots), sorted]} in a `Checkpoint`."""
   result = {}
@@ -555,7 +612,7 @@ def table_row_tensors(checkpoint, model, table_tensors):
 # --- zero-copy hand-over between NumPy and TensorFlow -----------------------
 
 
-def aligned_empty(shape, dtype):
+def aligned_empty(shape: Sequence[int], dtype: npt.DTypeLike) -> Rows:
   """An uninitialized C-contiguous array whose buffer TensorFlow can adopt
   without a copy (see `as_tensor`)."""
   dtype = np.dtype(dtype)
@@ -565,7 +622,7 @@ def aligned_empty(shape, dtype):
   return raw[offset:offset + nbytes].view(dtype).reshape(shape)
 
 
-def as_tensor(array):
+def as_tensor(array: Rows) -> Tensor:
   """An eager tensor of `array`, sharing its buffer when it is aligned (no
   second copy of a table), else copied."""
   if (array.size and array.flags.c_contiguous and
@@ -578,7 +635,7 @@ def as_tensor(array):
 # --- writing -------------------------------------------------------------------
 
 
-def slice_spec(full_shape, start, length):
+def slice_spec(full_shape: Sequence[int], start: int, length: int) -> str:
   """The `shape_and_slices` spec of rows [start, start + length) of a
   tensor of `full_shape` (SaveV2 / RestoreV2)."""
   dims = " ".join(str(d) for d in full_shape)
@@ -586,7 +643,7 @@ def slice_spec(full_shape, start, length):
   return f"{dims} {':'.join([f'{start},{length}'] + rest)}"
 
 
-def move_checkpoint(prefix, target):
+def move_checkpoint(prefix: str, target: str) -> None:
   """Renames the checkpoint files of `prefix` to `target` (same file
   system): the data files first, the index last, since the index is what
   makes the files a checkpoint."""
@@ -607,7 +664,8 @@ class StagedCheckpoint:
   and leaves existing files alone.
   """
 
-  def __init__(self, output_prefix, owner, overwrite=False):
+  def __init__(self, output_prefix: StrPath, owner: str,
+               overwrite: bool = False) -> None:
     overwrite = checks.check_bool(owner, "overwrite", overwrite)
     output_prefix = os.fspath(_check_path(owner, "output_prefix",
                                           output_prefix))
@@ -654,17 +712,19 @@ class StagedCheckpoint:
       if self._created_dir is not None:
         shutil.rmtree(self._created_dir, ignore_errors=True)
       raise
-    self._prefixes = []
+    self._prefixes: list[str] = []
     self.committed = False
 
-  def save(self, names, slices, tensors):
+  def save(self, names: Sequence[str], slices: Sequence[str],
+           tensors: Sequence[Tensor]) -> None:
     """Saves tensors (with `shape_and_slices` specs, '' = whole tensor)."""
     prefix = os.path.join(self._staging, f"piece-{len(self._prefixes):05d}")
     tf.raw_ops.SaveV2(prefix=prefix, tensor_names=list(names),
                       shape_and_slices=list(slices), tensors=list(tensors))
     self._prefixes.append(prefix)
 
-  def save_partitions(self, name, full_shape, target, parts):
+  def save_partitions(self, name: str, full_shape: Sequence[int],
+                      target: sharding.ShardLayout, parts: list[Rows]) -> None:
     """Saves tensor `name` from the partitions of layout `target` (arrays,
     taken out of the list `parts` as they are handed to TensorFlow) as the
     slices a run with that layout saves (whole when it has one)."""
@@ -678,7 +738,7 @@ class StagedCheckpoint:
       values.append(as_tensor(parts.pop(0)))
     self.save([name] * len(values), slices, values)
 
-  def commit(self):
+  def commit(self) -> str:
     """Merges the pieces and moves the checkpoint to `output_prefix`; writes
     a `checkpoint` state file naming it when the directory has none."""
     merged = os.path.join(self._staging, "merged")
@@ -697,25 +757,28 @@ class StagedCheckpoint:
     shutil.rmtree(self._staging, ignore_errors=True)
     return self.output_prefix
 
-  def abort(self):
+  def abort(self) -> None:
     shutil.rmtree(self._staging, ignore_errors=True)
     if self._created_dir is not None:
       shutil.rmtree(self._created_dir, ignore_errors=True)
 
-  def __enter__(self):
+  def __enter__(self) -> "StagedCheckpoint":
     return self
 
-  def __exit__(self, exc_type, exc, tb):
+  def __exit__(self, exc_type: Optional[type[BaseException]],
+               exc: Optional[BaseException],
+               tb: Optional[TracebackType]) -> Literal[False]:
     if exc_type is not None or not self.committed:
       self.abort()
     return False
 
 
-def copy_tensors(checkpoint, names, staged, group_bytes):
+def copy_tensors(checkpoint: Checkpoint, names: Iterable[str],
+                 staged: StagedCheckpoint, group_bytes: int) -> None:
   """Copies tensors of a `Checkpoint` unchanged (partitioned ones keep their
   row slices) into `staged`, in groups of at most `group_bytes` (one
   tensor may exceed it)."""
-  group = ([], [], [])
+  group: tuple[list[str], list[str], list[Tensor]] = ([], [], [])
   size = 0
   for name in names:
     value = checkpoint.get_tensor(name)
@@ -724,7 +787,8 @@ def copy_tensors(checkpoint, names, staged, group_bytes):
       staged.save(*group)
       group, size = ([], [], []), 0
     slices = checkpoint.row_slices(name)
-    if slices is None or len(slices) < 2:
+    # A tensor saved in row slices is an array (never a scalar).
+    if slices is None or len(slices) < 2 or not isinstance(value, np.ndarray):
       pieces = [("", value)]
     else:
       pieces = [(slice_spec(checkpoint.shapes[name], start, rows),

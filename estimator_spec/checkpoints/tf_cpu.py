@@ -41,11 +41,14 @@ import os
 import re
 import shutil
 import tempfile
+from typing import Any, Callable, Optional, TypeAlias, Union
 
 import tensorflow as tf
 
 from estimator_spec.checkpoints import convert as _convert
 from estimator_spec.checkpoints import tables
+from estimator_spec.config import spec as spec_lib
+from estimator_spec.tensor_types import Tensor, Variable
 
 _OWNER = "convert_for_tf_cpu"
 _PART = re.compile(r"/part_\d+$")
@@ -54,6 +57,12 @@ _PART = re.compile(r"/part_\d+$")
 # `convert_for_tf_cpu` refuses such an estimator. This layer does not
 # import the estimator layer, which sits above it.
 RESTORES_HOST_CHECKPOINTS = "restores_host_embedding_checkpoints"
+
+# What an input_fn gives as features or labels: a tensor or a dict of them.
+_Batch = Union[Tensor, dict[str, Tensor]]
+# TF's estimator class, named in a string: reading the attribute would load
+# TF's estimator package when this module loads.
+_Estimator: TypeAlias = "tf.compat.v1.estimator.Estimator"
 
 TfCpuCheckpoint = collections.namedtuple(
     "TfCpuCheckpoint", ["prefix", "copied", "initialized", "left_out"])
@@ -67,8 +76,12 @@ TfCpuCheckpoint.__doc__ = """What `convert_for_tf_cpu` wrote.
 """
 
 
-def convert_for_tf_cpu(estimator, input_fn, checkpoint, *, batch_size=None,
-                       model_dir=None, spec=None, overwrite=False):
+def convert_for_tf_cpu(
+    estimator: _Estimator, input_fn: Callable[..., Any],
+    checkpoint: tables.StrPath, *, batch_size: Optional[int] = None,
+    model_dir: Optional[tables.StrPath] = None,
+    spec: Optional[spec_lib.EmbeddingConfigSpec] = None,
+    overwrite: bool = False) -> TfCpuCheckpoint:
   """Writes `checkpoint` (ours) as `estimator` (TF's CPU path) restores it.
 
   Args:
@@ -120,7 +133,8 @@ def convert_for_tf_cpu(estimator, input_fn, checkpoint, *, batch_size=None,
   return TfCpuCheckpoint(prefix, *result[1:])
 
 
-def _target_dir(source, model_dir, overwrite):
+def _target_dir(source: str, model_dir: tables.StrPath,
+                overwrite: bool) -> str:
   """`model_dir` as an absolute path, checked: not the directory of the
   checkpoint `source`, and holding no checkpoint unless `overwrite`."""
   model_dir = os.path.abspath(os.fspath(model_dir))
@@ -139,7 +153,7 @@ def _target_dir(source, model_dir, overwrite):
   return model_dir
 
 
-def _check_estimator(estimator):
+def _check_estimator(estimator: object) -> None:
   if getattr(type(estimator), RESTORES_HOST_CHECKPOINTS, False) is True:
     raise TypeError(
         f"{_OWNER}: `estimator` is estimator_spec's TPUEstimator, which "
@@ -153,7 +167,8 @@ def _check_estimator(estimator):
         f"{type(estimator).__name__}.")
 
 
-def _row_order(source, spec, staging):
+def _row_order(source: str, spec: Optional[spec_lib.EmbeddingConfigSpec],
+               staging: str) -> str:
   """A prefix holding `source` with every table in row order: `source`
   itself unless some tensor is stored in several `mod` partitions."""
   with tables.open_checkpoint(source, _OWNER) as opened:
@@ -176,7 +191,9 @@ def _row_order(source, spec, staging):
       to_strategy="div", to_shards=1)
 
 
-def _input(input_fn, estimator, batch_size):
+def _input(input_fn: Callable[..., Any],
+           estimator: _Estimator,
+           batch_size: Optional[int]) -> tuple[_Batch, Optional[_Batch]]:
   """(features, labels) of one call of input_fn, as TPUEstimator calls it."""
   accepted = inspect.signature(input_fn).parameters
   kwargs = {}
@@ -197,7 +214,9 @@ def _input(input_fn, estimator, batch_size):
   return result, None
 
 
-def _write(estimator, input_fn, batch_size, rows_prefix, staging):
+def _write(estimator: _Estimator, input_fn: Callable[..., Any],
+           batch_size: Optional[int], rows_prefix: str,
+           staging: str) -> tuple[str, list[str], list[str], list[str]]:
   reader = tf.compat.v1.train.NewCheckpointReader(rows_prefix)
   ours = reader.get_variable_to_shape_map()
   ours_dtypes = reader.get_variable_to_dtype_map()
@@ -210,7 +229,7 @@ def _write(estimator, input_fn, batch_size, rows_prefix, staging):
     variables = tf.compat.v1.global_variables()
     trainable = {_PART.sub("", v.op.name)
                  for v in tf.compat.v1.trainable_variables()}
-    groups = collections.OrderedDict()
+    groups: dict[str, list[Variable]] = collections.OrderedDict()
     for variable in variables:
       groups.setdefault(_PART.sub("", variable.op.name), []).append(variable)
     saver = tf.compat.v1.train.Saver(sharded=True, allow_empty=True,
@@ -256,10 +275,11 @@ def _write(estimator, input_fn, batch_size, rows_prefix, staging):
   return prefix, copied, initialized, left_out
 
 
-def _full_shape(parts):
+def _full_shape(parts: list[Variable]) -> list[int]:
   """The shape of a variable, or of the variable its partitions slice."""
   if len(parts) == 1:
-    return parts[0].shape.as_list()
+    whole: list[int] = parts[0].shape.as_list()
+    return whole
   shapes = [p.shape.as_list() for p in parts]
   axes = [a for a in range(len(shapes[0]))
           if len({s[a] for s in shapes}) > 1]
@@ -269,7 +289,7 @@ def _full_shape(parts):
   return full
 
 
-def _move_into(staging, prefix, model_dir):
+def _move_into(staging: str, prefix: str, model_dir: str) -> str:
   """Moves the staged checkpoint files into model_dir (data files first,
   the index next, the state file last) and returns the new prefix."""
   base = os.path.basename(prefix)
