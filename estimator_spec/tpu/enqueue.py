@@ -25,12 +25,16 @@ Integer ids are enqueued as given, as TensorFlow's TPU input path takes them
 """
 import collections
 import logging
+from typing import Mapping, Optional, Protocol, Sequence, Union
 
 import tensorflow as tf
 
 from tpu_embedding_columns import lookup
 
+from estimator_spec.config import embedding_config as config_lib
+from estimator_spec.config import model as model_lib
 from estimator_spec.engine import inputs as inputs_lib
+from estimator_spec.tensor_types import Op, Tensor
 
 MODE_OVERRIDES = ("unspecified", "inference", "training",
                   "backward_pass_only")
@@ -53,13 +57,16 @@ class EnqueueData(
       for weight 1.
   """
 
-  def __new__(cls, embedding_indices, sample_indices=None,
-              aggregation_weights=None):
+  def __new__(cls, embedding_indices: Tensor,
+              sample_indices: Optional[Tensor] = None,
+              aggregation_weights: Optional[Tensor] = None) -> "EnqueueData":
     return super().__new__(cls, embedding_indices, sample_indices,
                            aggregation_weights)
 
   @classmethod
-  def from_sparse_tensor(cls, sp_tensor, weights=None):
+  def from_sparse_tensor(
+      cls, sp_tensor: tf.SparseTensor,
+      weights: Optional[tf.SparseTensor] = None) -> "EnqueueData":
     """From SparseTensor ids (and SparseTensor weights at the same
     positions)."""
     if not isinstance(sp_tensor, tf.SparseTensor):
@@ -85,13 +92,16 @@ class RaggedEnqueueData(
     aggregation_weights: rank-1 float32/float64 weights, or None for 1.
   """
 
-  def __new__(cls, embedding_indices, row_splits=None,
-              aggregation_weights=None):
+  def __new__(
+      cls, embedding_indices: Tensor, row_splits: Optional[Tensor] = None,
+      aggregation_weights: Optional[Tensor] = None) -> "RaggedEnqueueData":
     return super().__new__(cls, embedding_indices, row_splits,
                            aggregation_weights)
 
   @classmethod
-  def from_ragged_tensor(cls, rg_tensor, weights=None):
+  def from_ragged_tensor(
+      cls, rg_tensor: tf.RaggedTensor,
+      weights: Optional[tf.RaggedTensor] = None) -> "RaggedEnqueueData":
     """From RaggedTensor ids (and RaggedTensor weights of the same shape)."""
     if not isinstance(rg_tensor, tf.RaggedTensor):
       raise TypeError("RaggedEnqueueData.from_ragged_tensor: `rg_tensor` "
@@ -105,11 +115,21 @@ class RaggedEnqueueData(
                None if weights is None else weights.values)
 
 
+# One feature's ids for one core, normalized.
+_Data = Union[EnqueueData, RaggedEnqueueData]
+# One feature's ids for one core as `generate_enqueue_ops` takes them: an
+# `EnqueueData` or a SparseTensor (sparse), a `RaggedEnqueueData` or a
+# RaggedTensor (ragged), or another named tuple with the same fields.
+FeatureData = Union[_Data, tf.SparseTensor, tf.RaggedTensor,
+                    tuple[Optional[Tensor], ...]]
+
 # --- enqueue ops -------------------------------------------------------------
 
 
-def generate_enqueue_ops(config, features_per_core, mode_override=None,
-                         ragged=False):
+def generate_enqueue_ops(config: config_lib.EmbeddingConfig,
+                         features_per_core: Sequence[dict[str, FeatureData]],
+                         mode_override: Union[str, Tensor, None] = None,
+                         ragged: bool = False) -> list[Op]:
   """One `EnqueueTPUEmbeddingArbitraryTensorBatch` op per core.
 
   Args:
@@ -148,7 +168,8 @@ def generate_enqueue_ops(config, features_per_core, mode_override=None,
   return ops
 
 
-def _check_mode_override(mode_override):
+def _check_mode_override(
+    mode_override: Union[str, Tensor, None]) -> Union[str, Tensor]:
   if mode_override is None:
     return "unspecified"
   if isinstance(mode_override, str):
@@ -170,7 +191,8 @@ def _check_mode_override(mode_override):
       f"string Tensor or None; got {type(mode_override).__name__}.")
 
 
-def _as_data(value, feature, core, ragged):
+def _as_data(value: FeatureData, feature: str, core: int,
+             ragged: bool) -> _Data:
   """Normalizes one feature's data for one core; raises on the wrong form."""
   where = f"generate_enqueue_ops: `features_per_core[{core}][{feature!r}]`"
   if ragged:
@@ -205,7 +227,10 @@ def _as_data(value, feature, core, ragged):
   return data
 
 
-def _check_features_per_core(config, features_per_core, ragged):
+def _check_features_per_core(
+    config: config_lib.EmbeddingConfig,
+    features_per_core: Sequence[dict[str, FeatureData]],
+    ragged: bool) -> list[dict[str, _Data]]:
   if not isinstance(features_per_core, (list, tuple)) or not features_per_core:
     raise TypeError(
         "generate_enqueue_ops: `features_per_core` must be a non-empty list "
@@ -244,7 +269,9 @@ def _check_features_per_core(config, features_per_core, ragged):
   return result
 
 
-def _core_data(config, core, datas, ragged):
+def _core_data(config: config_lib.EmbeddingConfig, core: int,
+               datas: dict[str, FeatureData],
+               ragged: bool) -> tuple[dict[str, _Data], Optional[str]]:
   """One core's {feature name: data}, normalized and checked (every input of
   a feature on its ids' device, every feature on one device), and that
   device."""
@@ -276,7 +303,7 @@ def _core_data(config, core, datas, ragged):
   return normalized, device
 
 
-def _uniform(tensors, wide):
+def _uniform(tensors: list[Tensor], wide: tf.DType) -> list[Tensor]:
   """The tensors of one op input list share one dtype: unchanged when they
   already do, else cast to `wide`."""
   if len({t.dtype for t in tensors}) <= 1:
@@ -284,17 +311,17 @@ def _uniform(tensors, wide):
   return [t if t.dtype == wide else tf.cast(t, wide) for t in tensors]
 
 
-def _op_inputs(config, datas, ragged):
+def _op_inputs(
+    config: config_lib.EmbeddingConfig, datas: Mapping[str, _Data],
+    ragged: bool) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
   """(positions, ids, weights) lists in feature-descriptor order."""
   int_zeros = tf.zeros((0,), dtype=tf.int64)
   float_zeros = tf.zeros((0,), dtype=tf.float32)
   positions, ids, weights = [], [], []
   for name, feature in config.features.items():
     data = datas[name]
-    if ragged:
-      given = data.row_splits
-    else:
-      given = data.sample_indices
+    given = data[1]  # the row splits (ragged) or the sample indices
+    if not ragged:
       width = (given.shape[1]
                if given is not None and given.shape.rank == 2 else None)
       if feature.max_sequence_length > 0 and width == 2:
@@ -313,8 +340,37 @@ def _op_inputs(config, datas, ragged):
 
 # --- host preprocessing ------------------------------------------------------
 
+# A batch's labels, passed through: a tensor or a dict of them.
+Labels = Union[Tensor, dict[str, Tensor]]
 
-def split_inputs(config, features, labels=None):
+
+class TensorCoreColumn(Protocol):
+  """What `split_inputs` reads of a tensor-core column of the spec
+  (`EmbeddingConfigSpec.tensor_core_feature_columns`, whose columns have a
+  `tensor_core_shape` [batch or None, ids per example])."""
+
+  @property
+  def name(self) -> str:
+    ...
+
+  @property
+  def feature_key(self) -> str:
+    ...
+
+  @property
+  def tensor_core_mask_key(self) -> str:
+    ...
+
+  @property
+  def tensor_core_shape(self) -> tuple[Optional[int], int]:
+    ...
+
+
+
+def split_inputs(
+    config: config_lib.EmbeddingConfig, features: dict[str, Tensor],
+    labels: Optional[Labels] = None
+) -> tuple[dict[str, Tensor], Optional[Labels], list[dict[str, EnqueueData]]]:
   """Prepares one host's batch for the embedding enqueue.
 
   Args:
@@ -341,9 +397,10 @@ def split_inputs(config, features, labels=None):
   inputs_lib.check_weight_keys(config.model, "split_inputs")
   num_splits = config.num_cores_per_host
   host_batch = config.batch_size // config.num_hosts
-  per_feature = collections.OrderedDict()
-  read = set()
-  added = {}
+  per_feature: collections.OrderedDict[str, list[EnqueueData]] = (
+      collections.OrderedDict())
+  read: set[str] = set()
+  added: dict[str, Tensor] = {}
   for name, feature in config.features.items():
     per_feature[name] = _feature_pieces(config, feature, features, read,
                                         added, host_batch)
@@ -357,7 +414,10 @@ def split_inputs(config, features, labels=None):
   return features, labels, features_per_core
 
 
-def _feature_pieces(config, feature, features, read, added, host_batch):
+def _feature_pieces(config: config_lib.EmbeddingConfig,
+                    feature: model_lib.Feature, features: dict[str, Tensor],
+                    read: set[str], added: dict[str, Tensor],
+                    host_batch: int) -> list[EnqueueData]:
   """`split_inputs` for one feature: its EnqueueData per core of the host.
   Adds the input keys it reads to `read` and its sequence lengths (if any)
   to `added`."""
@@ -388,22 +448,27 @@ def _feature_pieces(config, feature, features, read, added, host_batch):
   ]
 
 
-def _identity(sparse):
+def _identity(sparse: tf.SparseTensor) -> tf.SparseTensor:
   return tf.SparseTensor(tf.identity(sparse.indices),
                          tf.identity(sparse.values), sparse.dense_shape)
 
 
-def _split(tensor, num_splits):
+def _split(tensor: Optional[Tensor],
+           num_splits: int) -> list[Optional[Tensor]]:
   if tensor is None:
     return [None] * num_splits
   if num_splits == 1:
     return [tensor]
+  pieces: list[Optional[Tensor]]
   if isinstance(tensor, tf.SparseTensor):
-    return tf.sparse.split(tensor, num_splits, axis=0)
-  return tf.split(tensor, num_splits)
+    pieces = tf.sparse.split(tensor, num_splits, axis=0)
+  else:
+    pieces = tf.split(tensor, num_splits)
+  return pieces
 
 
-def _pad_tensor_core(column, features, host_batch):
+def _pad_tensor_core(column: TensorCoreColumn, features: dict[str, Tensor],
+                     host_batch: int) -> None:
   """Replaces a tensor-core column's ids by [batch, n] padded int32 ids and
   adds its [batch, n] float32 mask (1 where an id is, 0 for padding)."""
   key = column.feature_key

@@ -9,6 +9,8 @@ topology and the sharding strategy.
 from tensorflow.core.protobuf.tpu import optimization_parameters_pb2
 from tensorflow.core.protobuf.tpu import tpu_embedding_configuration_pb2
 
+from estimator_spec.config import embedding_config as config_lib
+from estimator_spec.config import model as model_lib
 from estimator_spec.config import optimizers
 
 Configuration = tpu_embedding_configuration_pb2.TPUEmbeddingConfiguration
@@ -16,16 +18,20 @@ _ACCUMULATION = optimization_parameters_pb2.GradientAccumulationStatus
 _HOT_ID = optimization_parameters_pb2.HotIdReplicationConfiguration
 
 
-def _proto_optimizer(config, table):
-  if config.is_training:
-    return config.model.optimizer_for(table.name)
-  # Inference runs no optimizer; the TPU still wants one per table: the
+def _proto_optimizer(
+    config: config_lib.EmbeddingConfig,
+    table: model_lib.Table) -> optimizers.OptimizationParameters:
+  # Training: the optimizer that trains the table (`EmbeddingConfig` checks
+  # that every table has one). Inference runs no optimizer
+  # (`optimizer_for` is None); the TPU still wants one per table: the
   # table's own if it has one, else SGD with learning rate 1 (as TF does).
-  return table.table_optimizer or optimizers.StochasticGradientDescentParameters(
-      1.0)
+  return (config.optimizer_for(table.name) or table.table_optimizer or
+          optimizers.StochasticGradientDescentParameters(1.0))
 
 
-def build_proto(config):
+def build_proto(
+    config: config_lib.EmbeddingConfig
+) -> tpu_embedding_configuration_pb2.TPUEmbeddingConfiguration:
   """The `TPUEmbeddingConfiguration` of an `EmbeddingConfig`."""
   proto = Configuration()
   table_ids = {}
