@@ -10,6 +10,8 @@ ids, `output_shape`, the enqueue/dequeue split.
 import collections
 import collections.abc
 import warnings
+from typing import (Any, Callable, Mapping, Optional, Protocol, Sequence,
+                    TypeAlias, TypeGuard, TypeVar, Union)
 
 import numpy as np
 
@@ -17,13 +19,63 @@ import tensorflow as tf
 
 from estimator_spec import interop
 from estimator_spec.checkpoints import mid_level as checkpoint_layout
+from estimator_spec.config import model as model_lib
 from estimator_spec.config import modes
+from estimator_spec.config import optimizers
+from estimator_spec.config import spec as spec_lib
 from estimator_spec.engine import engine as engine_lib
 from estimator_spec.engine import inputs as inputs_lib
 from estimator_spec.engine import storage
 from estimator_spec.mid_level import replicas
+from estimator_spec.tensor_types import Op, Tensor, Variable
 
 _OWNER = "HostTPUEmbedding"
+
+_T = TypeVar("_T")
+_F = TypeVar("_F", bound=Callable[..., Any])
+# TF2's configuration objects (`tf.tpu.experimental.embedding`).
+FeatureConfig: TypeAlias = tf.tpu.experimental.embedding.FeatureConfig
+TableConfig: TypeAlias = tf.tpu.experimental.embedding.TableConfig
+# A nested structure (dicts, lists, tuples) of `_T`, as `tf.nest` reads it:
+# the feature configurations, and the inputs, activations and gradients in
+# their structure.
+Nested = Union[_T, Mapping[Any, "Nested[_T]"], Sequence["Nested[_T]"]]
+# A shape as `build` takes it: a `tf.TensorShape` or a list of dimensions.
+ShapeLike = Union[tf.TensorShape, Sequence[Optional[int]]]
+# `build`'s `per_replica_input_shapes`: the shapes in a nested structure,
+# or an int, the per-replica batch size (TF's deprecated form).
+InputShapes = Union[Nested[ShapeLike], int]
+# A TF2 optimizer's `slot_variable_creation_fn`: (the table's variable, the
+# slot names (`SlotSpec.mid_level`), one initializer per slot) -> {slot
+# name: variable}, checked.
+SlotCreationFn = Callable[
+    [Variable, list[Optional[str]], list[Callable[..., Tensor]]], object]
+
+
+class _Conversion(Protocol):
+  """What `HostTPUEmbedding` reads of `interop.convert_mid_level`'s result
+  (a `MidLevelConversion`)."""
+
+  @property
+  def spec(self) -> spec_lib.EmbeddingConfigSpec:
+    ...
+
+  @property
+  def feature_names(self) -> list[str]:
+    ...
+
+  @property
+  def feature_configs(self) -> list[FeatureConfig]:
+    ...
+
+  @property
+  def table_configs(self) -> Mapping[str, TableConfig]:
+    ...
+
+  @property
+  def slot_variable_creation_fns(self) -> Mapping[str, SlotCreationFn]:
+    ...
+
 
 # The methods a `tf.function` calls build the same graph in Python without
 # AutoGraph: it would convert every function of the library they reach (each
@@ -31,10 +83,14 @@ _OWNER = "HostTPUEmbedding"
 # no control flow of tensors (the engine builds TF1 graphs as they are). TF's
 # own TPUEmbedding is not converted either: callables it is given (learning
 # rates) run as written.
-_not_converted = tf.autograph.experimental.do_not_convert
+def _not_converted(function: _F) -> _F:
+  """`function` as TF's `do_not_convert` wraps it: AutoGraph leaves it as
+  written."""
+  kept: _F = tf.autograph.experimental.do_not_convert(function)
+  return kept
 
 
-class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
+class HostTPUEmbedding(tf.__internal__.tracking.Trackable):  # type: ignore[misc]  # TF is untyped
   """TF2's `tf.tpu.experimental.embedding.TPUEmbedding`, trained on CPU/GPU
   with the TPU's semantics.
 
@@ -89,10 +145,11 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
   in a checkpoint: `flush()` before saving.
   """
 
-  def __init__(self, feature_config, optimizer,
-               pipeline_execution_with_tensor_core=False):
+  def __init__(self, feature_config: Nested[FeatureConfig],
+               optimizer: Optional[object],
+               pipeline_execution_with_tensor_core: bool = False) -> None:
     owner = "HostTPUEmbedding"
-    conversion = interop.convert_mid_level(
+    conversion: _Conversion = interop.convert_mid_level(
         feature_config, optimizer, pipeline_execution_with_tensor_core,
         owner=owner, slot_variable_creation_fn=True)
     self._feature_config = feature_config
@@ -117,31 +174,34 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
         spec=engine_spec, mode=modes.TRAIN if trained else modes.PREDICT,
         same_batch_size=False)
     self._strategy = replicas.strategy_at_construction(owner)
-    self._input_shapes = None
-    self._input_batch = None  # build's per-replica batch size, if given
+    self._input_shapes: Optional[dict[str, Optional[tf.TensorShape]]] = None
+    # build's per-replica batch size, if given
+    self._input_batch: Optional[int] = None
     self._built = False
-    self._step = None   # the _Step enqueued last, until its apply_gradients
+    # the _Step enqueued last, until its apply_gradients
+    self._step: Optional[_Step] = None
 
   # --- configuration --------------------------------------------------------
 
   @property
-  def spec(self):
+  def spec(self) -> spec_lib.EmbeddingConfigSpec:
     """The `EmbeddingConfigSpec` equivalent to the TF2 configuration."""
     return self._conversion.spec
 
   @property
-  def engine(self):
+  def engine(self) -> engine_lib.HostEmbeddingEngine:
     """The `HostEmbeddingEngine` that holds the tables and trains them."""
     return self._engine
 
   @property
-  def is_training(self):
+  def is_training(self) -> bool:
     """Whether the tables have optimizers (else lookups only)."""
     return self._engine.is_training
 
   # --- variables -------------------------------------------------------------
 
-  def build(self, per_replica_input_shapes=None, per_replica_batch_size=None):
+  def build(self, per_replica_input_shapes: Optional[InputShapes] = None,
+            per_replica_batch_size: Optional[int] = None) -> None:
     """Creates the tables and slot variables (the first `enqueue` or call
     does it when needed, outside any `tf.function`).
 
@@ -169,7 +229,6 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     """
     if self._built:
       return
-    shapes = None
     if _is_int(per_replica_input_shapes):
       # TF's older form: the batch size as the first argument.
       warnings.warn(
@@ -185,8 +244,8 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
             f"per_replica_batch_size={per_replica_batch_size}; give one.")
       per_replica_batch_size = int(per_replica_input_shapes)
       per_replica_input_shapes = None
-    if per_replica_input_shapes is not None:
-      shapes = self._flat_input_shapes(per_replica_input_shapes)
+    shapes = (None if per_replica_input_shapes is None else
+              self._flat_input_shapes(per_replica_input_shapes))
     if per_replica_batch_size is not None:
       shapes, self._input_batch = self._with_batch_size(
           shapes, per_replica_batch_size)
@@ -201,20 +260,24 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       # Restores what a checkpoint restored before build holds for it.
       self._handle_deferred_dependencies(name=name, trackable=variable)
 
-  def _supply_slots(self):
+  def _supply_slots(self) -> None:
     """Has the engine take the slots of each table whose optimizer has a
     `slot_variable_creation_fn` from it (see `_slot_supplier`), when the
     tables train."""
     if not self.is_training:
       return
-    supplied = set()  # ids of the variables creation functions returned
+    # ids of the variables creation functions returned
+    supplied: set[int] = set()
     for name, fn in self._conversion.slot_variable_creation_fns.items():
       if self._engine.has_variables(name):
         continue  # created by an earlier build that failed later
       self._engine.supply_slot_variables(
           name, self._slot_supplier(name, fn, supplied))
 
-  def _with_batch_size(self, shapes, per_replica_batch_size):
+  def _with_batch_size(
+      self, shapes: Optional[list[Optional[tf.TensorShape]]],
+      per_replica_batch_size: object
+  ) -> tuple[list[Optional[tf.TensorShape]], int]:
     """(one shape or None per feature, the batch size): build()'s `shapes`
     (None: none given) with `per_replica_batch_size` as their first
     dimension; ValueError when it is not a positive int or a shape has
@@ -237,7 +300,8 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       merged.append(s)
     return merged, batch
 
-  def _flat_input_shapes(self, given):
+  def _flat_input_shapes(
+      self, given: Nested[ShapeLike]) -> list[Optional[tf.TensorShape]]:
     """build()'s `per_replica_input_shapes` as one `tf.TensorShape` per
     feature, in `feature_config`'s flattened order. As TF does, only the
     flattened structures must agree (a list of shapes for a tuple of
@@ -264,13 +328,15 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
             "tf.TensorShape per feature.") from None
     return shapes
 
-  def _slot_supplier(self, table_name, fn, supplied):
+  def _slot_supplier(self, table_name: str, fn: SlotCreationFn,
+                     supplied: set[int]) -> engine_lib.SlotSupplier:
     """The engine's slot supplier for a table whose TF2 optimizer has a
     `slot_variable_creation_fn`: calls it as TF2 does (the table variable,
     the slot names in TF2's order, initializers of the values the host
     would start from) and checks what it returns."""
 
-    def supply(table, specs):
+    def supply(table: storage.PartitionedRows,
+               specs: Sequence[optimizers.SlotSpec]) -> dict[str, Variable]:
       variable = table.partitions[0]
       names = [spec.mid_level for spec in specs]
       initializers = [tf.constant_initializer(spec.initial_value)
@@ -307,7 +373,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     return supply
 
   @property
-  def embedding_tables(self):
+  def embedding_tables(self) -> dict[TableConfig, Variable]:
     """{TF2 TableConfig: its tf.Variable [vocabulary_size, dim]} (one
     variable per table: the host keeps tables unpartitioned)."""
     self._require_built("embedding_tables")
@@ -317,7 +383,8 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     }
 
   @property
-  def slot_variables(self):
+  def slot_variables(
+      self) -> dict[TableConfig, dict[Optional[str], Variable]]:
     """{TF2 TableConfig: {slot name: tf.Variable}}, slots named as TF2
     names them ('accumulators', 'momenta', 'velocities', 'linears');
     empty dicts for SGD and when no table trains."""
@@ -332,7 +399,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       }
     return result
 
-  def _checkpoint_variables(self):
+  def _checkpoint_variables(self) -> dict[str, Variable]:
     """{name in TF2's object layout: variable}: tables and their slots."""
     variables = {}
     names = checkpoint_layout.object_names(self._engine.model)
@@ -342,15 +409,18 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       variables[name] = partitions[0]
     return variables
 
-  def _trackable_children(self, save_type="checkpoint", **kwargs):
+  def _trackable_children(
+      self, save_type: str = "checkpoint",
+      **kwargs: Any) -> dict[str, tf.__internal__.tracking.Trackable]:
     """What a checkpoint holds of this object: its tables and slots, by
     their names in TF2's layout (nothing before `build`)."""
-    children = super()._trackable_children(save_type, **kwargs)
+    children: dict[str, tf.__internal__.tracking.Trackable] = (
+        super()._trackable_children(save_type, **kwargs))
     if self._built:
       children.update(self._checkpoint_variables())
     return children
 
-  def _require_built(self, what):
+  def _require_built(self, what: str) -> None:
     if not self._built:
       raise RuntimeError(
           f"HostTPUEmbedding.{what}: the variables do not exist yet; call "
@@ -359,8 +429,10 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
   # --- forward ---------------------------------------------------------------
 
   @_not_converted
-  def enqueue(self, features, weights=None, training=True, name=None,
-              device=None):
+  def enqueue(self, features: Nested[Tensor],
+              weights: Optional[Nested[Optional[Tensor]]] = None,
+              training: bool = True, name: Optional[str] = None,
+              device: Optional[str] = None) -> None:
     """Looks up `features` for the next `dequeue`.
 
     Args:
@@ -398,7 +470,9 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       return
     self._enqueue(features, weights, training, name, device)
 
-  def _enqueue(self, features, weights, training, name, device):
+  def _enqueue(self, features: Nested[Tensor],
+               weights: Optional[Nested[Optional[Tensor]]], training: bool,
+               name: Optional[str], device: Optional[str]) -> None:
     if not self._built:
       self.build()
     training = bool(training)
@@ -414,9 +488,11 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     # tensors (outside strategy.run) one batch that no replica owns.
     count = (replicas.num_replicas(self._strategy)
              if replicas.is_distributed(flat + flat_weights) else 1)
-    per_replica = [{} for _ in range(count)]   # engine inputs
-    layouts = [{} for _ in range(count)]       # {feature: _InputLayout}
-    plans = [{} for _ in range(count)]         # {feature: _GradientPlan}
+    # engine inputs, {feature: _InputLayout}, {feature: _GradientPlan}
+    per_replica: list[dict[str, inputs_lib.GivenIds]] = [
+        {} for _ in range(count)]
+    layouts: list[dict[str, _InputLayout]] = [{} for _ in range(count)]
+    plans: list[dict[str, _GradientPlan]] = [{} for _ in range(count)]
     with _scope(name or "host_tpu_embedding_enqueue"), \
         engine_lib.device_scope(device):
       for feature_name, ids, weight in zip(self._names, flat, flat_weights):
@@ -436,7 +512,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
               [inputs[feature_name] for inputs in per_replica])
           for feature_name in self._names
       })
-      activations = [dict() for _ in range(count)]
+      activations: list[dict[str, Tensor]] = [dict() for _ in range(count)]
       for feature_name in self._names:
         # Each replica's rows of the feature (its engine batch).
         activation = result.activations[feature_name]
@@ -448,7 +524,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
                        layouts, plans)
 
   @_not_converted
-  def dequeue(self, name=None):
+  def dequeue(self, name: Optional[str] = None) -> Nested[Tensor]:
     """The activations of the last `enqueue`, in the structure of
     `feature_config`: per feature, the ids' shape without its last
     dimension + [dim] ([batch, dim] for ids [batch, ids] or [batch]),
@@ -459,7 +535,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     del name  # The activations are computed by `enqueue`.
     return self._dequeue(differentiable=False)
 
-  def _dequeue(self, differentiable):
+  def _dequeue(self, differentiable: bool) -> Nested[Tensor]:
     replicas.check_strategy(_OWNER, "dequeue", self._strategy)
     step = self._step
     replica = 0
@@ -498,7 +574,9 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     return tf.nest.pack_sequence_as(self._feature_config, outputs)
 
   @_not_converted
-  def __call__(self, features, weights=None):
+  def __call__(
+      self, features: Nested[Tensor],
+      weights: Optional[Nested[Optional[Tensor]]] = None) -> Nested[Tensor]:
     """`enqueue(features, weights)` then `dequeue()`: the activations.
 
     Unlike `dequeue`'s, these activations are differentiable with respect
@@ -522,7 +600,8 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     self.enqueue(features, weights)
     return self._dequeue(differentiable=True)
 
-  def _with_table_gradients(self, outputs, step, replica):
+  def _with_table_gradients(self, outputs: list[Tensor], step: "_Step",
+                            replica: int) -> list[Tensor]:
     """`outputs` (the flat activations of `step` for `replica`), given the
     gradient with respect to each table's variable described in
     `__call__`."""
@@ -531,7 +610,9 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     plans = step.gradient_plans[replica]
     names = self._names
 
-    def table_gradients(activation_grads):
+    def table_gradients(
+        activation_grads: Sequence[Optional[Tensor]]
+    ) -> list[Optional[tf.IndexedSlices]]:
       # A tape records this function only when it watches a table; it then
       # calls it for any gradient through the activations, the tables'
       # included.
@@ -539,18 +620,23 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       step.tape_gradients = True
       return _table_slices(model, names, plans, activation_grads)
 
-    @tf.custom_gradient
-    def attach(*handles):
+    def attach(
+        *handles: Tensor
+    ) -> tuple[list[Tensor], Callable[..., list[Optional[tf.IndexedSlices]]]]:
       del handles  # the gradient is with respect to them
 
-      def grad(*activation_grads):
+      def grad(
+          *activation_grads: Optional[Tensor]
+      ) -> list[Optional[tf.IndexedSlices]]:
         return table_gradients(activation_grads)
 
       return [tf.identity(tf.stop_gradient(o)) for o in outputs], grad
 
-    return attach(*[variable.handle for variable in variables])
+    attached: list[Tensor] = tf.custom_gradient(attach)(
+        *[variable.handle for variable in variables])
+    return attached
 
-  def _refuse_tape_gradients(self, step):
+  def _refuse_tape_gradients(self, step: "_Step") -> None:
     """RuntimeError when a tape may not take the tables' gradients of
     `step` (several replicas, or a step `apply_gradients` trained)."""
     if len(step.activations) > 1:
@@ -575,7 +661,8 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
   # --- backward --------------------------------------------------------------
 
   @_not_converted
-  def apply_gradients(self, gradients, name=None):
+  def apply_gradients(self, gradients: Nested[Optional[Tensor]],
+                      name: Optional[str] = None) -> Op:
     """Trains the tables from the gradients of the last dequeued
     activations (docs/numerics.md, 'The backward pass, table by table'): per-id
     sums over examples and features in float32, gradient clipping (`clipvalue`),
@@ -606,7 +693,8 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
           lambda _, g: self._apply_gradients(g, name), args=(gradients,))
     return self._apply_gradients(gradients, name)
 
-  def _apply_gradients(self, gradients, name):
+  def _apply_gradients(self, gradients: Nested[Optional[Tensor]],
+                       name: Optional[str]) -> Op:
     step = self._step
     if step is None or not step.training or (
         len(step.dequeued) != len(step.activations)):
@@ -625,7 +713,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
           "apply_gradients, or do not watch the tables.")
     tf.nest.assert_same_structure(self._feature_config, gradients,
                                   check_types=False)
-    grads = {}
+    grads: dict[str, Tensor] = {}
     for feature_name, grad in zip(self._names, tf.nest.flatten(gradients)):
       try:
         pieces = replicas.local_values(self._strategy, grad,
@@ -649,7 +737,7 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     return op
 
   @_not_converted
-  def flush(self):
+  def flush(self) -> Op:
     """With pipelining: applies the update still held (call it before
     reading or saving the tables at the end of training); otherwise
     nothing to do."""
@@ -658,7 +746,9 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
 
   # --- inputs ----------------------------------------------------------------
 
-  def _engine_inputs(self, name, ids, weight):
+  def _engine_inputs(
+      self, name: str, ids: Tensor, weight: Optional[Tensor]
+  ) -> tuple[inputs_lib.GivenIds, "_InputLayout", "_GradientPlan"]:
     """The engine's input for feature `name` (an `inputs.GivenIds`:
     SparseTensor ids [batch, ids] with optional weights, or dense ids
     [batch], one per example), the `_InputLayout` that shapes the
@@ -679,7 +769,8 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
                          feature.table.combiner, feature.max_sequence_length)
     return read.given, layout, plan
 
-  def _check_input_shape(self, name, ids, where):
+  def _check_input_shape(self, name: str, ids: Tensor,
+                         where: str) -> tf.TensorShape:
     """The static shape of `ids`, completed by what `build` was given;
     ValueError when the two disagree."""
     given = ids.shape
@@ -701,7 +792,8 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
 
   # --- activation shapes -----------------------------------------------------
 
-  def _activation_shape(self, name, dimension, layout):
+  def _activation_shape(self, name: str, dimension: int,
+                        layout: "_InputLayout") -> tf.TensorShape:
     """The static shape `dequeue` gives feature `name` for an input of
     `layout`: `output_shape + [dim]` when the feature sets it, else the
     ids' shape without its last dimension (a sequence feature's: [batch,
@@ -711,7 +803,8 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       return tf.TensorShape(output_shape.as_list() + [dimension])
     return layout.batch_shape.concatenate([dimension])
 
-  def _shape_activation(self, feature_name, activation, layout):
+  def _shape_activation(self, feature_name: str, activation: Tensor,
+                        layout: "_InputLayout") -> Tensor:
     """The engine's activation of `feature_name` ([batch, dim] or [batch,
     L, dim], batch flattened for inputs of higher rank) in the shape
     `dequeue` gives, for an input of `layout`."""
@@ -734,7 +827,8 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
       activation = tf.reshape(activation, shape.as_list() + [dimension])
     return activation
 
-  def _engine_gradient(self, feature_name, grad, activation, layout):
+  def _engine_gradient(self, feature_name: str, grad: Tensor,
+                       activation: Tensor, layout: "_InputLayout") -> Tensor:
     """A gradient given in the shape `dequeue` gave, shaped as the engine's
     `activation` of `feature_name` (an input of `layout`)."""
     grad = tf.convert_to_tensor(grad, tf.float32)
@@ -750,12 +844,17 @@ class HostTPUEmbedding(tf.__internal__.tracking.Trackable):
     return grad
 
 
-def _table_slices(model, names, plans, activation_grads):
+def _table_slices(
+    model: model_lib.EmbeddingModel, names: Sequence[str],
+    plans: Mapping[str, "_GradientPlan"],
+    activation_grads: Sequence[Optional[Tensor]]
+) -> list[Optional[tf.IndexedSlices]]:
   """The gradient (`tf.IndexedSlices`, or None when no feature of the table
   has one) with respect to each table of `model`, in its order, from the
   gradients of the activations of the features `names` (their
   `_GradientPlan`s `plans`)."""
-  per_table = {t: [] for t in model.tables}
+  per_table: dict[str, list[tuple[Tensor, Tensor]]] = {
+      t: [] for t in model.tables}
   # Last feature first, as TF's tape concatenates the gradients of the
   # lookups of one variable (the same entries; the order only decides
   # in which order a Keras optimizer adds them up).
@@ -764,7 +863,7 @@ def _table_slices(model, names, plans, activation_grads):
       continue
     ids, values = plans[name].slices(grad)
     per_table[model.features[name].table].append((ids, values))
-  result = []
+  result: list[Optional[tf.IndexedSlices]] = []
   for table_name in model.tables:
     parts = per_table[table_name]
     if not parts:
@@ -794,14 +893,16 @@ class _GradientPlan:
   each id where it occurs; a ragged sequence's ids past
   `max_sequence_length` stay, with zero gradients."""
 
-  def __init__(self, kind, ids, weights, combiner, max_sequence_length):
+  def __init__(self, kind: str, ids: Union[Tensor, tf.SparseTensor],
+               weights: Optional[tf.SparseTensor], combiner: Optional[str],
+               max_sequence_length: int) -> None:
     self.kind = kind
     self.ids = ids
     self.weights = weights
     self.combiner = combiner
     self.max_sequence_length = max_sequence_length
 
-  def slices(self, grad):
+  def slices(self, grad: Tensor) -> tuple[Tensor, Tensor]:
     dimension = tf.compat.dimension_value(grad.shape[-1])
     grad = tf.reshape(tf.convert_to_tensor(grad, tf.float32),
                       [-1, dimension])
@@ -850,7 +951,8 @@ class _InputLayout(
   engine's batch, or None when the engine's batch is the activation's."""
 
 
-def _activation_batch_shape(shape, ids, feature):
+def _activation_batch_shape(shape: tf.TensorShape, ids: Tensor,
+                            feature: FeatureConfig) -> tf.TensorShape:
   """The static shape of the activation without its last dimension, from
   the ids' static `shape` (as completed by `build`)."""
   if feature.max_sequence_length > 0:
@@ -863,7 +965,8 @@ def _activation_batch_shape(shape, ids, feature):
   return shape[:-1]
 
 
-def _shape_vector(static, dynamic, dimension):
+def _shape_vector(static: tf.TensorShape, dynamic: Tensor,
+                  dimension: int) -> Tensor:
   """The shape `static + [dimension]` as a vector, taking the dimensions
   `static` lacks from `dynamic`."""
   if static.is_fully_defined():
@@ -878,14 +981,17 @@ class _Step:
   """One enqueued batch: the engine's lookup of the global batch, and each
   replica's activations (one replica without a strategy)."""
 
-  def __init__(self, result, graph, training, activations, layouts,
-               gradient_plans):
+  def __init__(self, result: engine_lib.LookupResult,
+               graph: Optional[tf.Graph], training: bool,
+               activations: list[dict[str, Tensor]],
+               layouts: list[dict[str, _InputLayout]],
+               gradient_plans: list[dict[str, _GradientPlan]]) -> None:
     self.result = result
     self.graph = graph
     self.training = training
     self.activations = activations  # [{feature: activation}] per replica
     self.layouts = layouts          # [{feature: _InputLayout}] per replica
-    self.dequeued = set()           # replicas that dequeued
+    self.dequeued: set[int] = set()  # replicas that dequeued
     # [{feature: _GradientPlan}] per replica: the direct call's gradients
     # with respect to the tables.
     self.gradient_plans = gradient_plans
@@ -893,7 +999,7 @@ class _Step:
     self.tape_gradients = False     # a tape took the tables' gradients
 
 
-def _check_output_shape(owner, name, feature):
+def _check_output_shape(owner: str, name: str, feature: FeatureConfig) -> None:
   shape = feature.output_shape
   if shape and not shape.is_fully_defined():
     raise ValueError(
@@ -901,7 +1007,7 @@ def _check_output_shape(owner, name, feature):
         "defined.")
 
 
-def _leaves_up_to(structure, given):
+def _leaves_up_to(structure: object, given: object) -> Optional[list[object]]:
   """The parts of `given` at the leaves of `structure`, in `tf.nest`'s
   flattened order, when `given` nests as `structure` does up to its leaves
   (lists and tuples alike; a leaf of `given` may itself be a list); else
@@ -917,20 +1023,23 @@ def _leaves_up_to(structure, given):
     parts = [_leaves_up_to(s, g) for s, g in zip(structure, given)]
   else:
     return [given]
-  if any(part is None for part in parts):
-    return None
-  return [leaf for part in parts for leaf in part]
+  leaves: list[object] = []
+  for part in parts:
+    if part is None:
+      return None
+    leaves.extend(part)
+  return leaves
 
 
-def _is_int(value):
+def _is_int(value: object) -> TypeGuard[Union[int, np.integer[Any]]]:
   return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-def _current_graph():
+def _current_graph() -> Optional[tf.Graph]:
   return None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
 
 
-def _check_same_graph(what, graph):
+def _check_same_graph(what: str, graph: Optional[tf.Graph]) -> None:
   if _current_graph() is not graph:
     raise RuntimeError(
         f"HostTPUEmbedding.{what}: the features were enqueued in another "
@@ -938,5 +1047,5 @@ def _check_same_graph(what, graph):
         "step must run in the same tf.function (or all eagerly).")
 
 
-def _scope(name):
+def _scope(name: str) -> tf.name_scope:
   return tf.name_scope(name)

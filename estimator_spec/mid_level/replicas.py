@@ -15,16 +15,18 @@ This module holds the strategy mechanics: which strategies are supported,
 the variable creator that keeps one copy, and the joining and splitting.
 """
 import contextlib
+from typing import Iterable, Iterator, Optional
 
 import tensorflow as tf
 
+from estimator_spec.tensor_types import Tensor
 from estimator_spec.tf_patches import one_copy as one_copy_lib
 
 # Where the tables live under a strategy (the host's memory, as on a TPU).
 TABLE_DEVICE = "/device:CPU:0"
 
 
-def strategy_at_construction(owner):
+def strategy_at_construction(owner: str) -> Optional[tf.distribute.Strategy]:
   """The strategy in scope (None for none), refused unless supported."""
   if not tf.distribute.has_strategy():
     return None
@@ -39,7 +41,8 @@ def strategy_at_construction(owner):
       "On a TPU use TF's own tf.tpu.experimental.embedding.TPUEmbedding.")
 
 
-def check_strategy(owner, what, strategy):
+def check_strategy(owner: str, what: str,
+                   strategy: Optional[tf.distribute.Strategy]) -> None:
   """Refuses a call under another strategy than the object's."""
   current = (tf.distribute.get_strategy() if tf.distribute.has_strategy()
              else None)
@@ -54,7 +57,7 @@ def check_strategy(owner, what, strategy):
 
 
 @contextlib.contextmanager
-def one_copy(strategy):
+def one_copy(strategy: Optional[tf.distribute.Strategy]) -> Iterator[None]:
   """Variables created in this scope are plain variables on the host's CPU,
   one copy, even under `strategy`'s scope (which would mirror them)."""
   if strategy is None or not tf.distribute.has_strategy():
@@ -65,18 +68,18 @@ def one_copy(strategy):
     yield
 
 
-def num_replicas(strategy):
+def num_replicas(strategy: Optional[tf.distribute.Strategy]) -> int:
   return 1 if strategy is None else strategy.num_replicas_in_sync
 
 
-def in_replica_context(strategy):
+def in_replica_context(strategy: Optional[tf.distribute.Strategy]) -> bool:
   """True inside `strategy.run` (a replica's function); outside the
   strategy's scope is cross-replica, as in its scope outside `run`."""
   return (strategy is not None and tf.distribute.has_strategy() and
           not tf.distribute.in_cross_replica_context())
 
 
-def replica_id(owner, what):
+def replica_id(owner: str, what: str) -> int:
   """The calling replica's index (inside `strategy.run`)."""
   context = tf.distribute.get_replica_context()
   index = tf.get_static_value(context.replica_id_in_sync_group)
@@ -87,29 +90,30 @@ def replica_id(owner, what):
   return int(index)
 
 
-def is_distributed(values):
+def is_distributed(values: Iterable[object]) -> bool:
   """Whether any of `values` holds one value per replica."""
   return any(isinstance(v, tf.distribute.DistributedValues) for v in values)
 
 
-def local_values(strategy, value, count):
+def local_values(strategy: Optional[tf.distribute.Strategy],
+                 value: Optional[Tensor], count: int) -> list[Optional[Tensor]]:
   """The `count` replicas' values of `value` in replica order (`count` 1:
   `value` is one batch that no replica owns)."""
   if value is None:
     return [None] * count
-  if count == 1:
-    if isinstance(value, tf.distribute.DistributedValues):
-      return list(strategy.experimental_local_results(value))
+  if count == 1 and not isinstance(value, tf.distribute.DistributedValues):
     return [value]
-  values = list(strategy.experimental_local_results(value))
-  if len(values) != count:
+  # `strategy` is None here only when per-replica values reach an object
+  # made without a strategy: that misuse fails here (AttributeError).
+  values = list(strategy.experimental_local_results(value))  # type: ignore[union-attr]  # None: that misuse
+  if count > 1 and len(values) != count:
     raise ValueError(
         "one value for all replicas; give per-replica values (a distributed "
         "dataset's elements, or the value inside strategy.run).")
   return values
 
 
-def join(pieces):
+def join(pieces: list[Tensor]) -> Tensor:
   """One global batch of the replicas' dense pieces (e.g. gradients), in
   replica order, on axis 0. (Ids join with `inputs.GivenIds.join`.)"""
   if len(pieces) == 1:
@@ -117,8 +121,10 @@ def join(pieces):
   return tf.concat(pieces, axis=0)
 
 
-def split(value, sizes):
+def split(value: Tensor, sizes: list[Tensor]) -> list[Tensor]:
   """`value` split on axis 0 into pieces of `sizes` (one per replica)."""
   if len(sizes) == 1:
     return [value]
-  return tf.split(value, tf.stack(sizes), num=len(sizes), axis=0)
+  pieces: list[Tensor] = tf.split(value, tf.stack(sizes), num=len(sizes),
+                                  axis=0)
+  return pieces
