@@ -281,6 +281,10 @@ def errors(strategy):
   outsider = es.HostTPUEmbedding(feature_config(), optimizer())
   out["other_strategy"] = message(lambda: strategy.run(
       lambda: outsider.enqueue(features, weights)))
+  # Per-replica values given, outside strategy.run, to an object made
+  # without a strategy.
+  out["per_replica_values_without_a_strategy"] = message(
+      lambda: outsider.enqueue(*distributed))
   central = tf.distribute.experimental.CentralStorageStrategy()
   with central.scope():
     out["unsupported_strategy"] = message(

@@ -97,6 +97,9 @@ def test_checkpoint_under_the_strategy_restores_without_one(results):
                            "per-replica values"]),
     ("other_strategy", ["called under MirroredStrategy",
                         "created with no strategy"]),
+    ("per_replica_values_without_a_strategy", [
+        "enqueue", "feature 'f'", "made without a strategy",
+        "strategy.scope()"]),
     ("unsupported_strategy", ["CentralStorageStrategy", "not supported",
                               "MirroredStrategy"]),
 ])

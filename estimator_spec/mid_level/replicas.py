@@ -103,9 +103,12 @@ def local_values(strategy: Optional[tf.distribute.Strategy],
     return [None] * count
   if count == 1 and not isinstance(value, tf.distribute.DistributedValues):
     return [value]
-  # `strategy` is None here only when per-replica values reach an object
-  # made without a strategy: that misuse fails here (AttributeError).
-  values = list(strategy.experimental_local_results(value))  # type: ignore[union-attr]  # None: that misuse
+  if strategy is None:
+    raise ValueError(
+        "per-replica values reached an object made without a strategy; "
+        "make it under `strategy.scope()` of the strategy whose values it "
+        "takes, or give it one plain batch.")
+  values = list(strategy.experimental_local_results(value))
   if count > 1 and len(values) != count:
     raise ValueError(
         "one value for all replicas; give per-replica values (a distributed "
