@@ -178,7 +178,12 @@ def test_sdist_and_wheel_carry_version_licence_and_kernel_source(dist):
     entry_points = archive.read(
         f"tpu_embedding_estimator-{version}.dist-info/entry_points.txt"
     ).decode()
-  assert "estimator_spec/engine/kernels/row_updates.cc" in names
+  # Every C++ file of the kernels, from which they are built on first use.
+  kernels = REPO / "estimator_spec" / "engine" / "kernels"
+  sources = {path.relative_to(REPO).as_posix() for path in kernels.iterdir()
+             if path.suffix in (".cc", ".h")}
+  assert "estimator_spec/engine/kernels/library.cc" in sources
+  assert sources <= set(names), sorted(sources - set(names))
   info = f"tpu_embedding_estimator-{version}.dist-info/licenses/"
   assert info + "LICENSE" in names and info + "NOTICE" in names
   # Only the two packages (and the distribution's metadata).

@@ -5,7 +5,7 @@ to 7) and 'Each optimizer on a touched row' to the distinct ids of one
 step, reading the pipeline's fields; `choose` names the one a table's plan
 records (`plan.TablePlan`):
 
-* `compiled`: the compiled row update (kernels/row_updates.cc), one op per
+* `compiled`: the compiled row update (kernels/updates.cc), one op per
   partition of a table in this process: rows and slots change in place,
   with no gather of the slots and no scatter back;
 * `fused`: TF's sparse-apply kernel for the rule, on a partition of another

@@ -13,7 +13,7 @@ shortcuts some optimizers have, which the executors (`executors.py`) use:
 * `fused`: the rule and its writes as ONE of TensorFlow's sparse-apply
   kernels on a partition's variables, which reads and writes the rows under
   the variables' lock; only where TF has a kernel computing exactly the rule.
-* `compiled`: the name of the compiled row update (kernels/row_updates.cc)
+* `compiled`: the name of the compiled row update (kernels/updates.cc)
   that runs the whole pipeline with this rule.
 
 Records belong to the exact class: a subclass is not served by its base

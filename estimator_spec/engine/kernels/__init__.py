@@ -1,10 +1,11 @@
-"""The engine's compiled row updates (row_updates.cc), built on first use.
+"""The engine's compiled kernels (the C++ files of this folder), built on
+first use.
 
 `row_updates()` returns the loaded op module, or None where the engine must
-use its graph-op path instead. The C++ source is compiled with the C++
+use its graph-op path instead. The C++ files are compiled with the C++
 compiler against the TensorFlow of the running process (its headers and
-framework library, which the TensorFlow wheel ships), once per source,
-TensorFlow version and compiler: the shared library is cached in
+framework library, which the TensorFlow wheel ships) into one shared
+library, once per source, TensorFlow version and compiler: it is cached in
 `$HOST_EMBEDDING_KERNEL_CACHE`, else `$XDG_CACHE_HOME/tpu-embedding-estimator/
 kernels`, else `~/.cache/tpu-embedding-estimator/kernels`. A build takes a
 few seconds; processes building at once each write their own file and
@@ -27,6 +28,7 @@ The compiler is `$CXX`, else `c++`.
 """
 import contextlib
 import fcntl
+import glob
 import hashlib
 import os
 import shutil
@@ -44,8 +46,10 @@ from estimator_spec import files
 
 ENV = "HOST_EMBEDDING_KERNELS"
 CACHE_ENV = "HOST_EMBEDDING_KERNEL_CACHE"
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                      "row_updates.cc")
+FOLDER = os.path.dirname(os.path.abspath(__file__))
+# The one file compiled: it includes the folder's other C++ files
+# (library.cc says why).
+SOURCE = os.path.join(FOLDER, "library.cc")
 # No contraction into fused multiply-adds and no errno from sqrt (which
 # would keep the loops scalar): every float operation stays the one IEEE
 # operation the graph-op path computes.
@@ -74,8 +78,8 @@ def mode():
 # the build (subprocess calls).
 @tf.autograph.experimental.do_not_convert
 def row_updates():
-  """The loaded op module (the ops of row_updates.cc; the functions below
-  wrap each), or None when $HOST_EMBEDDING_KERNELS is 0 or
+  """The loaded op module (the ops of this folder's C++ files; the
+  functions below wrap each), or None when $HOST_EMBEDDING_KERNELS is 0 or
   (in `auto`) the build failed."""
   chosen = mode()
   if chosen == "0":
@@ -126,8 +130,8 @@ def free_constant(value):
     return tf.constant(value, tf.float32)
 
 
-# Every op of row_updates.cc has its wrapper here; callers check first that
-# the kernels are available (`ops_for`).
+# Every op of this folder's C++ files has its wrapper here; callers check
+# first that the kernels are available (`ops_for`).
 
 # The compiled row updates, by the name an optimizer's `engine.rules.Record`
 # gives its rule: each runs docs/numerics.md, 'The backward pass, table by
@@ -140,7 +144,7 @@ def row_update(rule: str, table: Any, slots: Sequence[Any],
                **inputs: Any) -> Any:
   """The compiled row update `rule` (a key of `_ROW_UPDATES`) on the
   partition `table` and its `slots` (resource handles, in slot order); the
-  other inputs and attributes by name (row_updates.cc)."""
+  other inputs and attributes by name (updates.cc)."""
   return getattr(row_updates(), _ROW_UPDATES[rule])(table, *slots, **inputs)
 
 
@@ -165,7 +169,7 @@ def route_ids(ids, layout, out_type):
   """(distinct ids, index, [local ids of partition p], [their number]): the
   distinct ids of one table's features (`ids`, int64 vectors) grouped by
   partition of `layout` (a `ShardLayout`), the local ids and sizes as
-  `out_type` (row_updates.cc, HostEmbeddingRouteIds)."""
+  `out_type` (routing.cc, HostEmbeddingRouteIds)."""
   unique_ids, index, local_ids, sizes = (
       row_updates().host_embedding_route_ids(
           ids, K=layout.num_partitions,
@@ -335,20 +339,29 @@ def _build(rebuild=False):
 
 
 def _library_key(compiler, compile_flags, link_flags):
-  """The digest naming the library of this source, TensorFlow, compiler
+  """The digest naming the library of these sources, TensorFlow, compiler
   and flags."""
   try:
     version = subprocess.run([compiler, "--version"], capture_output=True,
                              text=True, timeout=60, check=True).stdout
   except (OSError, subprocess.SubprocessError) as error:
     raise KernelBuildError(f"{compiler} --version failed: {error}") from error
-  with open(SOURCE, "rb") as f:
-    source = f.read()
-  return hashlib.sha256(b"\0".join([
-      source, tf.__version__.encode(), version.encode(),
+  sources = []
+  for path in _source_files():
+    with open(path, "rb") as f:
+      sources += [os.path.basename(path).encode(), f.read()]
+  return hashlib.sha256(b"\0".join(sources + [
+      tf.__version__.encode(), version.encode(),
       " ".join(FLAGS + tuple(compile_flags) + tuple(link_flags)).encode(),
       sys.platform.encode()
   ])).hexdigest()[:20]
+
+
+def _source_files():
+  """Every C++ file of the kernels folder, in name order: the library's key
+  covers them all, so that a change to any of them builds another one."""
+  return sorted(glob.glob(os.path.join(FOLDER, "*.cc")) +
+                glob.glob(os.path.join(FOLDER, "*.h")))
 
 
 def _trusted_cache():
