@@ -478,28 +478,28 @@ done
 
 @pytest.fixture(name="fake_cache")
 def _fake_cache(tmp_path, monkeypatch):
-  """The kernel module with a stand-in compiler (it writes a file where the
-  library goes) and a fresh cache directory: the cache's checks without a
-  real build."""
-  from estimator_spec.engine import kernels
+  """The kernels' builder with a stand-in compiler (it writes a file where
+  the library goes) and a fresh cache directory: the cache's checks without
+  a real build."""
+  from estimator_spec.engine.kernels import builder
   compiler = tmp_path / "fake-c++"
   compiler.write_text(_FAKE_COMPILER)
   compiler.chmod(0o755)
   cache = tmp_path / "cache"
   monkeypatch.setenv("CXX", str(compiler))
-  monkeypatch.setenv(kernels.CACHE_ENV, str(cache))
-  return kernels, cache
+  monkeypatch.setenv(builder.CACHE_ENV, str(cache))
+  return builder, cache
 
 
 def test_a_built_library_has_its_digest_and_is_reused(fake_cache):
-  kernels, cache = fake_cache
+  builder, cache = fake_cache
   with warnings.catch_warnings():
     warnings.simplefilter("error")
-    path, fresh = kernels._build()
+    path, fresh = builder._build()
     assert fresh
-    again, fresh = kernels._build()
+    again, fresh = builder._build()
   assert again == path and not fresh
-  digest = open(path + kernels.DIGEST_SUFFIX).read().strip()
+  digest = open(path + builder.DIGEST_SUFFIX).read().strip()
   import hashlib
   assert digest == hashlib.sha256(open(path, "rb").read()).hexdigest()
   assert stat.S_IMODE(os.stat(cache).st_mode) & 0o077 == 0
@@ -508,15 +508,15 @@ def test_a_built_library_has_its_digest_and_is_reused(fake_cache):
 @pytest.mark.parametrize("how", ["planted", "corrupt", "no-digest", "link"])
 def test_a_library_this_library_did_not_build_is_rebuilt(fake_cache, how,
                                                          tmp_path):
-  kernels, _ = fake_cache
-  path, _ = kernels._build()
+  builder, _ = fake_cache
+  path, _ = builder._build()
   if how == "planted":
     open(path, "w").write("someone else's library")
   elif how == "corrupt":
     with open(path, "r+b") as f:
       f.truncate(3)
   elif how == "no-digest":
-    os.remove(path + kernels.DIGEST_SUFFIX)
+    os.remove(path + builder.DIGEST_SUFFIX)
   else:
     elsewhere = tmp_path / "elsewhere.so"
     os.rename(path, elsewhere)
@@ -526,29 +526,29 @@ def test_a_library_this_library_did_not_build_is_rebuilt(fake_cache, how,
            "link": "a symbolic link"}[how]
   with pytest.warns(RuntimeWarning, match=f"{path} is not loaded: .*{words}"
                     ".* It is rebuilt"):
-    again, fresh = kernels._build()
+    again, fresh = builder._build()
   assert again == path and fresh and not os.path.islink(path)
   assert open(path).read().startswith("library ")
   with warnings.catch_warnings():
     warnings.simplefilter("error")
-    assert kernels._build() == (path, False)
+    assert builder._build() == (path, False)
 
 
 def test_a_cache_others_can_write_is_not_used(fake_cache):
-  kernels, cache = fake_cache
+  builder, cache = fake_cache
   cache.mkdir(mode=0o777)
   cache.chmod(0o777)
   with pytest.warns(RuntimeWarning, match=r"kernel cache .*cache is not used:"
                     " others can write it \\(mode 777\\)"):
-    path, fresh = kernels._build()
+    path, fresh = builder._build()
   assert fresh and not path.startswith(str(cache))
   assert os.listdir(cache) == []
 
 
 def test_a_cached_library_that_does_not_load_is_rebuilt(fake_cache,
                                                        monkeypatch):
-  kernels, _ = fake_cache
-  path, _ = kernels._build()
+  builder, _ = fake_cache
+  path, _ = builder._build()
   loaded = []
 
   def load_op_library(library):
@@ -558,10 +558,10 @@ def test_a_cached_library_that_does_not_load_is_rebuilt(fake_cache,
     loaded.append(library)
     return "module"
 
-  monkeypatch.setattr(kernels.tf, "load_op_library", load_op_library)
+  monkeypatch.setattr(builder.tf, "load_op_library", load_op_library)
   with pytest.warns(RuntimeWarning, match=f"{path} does not load .*invalid "
                     "ELF header.*rebuilt"):
-    assert kernels._load() == "module"
+    assert builder.load() == "module"
   assert loaded == [None, path]
 
 

@@ -1,8 +1,9 @@
 // What the host embedding engine's compiled kernels share. The kernels are
 // the .cc files of this folder, one for each phase of a step, compiled
 // together into one library (library.cc includes them all;
-// kernels/__init__.py builds and loads it and wraps each op). Training uses
-// them where the TensorFlow-op path would compute the same numbers:
+// kernels/builder.py builds and loads it, kernels/__init__.py wraps each
+// op). Training uses them where the TensorFlow-op path would compute the
+// same numbers:
 //   inputs.cc
 //     HostEmbeddingExtremes     each feature's largest and smallest index
 //                               and id;

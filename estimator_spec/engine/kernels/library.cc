@@ -1,4 +1,4 @@
-// The one file the builder compiles (kernels/__init__.py): every kernel file
+// The one file the builder compiles (kernels/builder.py): every kernel file
 // of this folder, included in turn, makes the library one translation unit.
 // TensorFlow's framework headers take most of a build's time; compiled file
 // by file, they would be parsed once for each file, which about triples the
