@@ -544,6 +544,27 @@ def test_a_subclass_does_not_convert_as_its_base_class():
     interop.to_tensorflow(_dict_spec(SignAdagrad(0.5)))
 
 
+def test_a_column_kind_tensorflow_lacks_is_refused_not_converted_as_its_base():
+  """A subclass of our column (a kind that may change ids or rows) has no
+  TF counterpart: converting it as TF's plain column would drop what it
+  changes."""
+
+  class ModuloColumn(tec.columns.EmbeddingColumn):
+    pass
+
+  plain = tec.embedding_column(fc.categorical_column_with_identity("a", 10),
+                               4)
+  column = ModuloColumn.__new__(ModuloColumn)
+  column.__dict__.update(plain.__dict__)
+  spec = es.EmbeddingConfigSpec(
+      feature_columns=[column],
+      optimization_parameters=es.StochasticGradientDescentParameters(0.1))
+  with pytest.raises(ValueError, match="'a_embedding' is a ModuloColumn, "
+                     "which TensorFlow's TPU embedding columns cannot "
+                     "express"):
+    interop.to_tensorflow(spec)
+
+
 # --- TPUEstimator(use_tpu=True) delegation -----------------------------------
 
 

@@ -53,6 +53,11 @@ _DEVICE_NAMES = {
 }
 _TF_COLUMN_TYPES = (_tf_columns._TPUEmbeddingColumnV2,
                     _tf_columns._TPUSharedEmbeddingColumnV2)
+# Our column classes TF has, by exact class: a kind of ours TF lacks (a
+# subclass that changes ids or rows) is refused, never converted as its base.
+_CONVERTIBLE_COLUMNS = (_columns.EmbeddingColumn,
+                        _columns.SharedEmbeddingColumn,
+                        _columns.LegacySharedEmbeddingColumn)
 
 
 # --- ours -> TF --------------------------------------------------------------
@@ -229,6 +234,12 @@ def _columns_to_tensorflow(owner, columns):
   for column in columns:
     if id(column) in converted:
       continue
+    if type(column) not in _CONVERTIBLE_COLUMNS:
+      raise ValueError(
+          f"{owner}: column {column.name!r} is a {type(column).__name__}, "
+          "which TensorFlow's TPU embedding columns cannot express (TF has "
+          "embedding_column and shared_embedding_columns only); keep this "
+          "spec with estimator_spec, or use those columns.")
     if isinstance(column, _columns.SharedEmbeddingColumn):
       group = [c for c in columns
                if isinstance(c, _columns.SharedEmbeddingColumn) and
