@@ -20,7 +20,7 @@ import pytest
 import estimator_spec as es
 import tpu_embedding_columns as tec
 from estimator_spec import files
-from estimator_spec.estimator import cluster as cluster_lib
+from estimator_spec.cluster import tasks as cluster_lib
 from estimator_spec.estimator import placement
 from estimator_spec.profiling import file_format
 from estimator_spec.profiling import statistics as st

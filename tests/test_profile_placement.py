@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import estimator_spec as es
-from estimator_spec.estimator import cluster as cluster_lib
+from estimator_spec.cluster import tasks as cluster_lib
 from estimator_spec.estimator import placement
 from estimator_spec.profiling import statistics as st
 

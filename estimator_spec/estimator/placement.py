@@ -31,7 +31,7 @@ import warnings
 import tensorflow as tf
 
 from estimator_spec import files
-from estimator_spec.estimator import cluster as cluster_lib
+from estimator_spec.cluster import tasks as cluster_lib
 from estimator_spec.estimator import tpu_context
 from estimator_spec.estimator.framework import run_config as run_config_lib
 from estimator_spec.config import embedding_config as config_lib

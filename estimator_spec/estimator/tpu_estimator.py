@@ -33,9 +33,9 @@ from tpu_embedding_columns import context
 from estimator_spec import quiet
 from estimator_spec import tpu_runner
 from estimator_spec.checkpoints import tables as checkpoint_tables
+from estimator_spec.cluster import tasks as cluster_lib
 from estimator_spec.config import spec as spec_lib
 from estimator_spec.estimator import calling
-from estimator_spec.estimator import cluster as cluster_lib
 from estimator_spec.estimator import hooks as hooks_lib
 from estimator_spec.estimator import host_step
 from estimator_spec.estimator import monitoring

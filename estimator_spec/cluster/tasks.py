@@ -4,12 +4,14 @@ A TPU pod trains synchronously: every host reads its share of the global
 batch, the embedding gradients of all cores are summed per id and the dense
 gradients averaged before one update per step. On a cluster of W training
 tasks (the chief and the workers) and P parameter-server tasks, the host
-TPUEstimator does the same by default (`sync.py` holds the mechanism); with
-`ClusterTraining(asynchronous=True)` each task applies its own steps, as
-classic parameter-server training does.
+TPUEstimator does the same by default (`estimator/sync.py` holds the
+mechanism); with `ClusterTraining(asynchronous=True)` each task applies its
+own steps, as classic parameter-server training does.
 
 `Cluster` holds the facts of the run's cluster that the estimator needs:
 which tasks train, this task's index among them, its device, the ps count.
+It reads them from the RunConfig, whose Estimator (either stack's) parsed
+TF_CONFIG.
 """
 import dataclasses
 import numbers
