@@ -33,7 +33,6 @@ import tensorflow as tf
 from estimator_spec import files
 from estimator_spec.cluster import tasks as cluster_lib
 from estimator_spec.estimator import tpu_context
-from estimator_spec.estimator.framework import run_config as run_config_lib
 from estimator_spec.config import embedding_config as config_lib
 from estimator_spec.config import modes
 
@@ -164,26 +163,6 @@ def table_topology(config):
   cluster = cluster_lib.Cluster.from_run_config(config)
   return _table_layout(cluster, None if cluster is not None else
                        tpu_context.Topology.from_run_config(config))
-
-
-# The devices each task of a between-graph cluster talks to: the ps tasks
-# and itself (the ps tasks serve every training task). Evaluators and
-# other tasks get no filter.
-def cluster_session_config(config):
-  """The session config a host run on a cluster needs when the RunConfig
-  has none: device filters as Estimator's own RunConfig sets them, so that
-  no task waits for tasks it does not talk to (TF's TPU RunConfig leaves
-  them out: a TPU job runs in-graph). None when the RunConfig has a session
-  config of its own, no cluster, or a task that needs no filter."""
-  if config.session_config is not None or not config.cluster_spec:
-    return None
-  filters = run_config_lib.cluster_device_filters(config.task_type,
-                                                  config.task_id)
-  if filters is None:
-    return None
-  session_config = run_config_lib.default_session_config()
-  session_config.device_filters.extend(filters)
-  return session_config
 
 
 ASSIGNMENT_FILE = "embedding_ps_assignment.json"

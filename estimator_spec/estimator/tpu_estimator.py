@@ -33,6 +33,7 @@ from tpu_embedding_columns import context
 from estimator_spec import quiet
 from estimator_spec import tpu_runner
 from estimator_spec.checkpoints import tables as checkpoint_tables
+from estimator_spec.cluster import session as session_lib
 from estimator_spec.cluster import tasks as cluster_lib
 from estimator_spec.config import spec as spec_lib
 from estimator_spec.estimator import calling
@@ -188,9 +189,9 @@ def _check_spec(spec, train_batch_size):
 
 def _with_cluster_session(config):
   """`config` with the session config a host run on a cluster needs
-  (`placement.cluster_session_config`), when it needs one."""
+  (`session.cluster_session_config`), when it needs one."""
   cluster_session = (None if config is None else
-                     placement.cluster_session_config(config))
+                     session_lib.cluster_session_config(config))
   if cluster_session is None:
     return config
   return config.replace(session_config=cluster_session)
