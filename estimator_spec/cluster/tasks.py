@@ -112,18 +112,25 @@ class Cluster:
     return f"{job} {task}"
 
   def ps_device(self, index):
-    return f"/job:ps/task:{index}"
+    return ps_device(index)
 
 
 def task_device(job, index):
   return f"/job:{job}/task:{index}/device:CPU:0"
 
 
+def ps_device(index):
+  """The device of ps task `index`, where the partitions it holds live."""
+  return f"/job:ps/task:{index}"
+
+
 def task_batch_size(cluster, options, train_batch_size):
-  """The examples a training task reads per step: the global batch split
-  over the training tasks (synchronous), or the whole batch (asynchronous,
-  each task steps on its own)."""
-  if cluster is None or options.asynchronous or train_batch_size is None:
+  """The examples this task reads per training step: on a training task of
+  a synchronous cluster its share of the global batch, split over the
+  training tasks; else the whole batch (asynchronous: each task steps on
+  its own)."""
+  if (cluster is None or not cluster.trains or options.asynchronous or
+      train_batch_size is None):
     return train_batch_size
   tasks = cluster.num_training_tasks
   if train_batch_size % tasks:

@@ -22,18 +22,17 @@ around the user's model_fn on the host embedding engine:
   layout-aware saver.
 """
 import collections
-import json
 
 import tensorflow as tf
 
 from tpu_embedding_columns import context
 
 from estimator_spec.checkpoints import restore as checkpoints
+from estimator_spec.cluster import assignment_file
 from estimator_spec.engine import engine as engine_lib
 from estimator_spec.estimator import batch_checks
 from estimator_spec.estimator import hooks as hooks_lib
 from estimator_spec.estimator import monitoring
-from estimator_spec.estimator import placement as placement_lib
 from estimator_spec.estimator import stack
 from estimator_spec.tf_patches import control_inputs
 from estimator_spec.tf_patches import gradient_taps
@@ -364,8 +363,7 @@ def _with_layout_aware_saver(spec, engine, config, training=False,
       engine,
       allow_missing_slots=training,
       record_layout=training,
-      record=({placement_lib.ASSIGNMENT_TENSOR: json.dumps(
-          ps_assignment, sort_keys=True)} if ps_assignment else None),
+      record=assignment_file.checkpoint_record(ps_assignment),
       sharded=True,
       max_to_keep=config.keep_checkpoint_max,
       keep_checkpoint_every_n_hours=config.keep_checkpoint_every_n_hours,

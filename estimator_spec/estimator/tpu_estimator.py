@@ -33,6 +33,7 @@ from tpu_embedding_columns import context
 from estimator_spec import quiet
 from estimator_spec import tpu_runner
 from estimator_spec.checkpoints import tables as checkpoint_tables
+from estimator_spec.cluster import placement
 from estimator_spec.cluster import session as session_lib
 from estimator_spec.cluster import tasks as cluster_lib
 from estimator_spec.config import spec as spec_lib
@@ -40,7 +41,6 @@ from estimator_spec.estimator import calling
 from estimator_spec.estimator import hooks as hooks_lib
 from estimator_spec.estimator import host_step
 from estimator_spec.estimator import monitoring
-from estimator_spec.estimator import placement
 from estimator_spec.estimator import profiling
 from estimator_spec.estimator import stack
 from estimator_spec.estimator import sync as sync_lib
@@ -342,10 +342,15 @@ class TPUEstimator(stack.Estimator):
   def _place(self, train_batch_size, eval_batch_size, predict_batch_size):
     """The run's one `placement.Placement` and the batch size of a step of
     each mode on this task (a training task of a cluster reads its share
-    of the global batch in synchronous training)."""
+    of the global batch in synchronous training). The placement takes the
+    TPU topology the RunConfig's `tpu_config` gives, which is this
+    layer's to read (`tpu_context`)."""
+    cluster = cluster_lib.Cluster.from_run_config(self.config)
     self._placement = placement.Placement(
-        self._embedding_spec, self.config, self._cluster_options,
-        train_batch_size)
+        self._embedding_spec, cluster,
+        cluster_lib.task_batch_size(cluster, self._cluster_options,
+                                    train_batch_size),
+        tpu_context.Topology.from_run_config(self.config))
     self._batch_sizes = {
         ModeKeys.TRAIN: self._placement.task_batch_size,
         ModeKeys.EVAL: eval_batch_size,
