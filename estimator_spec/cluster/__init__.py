@@ -10,4 +10,11 @@
   model directory and the checkpoints, and read as untrusted input.
 * `session`: the session config of a host run and of each cluster task
   (device filters).
+* `sync`: the synchronous step: each task's entries in queues on the ps
+  tasks, the chief's gather and updates, the replies, the step deadline.
+
+The estimator layer calls it: it builds the `Placement` from its RunConfig
+and the TPU topology (`estimator/tpu_context.py`), runs model_fn under
+`sync.SyncStep.recording` and gives model_fn's EstimatorSpec the train op
+and hooks `SyncStep.finish` returns.
 """

@@ -4,7 +4,7 @@ A TPU pod trains synchronously: every host reads its share of the global
 batch, the embedding gradients of all cores are summed per id and the dense
 gradients averaged before one update per step. On a cluster of W training
 tasks (the chief and the workers) and P parameter-server tasks, the host
-TPUEstimator does the same by default (`estimator/sync.py` holds the
+TPUEstimator does the same by default (`cluster/sync/` holds the
 mechanism); with `ClusterTraining(asynchronous=True)` each task applies its
 own steps, as classic parameter-server training does.
 

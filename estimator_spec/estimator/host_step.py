@@ -51,7 +51,8 @@ class HostStep:
     batch_sizes: {mode: batch size of one step of this task, or None}.
     placement: the estimator's `placement.Placement` (cluster, the
       `EmbeddingConfig` of the mode, partition devices, ps assignment).
-    sync: the `sync.SyncStep` of a synchronous cluster step, or None.
+    sync: the `cluster.sync.SyncStep` of a synchronous cluster step, or
+      None.
     profiler: the estimator's `profiling.Profiler` (profile_data_directory),
       or None; training steps then sample their lookups.
 
@@ -126,7 +127,7 @@ class HostStep:
     the step's table update in its train op when training."""
     if self._engine is None:
       if self._sync is not None:
-        return self._sync.finish(spec, self._step_value)
+        return with_sync_step(spec, self._sync, self._step_value)
       return spec
     if not self._training:
       return _with_layout_aware_saver(spec, self._engine, self._run_config)
@@ -134,9 +135,9 @@ class HostStep:
     gradients = self._activation_gradients(spec)
     result = self._lookup.result()
     if self._sync is not None:
-      # The chief applies every task's gradients (see `sync`).
-      spec = self._sync.finish(
-          spec, self._step_value,
+      # The chief applies every task's gradients (see `cluster.sync`).
+      spec = with_sync_step(
+          spec, self._sync, self._step_value,
           self._engine.table_gradients(result, gradients, self._step_value),
           self._engine)
       train_op = spec.train_op
@@ -145,7 +146,7 @@ class HostStep:
                                             self._step_value)
       train_op = tf.group(spec.train_op, update, name="train_with_embedding")
     # After the optimizer made its state (the chief's, in a synchronous
-    # step, is made by `sync.finish`).
+    # step, is made by `SyncStep.finish`).
     self._tap.keep_anchor_state_local()
     _order_after(self._step_value, self._global_step, self._first_model_op)
     if self._run_config.save_summary_steps:
@@ -347,6 +348,15 @@ def step_tables():
         "TPUEstimator with an embedding_config_spec whose tables the "
         "engine looks up (not on a TPU, nor outside model_fn).")
   return source.step_tables()
+
+
+def with_sync_step(spec, sync, step_value, embedding=None, engine=None):
+  """`spec` (model_fn's, TRAIN) with the synchronous step of `sync`, a
+  `cluster.sync.SyncStep`: its train op grouped with the step's, the
+  step's hooks after its own (`SyncStep.finish`)."""
+  train_op, hooks = sync.finish(spec.train_op, step_value, embedding, engine)
+  return spec._replace(train_op=train_op,
+                       training_hooks=list(spec.training_hooks) + hooks)
 
 
 def _with_layout_aware_saver(spec, engine, config, training=False,

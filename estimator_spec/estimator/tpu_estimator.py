@@ -35,6 +35,7 @@ from estimator_spec import tpu_runner
 from estimator_spec.checkpoints import tables as checkpoint_tables
 from estimator_spec.cluster import placement
 from estimator_spec.cluster import session as session_lib
+from estimator_spec.cluster import sync as sync_lib
 from estimator_spec.cluster import tasks as cluster_lib
 from estimator_spec.config import spec as spec_lib
 from estimator_spec.estimator import calling
@@ -43,7 +44,6 @@ from estimator_spec.estimator import host_step
 from estimator_spec.estimator import monitoring
 from estimator_spec.estimator import profiling
 from estimator_spec.estimator import stack
-from estimator_spec.estimator import sync as sync_lib
 from estimator_spec.estimator import target
 from estimator_spec.estimator import tpu_context
 from estimator_spec.estimator.spec import ExportSavedModelApiVersion
@@ -638,7 +638,8 @@ class TPUEstimator(stack.Estimator):
       spec = self._call_user_model_fn(features, kwargs, sync=sync)
       self._warn_plain_lookups()
       spec = self._estimator_spec(spec)
-      return spec if sync is None else sync.finish(spec, step_value)
+      return (spec if sync is None else
+              host_step.with_sync_step(spec, sync, step_value))
     step = host_step.HostStep(
         self._embedding_spec, mode, config, self._batch_sizes,
         self._placement, sync=sync,
