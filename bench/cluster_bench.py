@@ -129,7 +129,7 @@ def task_main(args):
   quiet.silence_deprecation_notices()
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   import estimator_spec as es  # pylint: disable=import-outside-toplevel
-  from estimator_spec.estimator import cluster as cluster_lib
+  from estimator_spec.cluster import tasks as cluster_lib
   import tpu_embedding_columns as tec  # pylint: disable=import-outside-toplevel
 
   tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.WARN)

@@ -138,7 +138,7 @@ _LAZY = {
     "TPUEstimator": "estimator_spec.estimator",
     "TPUEstimatorSpec": "estimator_spec.estimator",
     "ExportSavedModelApiVersion": "estimator_spec.estimator",
-    "ClusterTraining": "estimator_spec.estimator.cluster",
+    "ClusterTraining": "estimator_spec.cluster.tasks",
     "RunConfig": "estimator_spec.estimator.run_config",
     "TPUConfig": "estimator_spec.estimator.run_config",
     "InputPipelineConfig": "estimator_spec.estimator.run_config",

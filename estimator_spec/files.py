@@ -182,7 +182,7 @@ def write_atomic(path, data, mode=0o666, exact_mode=False):
   of files this process did not write byte by byte: a compiled library
   (`engine/kernels`), a checkpoint TF's writer staged
   (`checkpoints/tables.py`) and files on a TF file system
-  (`estimator/placement.py`)."""
+  (`cluster/assignment_file.py`)."""
   if isinstance(data, str):
     data = data.encode("utf-8")
   directory = os.path.dirname(os.path.abspath(path))

@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_spec.estimator import placement
+from estimator_spec.cluster import assignment_file
 from estimator_spec.profiling import statistics as st
 from estimator_spec.profiling import store
 from tests import cluster_programs
@@ -390,11 +390,11 @@ def test_statistics_place_partitions_and_leave_training_unchanged(tmp_path):
         assert placed[f"{variable}{suffix}/part_{p}"] == f"/job:ps/task:{ps}"
   assert _placements(logs["worker:0"]) == placed
   assert "Table partitions on the ps tasks" in logs["chief:0"]
-  with open(os.path.join(model_dir, placement.ASSIGNMENT_FILE)) as f:
+  with open(os.path.join(model_dir, assignment_file.ASSIGNMENT_FILE)) as f:
     assert json.load(f) == {a: [0, 1], bc: [1, 0]}
   result = cluster_programs.read_result(out)
-  assert json.loads(result["variables"][placement.ASSIGNMENT_TENSOR]) == {
-      a: [0, 1], bc: [1, 0]}
+  text = result["variables"][assignment_file.ASSIGNMENT_TENSOR]
+  assert json.loads(text) == {a: [0, 1], bc: [1, 0]}
 
   single_profile = str(tmp_path / "single_profile")
   reference = _single(str(tmp_path / "single"), steps, batch,
@@ -402,7 +402,7 @@ def test_statistics_place_partitions_and_leave_training_unchanged(tmp_path):
                       os.path.join(model_dir, "model.ckpt-0"),
                       "--profile-dir", single_profile, "--sampling-rate", 1)
   recorded = dict(result["variables"])
-  del recorded[placement.ASSIGNMENT_TENSOR]
+  del recorded[assignment_file.ASSIGNMENT_TENSOR]
   _assert_same_variables(recorded, reference["variables"])
 
   # Both tasks' samples add up to what one process sampled of the same

@@ -554,7 +554,7 @@ def test_the_step_watch_reports_a_waiting_step_from_one_thread():
   import threading
   import time
   import types
-  from estimator_spec.estimator import sync
+  from estimator_spec.cluster import sync
   graph = tf.Graph()
   with graph.as_default():
     v1.train.create_global_step()

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from estimator_spec.cluster import session as session_lib
 from estimator_spec.estimator.framework import run_config as run_config_lib
 from estimator_spec.estimator.framework import tpu_config as tpu_config_lib
 from estimator_spec.estimator.framework import warm_start as warm_start_lib
@@ -114,7 +115,7 @@ def fixture_set_tf_config(monkeypatch):
 
 
 def _filtered_session_config(filters):
-  config = run_config_lib.default_session_config()
+  config = session_lib.default_session_config()
   config.device_filters.extend(filters)
   return config
 
@@ -451,7 +452,7 @@ def test_task_type_names():
 
 
 def test_default_session_config():
-  config = run_config_lib.default_session_config()
+  config = session_lib.default_session_config()
   assert config.allow_soft_placement
   assert not config.device_filters
   assert (config.graph_options.rewrite_options.meta_optimizer_iterations ==

@@ -20,8 +20,9 @@ import pytest
 import estimator_spec as es
 import tpu_embedding_columns as tec
 from estimator_spec import files
-from estimator_spec.estimator import cluster as cluster_lib
-from estimator_spec.estimator import placement
+from estimator_spec.cluster import assignment_file
+from estimator_spec.cluster import placement
+from estimator_spec.cluster import tasks as cluster_lib
 from estimator_spec.profiling import file_format
 from estimator_spec.profiling import statistics as st
 from estimator_spec.profiling import store
@@ -387,7 +388,7 @@ _ASSIGNMENTS = {
 def test_a_bad_ps_assignment_is_a_warning_and_the_chief_replaces_it(
     tmp_path, case):
   content, words = _ASSIGNMENTS[case]
-  path = tmp_path / placement.ASSIGNMENT_FILE
+  path = tmp_path / assignment_file.ASSIGNMENT_FILE
   (path.write_bytes if isinstance(content, bytes) else path.write_text)(
       content)
   model = _model()
@@ -402,7 +403,7 @@ def test_a_bad_ps_assignment_is_a_warning_and_the_chief_replaces_it(
 @pytest.mark.parametrize("kind", ["symlink", "fifo"])
 def test_a_ps_assignment_that_is_no_regular_file_is_not_followed(tmp_path,
                                                                  kind):
-  path = tmp_path / placement.ASSIGNMENT_FILE
+  path = tmp_path / assignment_file.ASSIGNMENT_FILE
   outside = tmp_path / "outside.json"
   good = placement.balanced_assignment(_model(), NUM_PS, {})
   if kind == "symlink":
@@ -419,7 +420,7 @@ def test_a_ps_assignment_that_is_no_regular_file_is_not_followed(tmp_path,
 
 
 def test_a_worker_warns_once_and_waits_for_the_chiefs_file(tmp_path):
-  path = tmp_path / placement.ASSIGNMENT_FILE
+  path = tmp_path / assignment_file.ASSIGNMENT_FILE
   path.write_text('{"t0": [true, false, 2], "t1": [0, 1]}')
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
@@ -709,13 +710,13 @@ def test_the_hook_keeps_its_counts_when_the_lock_is_a_link(tmp_path):
 def test_random_content_of_the_ps_assignment_never_crashes_the_chief(
     tmp_path_factory, data):
   directory = tmp_path_factory.mktemp("assignment")
-  (directory / placement.ASSIGNMENT_FILE).write_bytes(data)
+  (directory / assignment_file.ASSIGNMENT_FILE).write_bytes(data)
   model = _model()
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)
     got = placement.resolve_ps_assignment(model, _cluster(), str(directory),
                                           {}, wait_secs=1)
-  assert placement._assignment_problem(model, NUM_PS, got) is None
+  assert assignment_file.assignment_problem(model, NUM_PS, got) is None
 
 
 def test_the_command_silences_tf_python_logs_unless_asked(tmp_path, capsys,
@@ -821,9 +822,9 @@ def test_the_ps_assignment_is_written_with_the_umask(tmp_path):
                                     wait_secs=1)
   finally:
     os.umask(old)
-  path = tmp_path / placement.ASSIGNMENT_FILE
+  path = tmp_path / assignment_file.ASSIGNMENT_FILE
   assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-  assert os.listdir(tmp_path) == [placement.ASSIGNMENT_FILE]
+  assert os.listdir(tmp_path) == [assignment_file.ASSIGNMENT_FILE]
 
 
 def test_the_command_line_prints_no_tf_log_lines(tmp_path):

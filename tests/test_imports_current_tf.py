@@ -189,7 +189,7 @@ def test_the_tpu_estimator_stands_on_the_stacks_estimator():
   from estimator_spec import ClusterTraining
   from estimator_spec import TPUEstimator
   from estimator_spec import TPUEstimatorSpec
-  from estimator_spec.estimator import cluster
+  from estimator_spec.cluster import tasks
   from estimator_spec.estimator import spec
   from estimator_spec.estimator import stack
   from estimator_spec.estimator import tpu_estimator
@@ -197,7 +197,7 @@ def test_the_tpu_estimator_stands_on_the_stacks_estimator():
   assert set(SURFACE) <= set(estimator_spec.__all__)
   assert TPUEstimator is tpu_estimator.TPUEstimator
   assert TPUEstimatorSpec is spec.TPUEstimatorSpec
-  assert ClusterTraining is cluster.ClusterTraining
+  assert ClusterTraining is tasks.ClusterTraining
   if ON_TF215 and not stack.OWN:
     assert issubclass(TPUEstimator, tf.compat.v1.estimator.Estimator)
     assert estimator_spec.RunConfig is tf.compat.v1.estimator.tpu.RunConfig

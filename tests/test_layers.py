@@ -28,6 +28,7 @@ LAYERS = (
     ("profiling", ("estimator_spec.profiling",)),
     ("tpu", ("estimator_spec.tpu",)),
     ("checkpoints", ("estimator_spec.checkpoints",)),
+    ("cluster", ("estimator_spec.cluster",)),
     ("estimator", ("estimator_spec.estimator",)),
     ("interop", ("estimator_spec.interop",)),
     ("mid_level", ("estimator_spec.mid_level",)),

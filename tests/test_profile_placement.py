@@ -1,7 +1,8 @@
 """Lookup statistics placing table partitions on a cluster's ps tasks
-(`estimator/placement.py`): the balanced assignment, and the one decision
+(`cluster/placement.py`): the balanced assignment, and the one decision
 every task of a cluster shares (recorded in the model directory and in
-checkpoints). The cluster runs themselves are in test_cluster_training.py.
+checkpoints, `cluster/assignment_file.py`). The cluster runs themselves
+are in test_cluster_training.py.
 """
 import json
 import os
@@ -12,8 +13,9 @@ import pytest
 import tensorflow as tf
 
 import estimator_spec as es
-from estimator_spec.estimator import cluster as cluster_lib
-from estimator_spec.estimator import placement
+from estimator_spec.cluster import assignment_file
+from estimator_spec.cluster import placement
+from estimator_spec.cluster import tasks as cluster_lib
 from estimator_spec.profiling import statistics as st
 
 NUM_PS = 3
@@ -103,7 +105,7 @@ def test_the_chief_records_the_assignment_and_workers_read_it(tmp_path):
                                           hot, wait_secs=30)
   thread.join(timeout=30)
   assert worker_got["assignment"] == chief
-  with open(tmp_path / placement.ASSIGNMENT_FILE) as f:
+  with open(tmp_path / assignment_file.ASSIGNMENT_FILE) as f:
     assert json.load(f) == chief
   # Statistics that grew since do not move partitions of this model dir.
   later = {"t1": _stats(model, "t1", [29] * 50)}
@@ -113,21 +115,21 @@ def test_the_chief_records_the_assignment_and_workers_read_it(tmp_path):
 
 def test_a_record_for_other_tables_or_ps_counts_is_replaced(tmp_path):
   model = _model()
-  (tmp_path / placement.ASSIGNMENT_FILE).write_text(json.dumps(
+  (tmp_path / assignment_file.ASSIGNMENT_FILE).write_text(json.dumps(
       {"t0": [0, 1], "t1": [0, 1], "t2": [0, 1], "t3": [0, 1]}))
   with pytest.warns(RuntimeWarning, match="2 partitions, not 3 .* The chief "
                     "writes a new one"):
     got = placement.resolve_ps_assignment(model, _cluster(), str(tmp_path),
                                           {}, wait_secs=1)
   assert got == placement.balanced_assignment(model, NUM_PS, {})
-  with open(tmp_path / placement.ASSIGNMENT_FILE) as f:
+  with open(tmp_path / assignment_file.ASSIGNMENT_FILE) as f:
     assert json.load(f) == got
 
 
 def test_a_worker_without_a_chief_gives_up_naming_the_file(tmp_path):
   with pytest.raises(RuntimeError,
                      match="worker 0: waited 1 s for the chief.*"
-                     + placement.ASSIGNMENT_FILE):
+                     + assignment_file.ASSIGNMENT_FILE):
     placement.resolve_ps_assignment(_model(), _cluster("worker", 0),
                                     str(tmp_path), {}, wait_secs=1)
 
@@ -138,13 +140,13 @@ def test_a_checkpoint_record_comes_before_the_file(tmp_path):
               "t3": [1, 0]}
   with tf.Graph().as_default():
     variable = tf.compat.v1.Variable(json.dumps(recorded),
-                                     name=placement.ASSIGNMENT_TENSOR)
+                                     name=assignment_file.ASSIGNMENT_TENSOR)
     saver = tf.compat.v1.train.Saver([variable])
     with tf.compat.v1.Session() as session:
       session.run(variable.initializer)
       saver.save(session, os.path.join(str(tmp_path), "model.ckpt"),
                  global_step=3)
-  (tmp_path / placement.ASSIGNMENT_FILE).write_text(json.dumps(
+  (tmp_path / assignment_file.ASSIGNMENT_FILE).write_text(json.dumps(
       placement.balanced_assignment(model, NUM_PS, {})))
   for task in (_cluster(), _cluster("worker", 0)):
     assert placement.resolve_ps_assignment(model, task, str(tmp_path), {},

@@ -4,8 +4,9 @@ of `tf.estimator` that a TPUEstimator program uses beside it.
 `tpu_estimator` is the surface (arguments, modes, params and context,
 input_fn, hooks, export); `host_step` does one model_fn call's embedding
 work (checks from `batch_checks`, lookups, gradients, update); `spec` holds
-`TPUEstimatorSpec`; `hooks` the session hooks; `placement` where the tables
-live; `tpu_context` the emulated TPU topology.
+`TPUEstimatorSpec`; `hooks` the session hooks; `tpu_context` the emulated
+TPU topology. Where the tables live and the training on a cluster are the
+cluster wing's (`estimator_spec.cluster`), which the surface calls.
 
 The names of `tf.estimator` (`Estimator`, `EstimatorSpec`, `ModeKeys`,
 `RunConfig`, `export`, `TrainSpec`, `EvalSpec`, `train_and_evaluate`,

@@ -22,18 +22,17 @@ around the user's model_fn on the host embedding engine:
   layout-aware saver.
 """
 import collections
-import json
 
 import tensorflow as tf
 
 from tpu_embedding_columns import context
 
 from estimator_spec.checkpoints import restore as checkpoints
+from estimator_spec.cluster import assignment_file
 from estimator_spec.engine import engine as engine_lib
 from estimator_spec.estimator import batch_checks
 from estimator_spec.estimator import hooks as hooks_lib
 from estimator_spec.estimator import monitoring
-from estimator_spec.estimator import placement as placement_lib
 from estimator_spec.estimator import stack
 from estimator_spec.tf_patches import control_inputs
 from estimator_spec.tf_patches import gradient_taps
@@ -52,7 +51,8 @@ class HostStep:
     batch_sizes: {mode: batch size of one step of this task, or None}.
     placement: the estimator's `placement.Placement` (cluster, the
       `EmbeddingConfig` of the mode, partition devices, ps assignment).
-    sync: the `sync.SyncStep` of a synchronous cluster step, or None.
+    sync: the `cluster.sync.SyncStep` of a synchronous cluster step, or
+      None.
     profiler: the estimator's `profiling.Profiler` (profile_data_directory),
       or None; training steps then sample their lookups.
 
@@ -127,7 +127,7 @@ class HostStep:
     the step's table update in its train op when training."""
     if self._engine is None:
       if self._sync is not None:
-        return self._sync.finish(spec, self._step_value)
+        return with_sync_step(spec, self._sync, self._step_value)
       return spec
     if not self._training:
       return _with_layout_aware_saver(spec, self._engine, self._run_config)
@@ -135,9 +135,9 @@ class HostStep:
     gradients = self._activation_gradients(spec)
     result = self._lookup.result()
     if self._sync is not None:
-      # The chief applies every task's gradients (see `sync`).
-      spec = self._sync.finish(
-          spec, self._step_value,
+      # The chief applies every task's gradients (see `cluster.sync`).
+      spec = with_sync_step(
+          spec, self._sync, self._step_value,
           self._engine.table_gradients(result, gradients, self._step_value),
           self._engine)
       train_op = spec.train_op
@@ -146,7 +146,7 @@ class HostStep:
                                             self._step_value)
       train_op = tf.group(spec.train_op, update, name="train_with_embedding")
     # After the optimizer made its state (the chief's, in a synchronous
-    # step, is made by `sync.finish`).
+    # step, is made by `SyncStep.finish`).
     self._tap.keep_anchor_state_local()
     _order_after(self._step_value, self._global_step, self._first_model_op)
     if self._run_config.save_summary_steps:
@@ -350,6 +350,15 @@ def step_tables():
   return source.step_tables()
 
 
+def with_sync_step(spec, sync, step_value, embedding=None, engine=None):
+  """`spec` (model_fn's, TRAIN) with the synchronous step of `sync`, a
+  `cluster.sync.SyncStep`: its train op grouped with the step's, the
+  step's hooks after its own (`SyncStep.finish`)."""
+  train_op, hooks = sync.finish(spec.train_op, step_value, embedding, engine)
+  return spec._replace(train_op=train_op,
+                       training_hooks=list(spec.training_hooks) + hooks)
+
+
 def _with_layout_aware_saver(spec, engine, config, training=False,
                              ps_assignment=None):
   """Gives the spec's Scaffold a `checkpoints.LayoutAwareSaver` (unless
@@ -364,8 +373,7 @@ def _with_layout_aware_saver(spec, engine, config, training=False,
       engine,
       allow_missing_slots=training,
       record_layout=training,
-      record=({placement_lib.ASSIGNMENT_TENSOR: json.dumps(
-          ps_assignment, sort_keys=True)} if ps_assignment else None),
+      record=assignment_file.checkpoint_record(ps_assignment),
       sharded=True,
       max_to_keep=config.keep_checkpoint_max,
       keep_checkpoint_every_n_hours=config.keep_checkpoint_every_n_hours,

@@ -5,7 +5,7 @@ partition on a cluster, balanced by the saved statistics.
 """
 import tensorflow as tf
 
-from estimator_spec.estimator import placement
+from estimator_spec.cluster import placement
 from estimator_spec.profiling import sampling
 
 

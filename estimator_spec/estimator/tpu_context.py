@@ -16,6 +16,8 @@ import math
 
 import tensorflow as tf
 
+from estimator_spec.cluster import placement
+from estimator_spec.cluster import tasks
 from estimator_spec.config import modes
 
 # TPUConfig.per_host_input_for_training: True and False are TF's spellings of
@@ -53,6 +55,16 @@ class Topology:
           f"evenly over {hosts} hosts of {CORES_PER_HOST} cores; use a "
           f"multiple of {CORES_PER_HOST} (or fewer than {CORES_PER_HOST}).")
     return cls(cores, hosts)
+
+
+def table_topology(config):
+  """(hosts, cores, on_tpu_layout) the tables of a run with RunConfig
+  `config` are laid out for (`cluster.placement.table_layout`): over the
+  ps tasks of its cluster, else over the hosts of its `Topology`."""
+  cluster = tasks.Cluster.from_run_config(config)
+  return placement.table_layout(
+      cluster, None if cluster is not None else
+      Topology.from_run_config(config))
 
 
 def input_pipeline(config):

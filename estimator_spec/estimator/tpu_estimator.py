@@ -33,16 +33,17 @@ from tpu_embedding_columns import context
 from estimator_spec import quiet
 from estimator_spec import tpu_runner
 from estimator_spec.checkpoints import tables as checkpoint_tables
+from estimator_spec.cluster import placement
+from estimator_spec.cluster import session as session_lib
+from estimator_spec.cluster import sync as sync_lib
+from estimator_spec.cluster import tasks as cluster_lib
 from estimator_spec.config import spec as spec_lib
 from estimator_spec.estimator import calling
-from estimator_spec.estimator import cluster as cluster_lib
 from estimator_spec.estimator import hooks as hooks_lib
 from estimator_spec.estimator import host_step
 from estimator_spec.estimator import monitoring
-from estimator_spec.estimator import placement
 from estimator_spec.estimator import profiling
 from estimator_spec.estimator import stack
-from estimator_spec.estimator import sync as sync_lib
 from estimator_spec.estimator import target
 from estimator_spec.estimator import tpu_context
 from estimator_spec.estimator.spec import ExportSavedModelApiVersion
@@ -188,9 +189,9 @@ def _check_spec(spec, train_batch_size):
 
 def _with_cluster_session(config):
   """`config` with the session config a host run on a cluster needs
-  (`placement.cluster_session_config`), when it needs one."""
+  (`session.cluster_session_config`), when it needs one."""
   cluster_session = (None if config is None else
-                     placement.cluster_session_config(config))
+                     session_lib.cluster_session_config(config))
   if cluster_session is None:
     return config
   return config.replace(session_config=cluster_session)
@@ -341,10 +342,15 @@ class TPUEstimator(stack.Estimator):
   def _place(self, train_batch_size, eval_batch_size, predict_batch_size):
     """The run's one `placement.Placement` and the batch size of a step of
     each mode on this task (a training task of a cluster reads its share
-    of the global batch in synchronous training)."""
+    of the global batch in synchronous training). The placement takes the
+    TPU topology the RunConfig's `tpu_config` gives, which is this
+    layer's to read (`tpu_context`)."""
+    cluster = cluster_lib.Cluster.from_run_config(self.config)
     self._placement = placement.Placement(
-        self._embedding_spec, self.config, self._cluster_options,
-        train_batch_size)
+        self._embedding_spec, cluster,
+        cluster_lib.task_batch_size(cluster, self._cluster_options,
+                                    train_batch_size),
+        tpu_context.Topology.from_run_config(self.config))
     self._batch_sizes = {
         ModeKeys.TRAIN: self._placement.task_batch_size,
         ModeKeys.EVAL: eval_batch_size,
@@ -632,7 +638,8 @@ class TPUEstimator(stack.Estimator):
       spec = self._call_user_model_fn(features, kwargs, sync=sync)
       self._warn_plain_lookups()
       spec = self._estimator_spec(spec)
-      return spec if sync is None else sync.finish(spec, step_value)
+      return (spec if sync is None else
+              host_step.with_sync_step(spec, sync, step_value))
     step = host_step.HostStep(
         self._embedding_spec, mode, config, self._batch_sizes,
         self._placement, sync=sync,

@@ -2,7 +2,7 @@
 
 TF 2.15 works around: `tf.compat.v1.train.Optimizer` gives no way to take
 the gradients a model's optimizer applies, short of replacing its method.
-A synchronous cluster step (estimator/sync.py) must average every task's
+A synchronous cluster step (cluster/sync/) must average every task's
 dense gradients before one update, but model_fn builds its own update with
 `minimize` or `apply_gradients` (`minimize` calls `self.apply_gradients`,
 and `CrossShardOptimizer.apply_gradients` calls its inner optimizer's).

@@ -33,6 +33,7 @@ import tempfile
 
 import tensorflow as tf
 
+from estimator_spec.cluster import session as session_lib
 from estimator_spec.estimator import calling
 from estimator_spec.estimator.framework import evaluation
 from estimator_spec.estimator.framework import inputs
@@ -462,7 +463,7 @@ def _config_with_model_dir(config, model_dir):
         f"{type(config).__name__}: {config!r}.")
   if config.session_config is None:
     config = config.replace(
-        session_config=run_config_lib.default_session_config())
+        session_config=session_lib.default_session_config())
   if isinstance(model_dir, os.PathLike):
     model_dir = os.fspath(model_dir)
   if model_dir is not None and config.model_dir not in (None, model_dir):

@@ -23,7 +23,8 @@ with the same arguments, defaults, validation and properties:
 * In a cluster, a config without a session config gets TF's default one
   with device filters, so that each task talks only to the tasks it needs:
   the chief (or master) and each worker to the ps tasks and itself, a ps
-  task to every training task (none for an evaluator).
+  task to every training task (none for an evaluator);
+  `cluster/session.py` holds the filters and the default.
 * `replace(**kwargs)` returns a copy with some constructor arguments
   changed and checked again; the cluster is not read again.
 
@@ -44,8 +45,8 @@ import os
 
 from google.protobuf import text_format
 import tensorflow as tf
-from tensorflow.core.protobuf import rewriter_config_pb2
 
+from estimator_spec.cluster import session as session_lib
 from estimator_spec.estimator import calling
 
 TF_CONFIG = "TF_CONFIG"
@@ -83,28 +84,6 @@ class _Unset:
 
 
 _UNSET = _Unset()
-
-
-def default_session_config():
-  """The session config an Estimator runs with when its RunConfig has
-  none: soft placement, one pass of Grappler's meta optimizer."""
-  rewrite = rewriter_config_pb2.RewriterConfig(
-      meta_optimizer_iterations=rewriter_config_pb2.RewriterConfig.ONE)
-  return tf.compat.v1.ConfigProto(
-      allow_soft_placement=True,
-      graph_options=tf.compat.v1.GraphOptions(rewrite_options=rewrite))
-
-
-def cluster_device_filters(task_type, task_id):
-  """The devices a task of a between-graph cluster talks to, or None for a
-  task that gets no filter (an evaluator, an unknown job)."""
-  if task_type in (TaskType.MASTER, TaskType.CHIEF):
-    return ["/job:ps", f"/job:{task_type}"]
-  if task_type == TaskType.WORKER:
-    return ["/job:ps", f"/job:worker/task:{task_id}"]
-  if task_type == TaskType.PS:
-    return ["/job:ps", "/job:worker", "/job:chief", "/job:master"]
-  return None
 
 
 def read_tf_config():
@@ -504,12 +483,7 @@ class RunConfig:
     """The session config of a task of a between-graph cluster that was
     given none: TF's default, with this task's device filters (None for a
     task without filters)."""
-    filters = cluster_device_filters(self._task_type, self._task_id)
-    if filters is None:
-      return None
-    config = default_session_config()
-    config.device_filters.extend(filters)
-    return config
+    return session_lib.task_session_config(self._task_type, self._task_id)
 
   model_dir = _field("model_dir", "Where checkpoints and summaries go.")
   tf_random_seed = _field("tf_random_seed", "The graph-level random seed.")

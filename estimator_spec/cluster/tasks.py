@@ -4,12 +4,14 @@ A TPU pod trains synchronously: every host reads its share of the global
 batch, the embedding gradients of all cores are summed per id and the dense
 gradients averaged before one update per step. On a cluster of W training
 tasks (the chief and the workers) and P parameter-server tasks, the host
-TPUEstimator does the same by default (`sync.py` holds the mechanism); with
-`ClusterTraining(asynchronous=True)` each task applies its own steps, as
-classic parameter-server training does.
+TPUEstimator does the same by default (`cluster/sync/` holds the
+mechanism); with `ClusterTraining(asynchronous=True)` each task applies its
+own steps, as classic parameter-server training does.
 
 `Cluster` holds the facts of the run's cluster that the estimator needs:
 which tasks train, this task's index among them, its device, the ps count.
+It reads them from the RunConfig, whose Estimator (either stack's) parsed
+TF_CONFIG.
 """
 import dataclasses
 import numbers
@@ -110,18 +112,25 @@ class Cluster:
     return f"{job} {task}"
 
   def ps_device(self, index):
-    return f"/job:ps/task:{index}"
+    return ps_device(index)
 
 
 def task_device(job, index):
   return f"/job:{job}/task:{index}/device:CPU:0"
 
 
+def ps_device(index):
+  """The device of ps task `index`, where the partitions it holds live."""
+  return f"/job:ps/task:{index}"
+
+
 def task_batch_size(cluster, options, train_batch_size):
-  """The examples a training task reads per step: the global batch split
-  over the training tasks (synchronous), or the whole batch (asynchronous,
-  each task steps on its own)."""
-  if cluster is None or options.asynchronous or train_batch_size is None:
+  """The examples this task reads per training step: on a training task of
+  a synchronous cluster its share of the global batch, split over the
+  training tasks; else the whole batch (asynchronous: each task steps on
+  its own)."""
+  if (cluster is None or not cluster.trains or options.asynchronous or
+      train_batch_size is None):
     return train_batch_size
   tasks = cluster.num_training_tasks
   if train_batch_size % tasks:
