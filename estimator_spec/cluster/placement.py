@@ -16,7 +16,7 @@ devices only: variable names, values and checkpoints are those of the
 default placement.
 
 `Placement` holds these facts for one estimator, derived once from its
-RunConfig: the cluster, the topology, the `EmbeddingConfig` of each mode,
+RunConfig: the cluster, the topology, the `TopologyConfig` of each mode,
 the device of each table partition and the ps assignment. The estimator
 builds it when it is built and hands it to each step (`host_step`, `sync`,
 `profiling`), which read it and derive none of them again.
@@ -26,7 +26,7 @@ import math
 
 from estimator_spec.cluster import assignment_file
 from estimator_spec.cluster import tasks
-from estimator_spec.config import embedding_config as config_lib
+from estimator_spec.config import topology as config_lib
 from estimator_spec.config import modes
 
 
@@ -128,7 +128,7 @@ class Placement:
     return table_layout(self.cluster, self.tpu_topology)
 
   def embedding_config(self, mode, batch_sizes):
-    """The `EmbeddingConfig` of the spec for `mode` on this placement
+    """The `TopologyConfig` of the spec for `mode` on this placement
     (built once per mode and batch size).
 
     Args:
@@ -145,7 +145,7 @@ class Placement:
       # not divide it, so the proto's batch is rounded up there.
       batch = cores * math.ceil(batch / cores)
     if (mode, batch) not in self._configs:
-      self._configs[(mode, batch)] = config_lib.EmbeddingConfig(
+      self._configs[(mode, batch)] = config_lib.TopologyConfig(
           self._spec, batch_size=batch, num_hosts=hosts, num_cores=cores,
           mode=mode)
     return self._configs[(mode, batch)]

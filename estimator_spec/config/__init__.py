@@ -8,7 +8,7 @@
 * `model`: `EmbeddingModel`, the tables and features derived from a spec,
   with the facts computed once (names, order, learning rates, clipping);
 * `sharding`: `ShardLayout`, where each row of a table lives (`div`/`mod`);
-* `embedding_config`: `EmbeddingConfig`, the model placed on a batch size, a
+* `topology`: `TopologyConfig`, the model placed on a batch size, a
   topology (hosts, cores) and a mode: what the engine and the TPU layer take
   (the public `estimator_spec.EmbeddingConfig` adds the TPU layer's proto
   and infeed, `estimator_spec.tpu.embedding_config`);

@@ -8,12 +8,12 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from estimator_spec.config import embedding_config
+from estimator_spec.config import topology
 from estimator_spec.config import model as model_lib
 from estimator_spec.config import optimizers
 from estimator_spec.config import sharding
 
-_Config = embedding_config.EmbeddingConfig
+_Config = topology.TopologyConfig
 
 _FLOAT_BYTES = 4
 

@@ -51,7 +51,7 @@ from tpu_embedding_columns.errors import TPUNotReachableError
 from estimator_spec.estimator import calling
 from estimator_spec.estimator import tpu_context
 from estimator_spec.interop import _tensorflow
-from estimator_spec.config import embedding_config as config_lib
+from estimator_spec.config import topology as config_lib
 
 REACHABILITY_TIMEOUT_SECONDS = 10.0
 
@@ -301,7 +301,7 @@ def delegate_to_tensorflow(model_fn, embedding_config_spec, config,
       getattr(config, "tpu_config", None), "num_shards", None):
     # The TPU topology must fit the spec and the batch (as on the host).
     hosts, cores, _ = tpu_context.table_topology(config)
-    config_lib.EmbeddingConfig(
+    config_lib.TopologyConfig(
         embedding_config_spec, batch_size=train_batch_size, num_hosts=hosts,
         num_cores=cores, mode=tf.estimator.ModeKeys.TRAIN)
   tf.compat.v1.logging.info(

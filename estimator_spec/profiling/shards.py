@@ -13,11 +13,11 @@ from typing import Any, Mapping, Optional
 import numpy as np
 import numpy.typing as npt
 
-from estimator_spec.config import embedding_config
+from estimator_spec.config import topology
 from estimator_spec.config import report
 from estimator_spec.config import sharding
 
-_Config = embedding_config.EmbeddingConfig
+_Config = topology.TopologyConfig
 _PerShard = dict[str, npt.NDArray[np.float64]]  # strategy -> shard -> value
 
 

@@ -1,7 +1,7 @@
 """`EmbeddingConfig` with what a TPU needs, the public class.
 
 `estimator_spec.EmbeddingConfig` is this class: the config model's
-`EmbeddingConfig` (`estimator_spec.config.embedding_config`, plain data: the
+`TopologyConfig` (`estimator_spec.config.topology`, plain data: the
 model on a batch size, a topology and a mode) with the TPU layer's proto
 (`config_proto`, built by `proto.build_proto`) and infeed (`split_inputs`,
 `generate_enqueue_ops`, `enqueue`) as methods, as TF's own configuration
@@ -11,12 +11,12 @@ object offers them. The config model stays free of the TPU layer
 import functools
 from typing import Any
 
-from estimator_spec.config import embedding_config as config_lib
+from estimator_spec.config import topology as config_lib
 from estimator_spec.tpu import enqueue
 from estimator_spec.tpu import proto as proto_lib
 
 
-class EmbeddingConfig(config_lib.EmbeddingConfig):
+class EmbeddingConfig(config_lib.TopologyConfig):
   """A spec's tables and features on a given topology and mode, with the
   TPU configuration proto and the infeed.
 

@@ -31,7 +31,7 @@ import tensorflow as tf
 
 from tpu_embedding_columns import lookup
 
-from estimator_spec.config import embedding_config as config_lib
+from estimator_spec.config import topology as config_lib
 from estimator_spec.config import model as model_lib
 from estimator_spec.engine import inputs as inputs_lib
 from estimator_spec.tensor_types import Op, Tensor
@@ -126,7 +126,7 @@ FeatureData = Union[_Data, tf.SparseTensor, tf.RaggedTensor,
 # --- enqueue ops -------------------------------------------------------------
 
 
-def generate_enqueue_ops(config: config_lib.EmbeddingConfig,
+def generate_enqueue_ops(config: config_lib.TopologyConfig,
                          features_per_core: Sequence[dict[str, FeatureData]],
                          mode_override: Union[str, Tensor, None] = None,
                          ragged: bool = False) -> list[Op]:
@@ -228,7 +228,7 @@ def _as_data(value: FeatureData, feature: str, core: int,
 
 
 def _check_features_per_core(
-    config: config_lib.EmbeddingConfig,
+    config: config_lib.TopologyConfig,
     features_per_core: Sequence[dict[str, FeatureData]],
     ragged: bool) -> list[dict[str, _Data]]:
   if not isinstance(features_per_core, (list, tuple)) or not features_per_core:
@@ -269,7 +269,7 @@ def _check_features_per_core(
   return result
 
 
-def _core_data(config: config_lib.EmbeddingConfig, core: int,
+def _core_data(config: config_lib.TopologyConfig, core: int,
                datas: dict[str, FeatureData],
                ragged: bool) -> tuple[dict[str, _Data], Optional[str]]:
   """One core's {feature name: data}, normalized and checked (every input of
@@ -312,7 +312,7 @@ def _uniform(tensors: list[Tensor], wide: tf.DType) -> list[Tensor]:
 
 
 def _op_inputs(
-    config: config_lib.EmbeddingConfig, datas: Mapping[str, _Data],
+    config: config_lib.TopologyConfig, datas: Mapping[str, _Data],
     ragged: bool) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
   """(positions, ids, weights) lists in feature-descriptor order."""
   int_zeros = tf.zeros((0,), dtype=tf.int64)
@@ -368,7 +368,7 @@ class TensorCoreColumn(Protocol):
 
 
 def split_inputs(
-    config: config_lib.EmbeddingConfig, features: dict[str, Tensor],
+    config: config_lib.TopologyConfig, features: dict[str, Tensor],
     labels: Optional[Labels] = None
 ) -> tuple[dict[str, Tensor], Optional[Labels], list[dict[str, EnqueueData]]]:
   """Prepares one host's batch for the embedding enqueue.
@@ -414,7 +414,7 @@ def split_inputs(
   return features, labels, features_per_core
 
 
-def _feature_pieces(config: config_lib.EmbeddingConfig,
+def _feature_pieces(config: config_lib.TopologyConfig,
                     feature: model_lib.Feature, features: dict[str, Tensor],
                     read: set[str], added: dict[str, Tensor],
                     host_batch: int) -> list[EnqueueData]:

@@ -9,7 +9,7 @@ topology and the sharding strategy.
 from tensorflow.core.protobuf.tpu import optimization_parameters_pb2
 from tensorflow.core.protobuf.tpu import tpu_embedding_configuration_pb2
 
-from estimator_spec.config import embedding_config as config_lib
+from estimator_spec.config import topology as config_lib
 from estimator_spec.config import model as model_lib
 from estimator_spec.config import optimizers
 
@@ -19,7 +19,7 @@ _HOT_ID = optimization_parameters_pb2.HotIdReplicationConfiguration
 
 
 def _proto_optimizer(
-    config: config_lib.EmbeddingConfig,
+    config: config_lib.TopologyConfig,
     table: model_lib.Table) -> optimizers.OptimizationParameters:
   # Training: the optimizer that trains the table (`EmbeddingConfig` checks
   # that every table has one). Inference runs no optimizer
@@ -30,7 +30,7 @@ def _proto_optimizer(
 
 
 def build_proto(
-    config: config_lib.EmbeddingConfig
+    config: config_lib.TopologyConfig
 ) -> tpu_embedding_configuration_pb2.TPUEmbeddingConfiguration:
   """The `TPUEmbeddingConfiguration` of an `EmbeddingConfig`."""
   proto = Configuration()

@@ -1,12 +1,12 @@
-"""`EmbeddingConfig`: the config model placed on a topology and a mode.
+"""`TopologyConfig`: the config model placed on a topology and a mode.
 
-`EmbeddingConfig(spec, batch_size=..., num_hosts=..., num_cores=..., mode=...)`
+`TopologyConfig(spec, batch_size=..., num_hosts=..., num_cores=..., mode=...)`
 binds a spec's config model to a batch size, a number of hosts and cores and
 a mode (TRAIN, or EVAL/PREDICT which give the INFERENCE mode without an
 optimizer). Everything downstream takes it: the host engine, and the TPU
 layer. It is plain data and imports no other layer: the public
 `estimator_spec.EmbeddingConfig` (`estimator_spec.tpu.embedding_config`)
-is this class with the TPU layer's proto (`config_proto`) and infeed
+is this class, under the name TF gives the concept, with the TPU layer's proto (`config_proto`) and infeed
 (`split_inputs`, `generate_enqueue_ops`) as methods.
 """
 import collections
@@ -21,7 +21,7 @@ from estimator_spec.config import spec as spec_lib
 from estimator_spec.config.modes import BATCH_NAMES, MODES, TRAIN
 
 
-class EmbeddingConfig:
+class TopologyConfig:
   """A spec's tables and features on a given topology and mode.
 
   Args:
@@ -36,6 +36,7 @@ class EmbeddingConfig:
   def __init__(self, spec: spec_lib.EmbeddingConfigSpec, *, batch_size: int,
                num_hosts: int = 1, num_cores: int = 1,
                mode: str = TRAIN) -> None:
+    # Users build the public subclass: errors name it.
     owner = "EmbeddingConfig"
     self.model = spec_lib.model_of(owner, spec)
     self.spec = spec
@@ -139,7 +140,7 @@ class EmbeddingConfig:
         for name in self.model.tables)
 
   def __repr__(self) -> str:
-    return (f"EmbeddingConfig(tables={len(self.model.tables)}, features="
+    return (f"{type(self).__name__}(tables={len(self.model.tables)}, features="
             f"{len(self.model.features)}, batch_size={self.batch_size}, "
             f"num_hosts={self.num_hosts}, num_cores={self.num_cores}, "
             f"mode={self.mode!r})")
