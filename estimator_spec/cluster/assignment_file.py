@@ -20,10 +20,13 @@ import json
 import os
 import time
 import warnings
+from typing import Callable, Mapping, Optional, Sequence
 
 import tensorflow as tf
 
 from estimator_spec import files
+from estimator_spec.cluster import tasks
+from estimator_spec.config import model as model_lib
 
 ASSIGNMENT_FILE = "embedding_ps_assignment.json"
 ASSIGNMENT_TENSOR = "estimator_spec/ps_assignment"
@@ -32,20 +35,28 @@ ASSIGNMENT_TENSOR = "estimator_spec/ps_assignment"
 # tasks writes about 5 MB).
 MAX_ASSIGNMENT_BYTES = 16 * 2**20
 
+# A ps assignment: {table: [ps task of each partition]}; one read from a
+# record is decoded JSON that `assignment_problem` accepted.
+Assignment = dict[str, list[int]]
+# (where a record is, why it is not used)
+_Problem = tuple[str, str]
 
-def encode(assignment):
+
+def encode(assignment: Mapping[str, Sequence[int]]) -> str:
   """The text of a ps assignment, {table: [ps task of each partition]}, in
   the file and in checkpoints."""
   return json.dumps(assignment, sort_keys=True)
 
 
-def checkpoint_record(assignment):
+def checkpoint_record(assignment: Optional[Mapping[str, Sequence[int]]]
+                      ) -> Optional[dict[str, str]]:
   """{ASSIGNMENT_TENSOR: text} that a training checkpoint records of the
   ps assignment, or None when there is none."""
   return {ASSIGNMENT_TENSOR: encode(assignment)} if assignment else None
 
 
-def assignment_problem(model, num_ps, assignment):
+def assignment_problem(model: model_lib.EmbeddingModel, num_ps: int,
+                       assignment: object) -> Optional[str]:
   """Why `assignment` (decoded JSON) does not place every table of `model`
   on `num_ps` ps tasks, one partition per task; None when it does."""
   if not isinstance(assignment, dict):
@@ -69,21 +80,23 @@ def assignment_problem(model, num_ps, assignment):
   return None
 
 
-def _read_text(path):
+def _read_text(path: str) -> bytes:
   """The bytes of the assignment file `path` (a local path: a regular file
   only, never followed through a link; a URL: through tf.io.gfile), at
   most MAX_ASSIGNMENT_BYTES; raises FileRejected or OSError."""
   if "://" not in path:
-    return files.read_bytes(path, MAX_ASSIGNMENT_BYTES)
+    data: bytes = files.read_bytes(path, MAX_ASSIGNMENT_BYTES)
+    return data
   size = tf.io.gfile.stat(path).length
   if size > MAX_ASSIGNMENT_BYTES:
     raise files.FileRejected(f"it holds {size:,} bytes, more than the "
                              f"{MAX_ASSIGNMENT_BYTES:,} allowed")
   with tf.io.gfile.GFile(path, "rb") as f:
-    return f.read(MAX_ASSIGNMENT_BYTES + 1)
+    read: bytes = f.read(MAX_ASSIGNMENT_BYTES + 1)
+    return read
 
 
-def _write(model_dir, assignment):
+def _write(model_dir: str, assignment: Mapping[str, Sequence[int]]) -> None:
   """Writes `assignment` to the model directory's file: atomically and
   through no link on a local path, by a rename on a TF file system."""
   tf.io.gfile.makedirs(model_dir)
@@ -98,12 +111,13 @@ def _write(model_dir, assignment):
     files.write_atomic(path, text)
 
 
-def _recorded(model_dir, model, num_ps):
+def _recorded(model_dir: str, model: model_lib.EmbeddingModel, num_ps: int
+              ) -> tuple[Optional[Assignment], list[_Problem]]:
   """(the assignment the latest checkpoint, else the model directory's
   file, records for this model and ps count, or None; [(where, why) of
   each record that is not a valid one])."""
   checkpoint = tf.train.latest_checkpoint(model_dir)
-  texts = []
+  texts: list[tuple[str, Callable[[], bytes]]] = []
   if checkpoint is not None:
     reader = tf.compat.v1.train.NewCheckpointReader(checkpoint)
     if reader.has_tensor(ASSIGNMENT_TENSOR):
@@ -112,7 +126,7 @@ def _recorded(model_dir, model, num_ps):
   path = os.path.join(model_dir, ASSIGNMENT_FILE)
   if tf.io.gfile.exists(path) or os.path.lexists(path):
     texts.append((path, lambda: _read_text(path)))
-  problems = []
+  problems: list[_Problem] = []
   for where, read in texts:
     try:
       decoded = files.parse_json(read(), max_depth=4)
@@ -129,7 +143,8 @@ def _recorded(model_dir, model, num_ps):
   return None, problems
 
 
-def _warn(problems, said, then):
+def _warn(problems: Sequence[_Problem], said: set[_Problem],
+          then: str) -> None:
   """A warning for each (where, why) in `problems` not yet `said`, shown
   at the code that asked for the assignment (the caller of `resolve`'s
   caller, `placement.resolve_ps_assignment`)."""
@@ -140,7 +155,9 @@ def _warn(problems, said, then):
                     f"{then}", RuntimeWarning, stacklevel=4)
 
 
-def resolve(model, cluster, model_dir, wait_secs, decide):
+def resolve(model: model_lib.EmbeddingModel, cluster: tasks.Cluster,
+            model_dir: str, wait_secs: float,
+            decide: Callable[[], Assignment]) -> Assignment:
   """The ps assignment every task of `cluster` uses for `model_dir`.
 
   The chief takes the one recorded in the model directory (checkpoint,
@@ -150,7 +167,7 @@ def resolve(model, cluster, model_dir, wait_secs, decide):
   warning naming it and the reason: the chief then replaces the file, a
   worker waits for the chief's.
   """
-  said = set()
+  said: set[_Problem] = set()
   recorded, problems = _recorded(model_dir, model, cluster.num_ps)
   if recorded is not None:
     return recorded

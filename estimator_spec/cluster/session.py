@@ -10,11 +10,15 @@ reads TF_CONFIG, as tensorflow-estimator's does; TF's TPU RunConfig
 leaves them out (a TPU job runs in-graph), so the TPUEstimator adds them
 to a host run's config (`cluster_session_config`).
 """
+from typing import Optional
+
 import tensorflow as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 
+from estimator_spec.cluster import tasks
 
-def default_session_config():
+
+def default_session_config() -> tf.compat.v1.ConfigProto:
   """The session config an Estimator runs with when its RunConfig has
   none: soft placement, one pass of Grappler's meta optimizer."""
   rewrite = rewriter_config_pb2.RewriterConfig(
@@ -24,7 +28,7 @@ def default_session_config():
       graph_options=tf.compat.v1.GraphOptions(rewrite_options=rewrite))
 
 
-def device_filters(task_type, task_id):
+def device_filters(task_type: str, task_id: int) -> Optional[list[str]]:
   """The devices a task of a between-graph cluster talks to, or None for a
   task that gets no filter (an evaluator, an unknown job)."""
   if task_type in ("master", "chief"):
@@ -36,7 +40,8 @@ def device_filters(task_type, task_id):
   return None
 
 
-def task_session_config(task_type, task_id):
+def task_session_config(task_type: str, task_id: int
+                        ) -> Optional[tf.compat.v1.ConfigProto]:
   """The default session config with the task's device filters, or None
   for a task that gets no filter."""
   filters = device_filters(task_type, task_id)
@@ -47,7 +52,8 @@ def task_session_config(task_type, task_id):
   return session_config
 
 
-def cluster_session_config(config):
+def cluster_session_config(config: tasks.RunConfig
+                           ) -> Optional[tf.compat.v1.ConfigProto]:
   """The session config a host run on a cluster needs when the RunConfig
   `config` (of either stack) has none: `task_session_config` of its task.
   None when the RunConfig has a session config of its own, no cluster, or

@@ -15,12 +15,32 @@ TF_CONFIG.
 """
 import dataclasses
 import numbers
+from typing import ContextManager, Optional, Protocol
 
 import tensorflow as tf
 
 from estimator_spec.tf_patches import session_recovery
 
 _TRAINING_JOBS = ("chief", "master", "worker")
+
+
+class RunConfig(Protocol):
+  """What the cluster wing reads of a RunConfig (tensorflow-estimator's,
+  TF's TPU one or the library's own), which parsed TF_CONFIG: the task's
+  type and index are set whenever the cluster spec is not empty, the only
+  case in which the wing reads them."""
+
+  @property
+  def cluster_spec(self) -> Optional[tf.train.ClusterSpec]: ...
+
+  @property
+  def task_type(self) -> str: ...
+
+  @property
+  def task_id(self) -> int: ...
+
+  @property
+  def session_config(self) -> Optional[tf.compat.v1.ConfigProto]: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,13 +68,13 @@ class ClusterTraining:
   step_timeout_secs: float = 600.0
   report_after_secs: float = 30.0
 
-  def __post_init__(self):
+  def __post_init__(self) -> None:
     if not isinstance(self.asynchronous, bool):
       raise TypeError(
           "ClusterTraining: `asynchronous` must be a bool; got "
           f"{type(self.asynchronous).__name__}: {self.asynchronous!r}.")
     for name in ("step_timeout_secs", "report_after_secs"):
-      value = getattr(self, name)
+      value: float = getattr(self, name)
       if (isinstance(value, bool) or not isinstance(value, numbers.Real) or
           not value > 0):
         raise ValueError(
@@ -68,16 +88,17 @@ class Cluster:
   task_type: str
   task_id: int
   num_ps: int
-  training_tasks: tuple  # ((job, index), ...): chief/master first, workers
+  # ((job, index), ...): chief/master first, workers
+  training_tasks: tuple[tuple[str, int], ...]
 
   @classmethod
-  def from_run_config(cls, config):
+  def from_run_config(cls, config: RunConfig) -> Optional["Cluster"]:
     """The run's cluster, or None when the tables live in this process (no
     `ps` job, or a task outside the cluster such as the evaluator)."""
     spec = getattr(config, "cluster_spec", None)
     if not spec or "ps" not in spec.jobs:
       return None
-    tasks = []
+    tasks: list[tuple[str, int]] = []
     for job in _TRAINING_JOBS:
       if job in spec.jobs:
         tasks.extend((job, i) for i in spec.task_indices(job))
@@ -85,46 +106,47 @@ class Cluster:
                spec.num_tasks("ps"), tuple(tasks))
 
   @property
-  def num_training_tasks(self):
+  def num_training_tasks(self) -> int:
     return len(self.training_tasks)
 
   @property
-  def trains(self):
+  def trains(self) -> bool:
     """Whether this task runs training steps (chief, master or worker)."""
     return (self.task_type, self.task_id) in self.training_tasks
 
   @property
-  def index(self):
+  def index(self) -> int:
     """This task's index among the training tasks (chief first)."""
     return self.training_tasks.index((self.task_type, self.task_id))
 
   @property
-  def is_chief(self):
+  def is_chief(self) -> bool:
     return self.index == 0
 
   @property
-  def device(self):
+  def device(self) -> str:
     """This task's CPU device."""
     return task_device(self.task_type, self.task_id)
 
-  def training_task_name(self, index):
+  def training_task_name(self, index: int) -> str:
     job, task = self.training_tasks[index]
     return f"{job} {task}"
 
-  def ps_device(self, index):
+  def ps_device(self, index: int) -> str:
     return ps_device(index)
 
 
-def task_device(job, index):
+def task_device(job: str, index: int) -> str:
   return f"/job:{job}/task:{index}/device:CPU:0"
 
 
-def ps_device(index):
+def ps_device(index: int) -> str:
   """The device of ps task `index`, where the partitions it holds live."""
   return f"/job:ps/task:{index}"
 
 
-def task_batch_size(cluster, options, train_batch_size):
+def task_batch_size(cluster: Optional[Cluster], options: ClusterTraining,
+                    train_batch_size: Optional[int]) -> Optional[int]:
   """The examples this task reads per training step: on a training task of
   a synchronous cluster its share of the global batch, split over the
   training tasks; else the whole batch (asynchronous: each task steps on
@@ -144,7 +166,7 @@ def task_batch_size(cluster, options, train_batch_size):
   return train_batch_size // tasks
 
 
-def check_options(options):
+def check_options(options: object) -> ClusterTraining:
   if options is None:
     return ClusterTraining()
   if not isinstance(options, ClusterTraining):
@@ -154,7 +176,8 @@ def check_options(options):
   return options
 
 
-def log_cluster(cluster, options, batch):
+def log_cluster(cluster: Cluster, options: ClusterTraining,
+                batch: int) -> None:
   tf.compat.v1.logging.info(
       "TPUEstimator on a cluster: %s task %d (training task %d of %d), "
       "tables over %d ps tasks, %s training, %d examples per task step.",
@@ -168,7 +191,7 @@ def log_cluster(cluster, options, batch):
 RECOVERY_WAIT_SECS = 1
 
 
-def prompt_session_recovery():
+def prompt_session_recovery() -> ContextManager[None]:
   """Inside: a task waiting for the model to be ready (a worker waiting for
   the chief's initialization or restore, after a start or a ps restart)
   looks every `RECOVERY_WAIT_SECS` seconds instead of Estimator's 30

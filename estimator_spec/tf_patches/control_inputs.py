@@ -9,8 +9,9 @@ writes of the global step (which wait for the step's reads of it). The
 private `Operation._add_control_input` does it; it exists and makes the op
 wait in TF 2.15 (tests/test_tf_patches_estimator.py).
 """
+from estimator_spec.tensor_types import Op
 
 
-def add_control_input(op, dependency):
+def add_control_input(op: Op, dependency: Op) -> None:
   """Makes the built `op` run after `dependency` (an op)."""
   op._add_control_input(dependency)

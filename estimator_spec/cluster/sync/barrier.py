@@ -3,12 +3,16 @@ step is applied (in the step, or with pipelining after its checkpoint
 hook, `ReplyHook`); a worker's step ends when it hears so, or that its
 entry was dropped (it then runs the step again).
 """
+from typing import Optional
+
 import tensorflow as tf
 
 from estimator_spec.cluster.sync import entries
+from estimator_spec.tensor_types import Op, Tensor
 
 
-def reply(channels, step, done, pipelined):
+def reply(channels: entries.Channels, step: Tensor, done: list[Op],
+          pipelined: bool) -> tuple[Op, Optional[Op]]:
   """(the op of the chief's step, the late replies or None): the op waits
   for `done` (its updates) and tells the workers that step `step` (read
   on ps 0) is done; with pipelining, the telling is left to `ReplyHook`,
@@ -46,21 +50,23 @@ def reply(channels, step, done, pipelined):
     return tf.group(*replies, name="synchronous_step_done"), late_replies
 
 
-def await_chief(channels, step, pushes):
+def await_chief(channels: entries.Channels, step: Tensor,
+                pushes: list[Op]) -> Op:
   """A worker's part of the step after `pushes` (its sends): the op that
   waits for the chief's reply on ps 0 that step `step` is done, or that
   its entry of `step` was dropped."""
   reply_queue = channels.reply_queue(channels.cluster.index)
 
-  def waiting(kind, value):
+  def waiting(kind: Tensor, value: Tensor) -> Tensor:
     done = tf.logical_and(tf.equal(kind, entries.DONE), value > step)
     dropped = tf.logical_and(tf.equal(kind, entries.DROPPED),
                              tf.equal(value, step))
     return tf.logical_not(tf.logical_or(done, dropped))
 
-  def next_reply(kind, value):
+  def next_reply(kind: Tensor, value: Tensor) -> list[Tensor]:
     del kind, value
-    return reply_queue.dequeue()
+    received: list[Tensor] = reply_queue.dequeue()
+    return received
 
   with tf.control_dependencies(pushes), tf.compat.v1.device(
       channels.cluster.ps_device(0)):
@@ -70,14 +76,15 @@ def await_chief(channels, step, pushes):
   return tf.group(*answer, name="synchronous_step_done")
 
 
-class ReplyHook(tf.compat.v1.train.SessionRunHook):
+class ReplyHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]  # TF is untyped
   """The chief's "step done" to the workers, after each step's hooks that
   come before it (Estimator runs the chief's checkpoint hook, whose
   listeners apply a held pipelined update, before the model's hooks)."""
 
-  def __init__(self, replies):
+  def __init__(self, replies: Op) -> None:
     self._replies = replies
 
-  def after_run(self, run_context, run_values):
+  def after_run(self, run_context: tf.compat.v1.train.SessionRunContext,
+                run_values: tf.compat.v1.train.SessionRunValues) -> None:
     del run_values
     run_context.session.run(self._replies)

@@ -4,13 +4,23 @@ applies there (each table partition's update from every task's ids and
 gradients, the dense gradients' averages), before it replies
 (`barrier.reply`).
 """
+from typing import Optional, Sequence
+
 import tensorflow as tf
 
 from estimator_spec.cluster.sync import barrier
 from estimator_spec.cluster.sync import entries as entries_lib
+from estimator_spec.cluster.sync import recording
+from estimator_spec.engine import backward
+from estimator_spec.engine import engine as engine_lib
+from estimator_spec.tensor_types import Op, Tensor
 
 
-def chief_step(channels, recorder, steps, pushes, embedding, engine):
+def chief_step(channels: entries_lib.Channels, recorder: recording.Recorder,
+               steps: Sequence[Tensor], pushes: list[Op],
+               embedding: Optional[backward.StepGradients],
+               engine: Optional[engine_lib.HostEmbeddingEngine]
+               ) -> tuple[Op, Optional[Op]]:
   """The chief's part of the step (`steps`: its value on each ps task,
   `pushes`: the chief's own sends, `send.push`): takes every task's entry
   on each ps, updates the table partitions there and applies the averaged
@@ -18,8 +28,8 @@ def chief_step(channels, recorder, steps, pushes, embedding, engine):
   replies to the workers. Returns (the op of the step, the late replies
   or None: `barrier.reply`)."""
   cluster = channels.cluster
-  updates = []
-  averaged = {}
+  updates: list[Op] = []
+  averaged: dict[tuple[int, int], Tensor] = {}
   for ps in range(cluster.num_ps):
     # Each task's entry on a ps is sent after the task received the rows
     # it looked up there (`StepRequests.gradients`): once every entry
@@ -44,16 +54,17 @@ def chief_step(channels, recorder, steps, pushes, embedding, engine):
                        pipelined)
 
 
-def _take(channels, task, ps, step):
+def _take(channels: entries_lib.Channels, task: int, ps: int,
+          step: Tensor) -> entries_lib.Entry:
   """The entry of `step` from `task`'s queue on `ps` (dropping others)."""
   queue = channels.queue(task, ps)
   reply = channels.reply_queue(task) if task and ps == 0 else None
 
-  def stale(entry):
+  def stale(entry: entries_lib.Entry) -> Tensor:
     return tf.not_equal(entries_lib.entry_step(entry), step)
 
-  def next_entry(entry):
-    ops = []
+  def next_entry(entry: entries_lib.Entry) -> tuple[entries_lib.Entry]:
+    ops: list[Op] = []
     if reply is not None:
       # Only ps 0 answers for a dropped entry: one answer per entry.
       ops.append(reply.enqueue([tf.constant(entries_lib.DROPPED, tf.int64),
@@ -63,6 +74,7 @@ def _take(channels, task, ps, step):
 
   with tf.compat.v1.device(channels.cluster.ps_device(ps)):
     first = queue.dequeue()
+    entry: entries_lib.Entry
     (entry,) = tf.while_loop(
         stale, next_entry, (first,),
         shape_invariants=(
@@ -71,19 +83,25 @@ def _take(channels, task, ps, step):
   return entry
 
 
-def _table_updates(channels, ps, entries, embedding, engine):
+def _table_updates(channels: entries_lib.Channels, ps: int,
+                   entries: Sequence[entries_lib.Entry],
+                   embedding: Optional[backward.StepGradients],
+                   engine: Optional[engine_lib.HostEmbeddingEngine]
+                   ) -> list[Op]:
   """The update of each table partition on `ps` from every task's ids and
   gradients (`engine.requests`: each entry's `ids` and the rest of its
   `floats`), at the chief's learning rates: the engine sums them per id,
   scaled by 1/W (see `sync`)."""
   if "ids" not in entries[0]:
     return []
+  # The step's tables come with its gradients and the engine.
+  assert embedding is not None and engine is not None
   scale = 1.0 / channels.cluster.num_training_tasks
   device = channels.cluster.ps_device(ps)
   _, start = entries_lib.packed_dense(ps, channels.dense)
   tasks = [embedding.requests.unpack(device, e["ids"], e["floats"][start:])
            for e in entries]
-  updates = []
+  updates: list[Op] = []
   for k, (name, p, _, _, lr) in enumerate(tasks[0]):
     ids = tf.concat([task[k][2] for task in tasks], axis=0)
     grads = tf.concat([task[k][3] for task in tasks], axis=0)
@@ -92,11 +110,13 @@ def _table_updates(channels, ps, entries, embedding, engine):
   return updates
 
 
-def _dense_averages(channels, ps, entries):
+def _dense_averages(channels: entries_lib.Channels, ps: int,
+                    entries: Sequence[entries_lib.Entry]
+                    ) -> dict[tuple[int, int], Tensor]:
   """{(call, position): the average over the tasks of the gradient} of
   each dense variable on `ps`."""
   scale = 1.0 / channels.cluster.num_training_tasks
-  averaged = {}
+  averaged: dict[tuple[int, int], Tensor] = {}
   for c, k, var, _, offset, size in entries_lib.packed_dense(
       ps, channels.dense)[0]:
     total = tf.math.add_n([

@@ -8,7 +8,12 @@ float32 values: a queue, a concat and a slice copy bits unchanged), then
 the float32 dense gradients of the variables on that ps (`packed_dense`),
 then the update request of the table partitions there.
 """
+from typing import Hashable, Mapping, Optional, Sequence, Union
+
 import tensorflow as tf
+
+from estimator_spec.cluster import tasks
+from estimator_spec.tensor_types import Tensor, Variable
 
 DONE = 0      # reply: step (value - 1) is applied
 DROPPED = 1   # reply: the entry of step `value` was dropped; run it again
@@ -17,31 +22,42 @@ _QUEUE_CAPACITY = 8
 _REPLY_CAPACITY = 64
 _STEP_FLOATS = 2
 
+# (call index, position, variable, gradient, ps index) of a dense gradient
+# that is sent (`recording.Recorder.dense_entries`).
+DenseEntry = tuple[int, int, Variable, Tensor, int]
+# (call, position, variable, gradient, offset, size) of one travelling in
+# the float32 component (`packed_dense`).
+PackedEntry = tuple[int, int, Variable, Tensor, int, int]
+# A task's entry as a queue gives it: {component name: tensor}.
+Entry = Mapping[str, Tensor]
 
-def entry_step(entry):
+
+def entry_step(entry: Entry) -> Tensor:
   """The step of an entry (read where the entry is)."""
   return tf.bitcast(entry["floats"][:_STEP_FLOATS], tf.int64)
 
 
-def packs(grad, var):
+def packs(grad: Tensor, var: Variable) -> bool:
   """Whether a dense gradient travels in its entry's float32 component: a
   float32 tensor of its variable's static shape."""
   return (not isinstance(grad, tf.IndexedSlices) and
           grad.dtype == tf.float32 and var.shape.is_fully_defined())
 
 
-def dense_key(call, position):
+def dense_key(call: int, position: int) -> str:
   """The name of a dense gradient in an entry (sparse: also
   `<name>/indices`): model_fn's `call`-th apply_gradients, `position`-th
   pair."""
   return f"dense/{call}/{position}"
 
 
-def packed_dense(ps, dense):
+def packed_dense(ps: int, dense: Sequence[DenseEntry]
+                 ) -> tuple[list[PackedEntry], int]:
   """[(call, position, variable, gradient, offset, size)] of the dense
   gradients on `ps` that travel in the float32 component (after the step),
   and where the rest of that component starts."""
-  packed, offset = [], _STEP_FLOATS
+  packed: list[PackedEntry] = []
+  offset = _STEP_FLOATS
   for c, k, var, grad, p in dense:
     if p == ps and packs(grad, var):
       size = var.shape.num_elements()
@@ -50,7 +66,7 @@ def packed_dense(ps, dense):
   return packed, offset
 
 
-def joined(entries, name):
+def joined(entries: Sequence[Entry], name: str) -> Tensor:
   """Component `name` of every task's entry, concatenated."""
   return tf.concat([e[name] for e in entries], axis=0)
 
@@ -69,14 +85,18 @@ class Channels:
       None without tables.
   """
 
-  def __init__(self, cluster, dense, tables, ids_dtype):
+  def __init__(self, cluster: tasks.Cluster, dense: Sequence[DenseEntry],
+               tables: Sequence[tuple[str, int, int]],
+               ids_dtype: Optional[tf.DType]) -> None:
     self.cluster = cluster
     self.dense = dense
     self._tables = tables
     self._ids_dtype = ids_dtype
-    self._resources = {}
+    # {key: a queue, or the contributions table's handle}
+    self._resources: dict[Hashable,
+                          Union[tf.compat.v1.FIFOQueue, Tensor]] = {}
 
-  def components(self, ps):
+  def components(self, ps: int) -> dict[str, tf.DType]:
     """{component name: dtype} of an entry in a queue on `ps`: `ids`, the
     lookup's request of the table partitions there (`engine.requests`),
     `floats`: the step, the float32 dense gradients of the variables there
@@ -97,7 +117,7 @@ class Channels:
           components[dense_key(c, k)] = grad.dtype
     return components
 
-  def queue(self, task, ps):
+  def queue(self, task: int, ps: int) -> tf.compat.v1.FIFOQueue:
     """`task`'s gradient queue on `ps`."""
     key = ("gradients", task, ps)
     if key not in self._resources:
@@ -110,7 +130,7 @@ class Channels:
             name=f"gradients_task_{task}_ps_{ps}")
     return self._resources[key]
 
-  def reply_queue(self, task):
+  def reply_queue(self, task: int) -> tf.compat.v1.FIFOQueue:
     """The chief's replies to `task` (on ps 0)."""
     key = ("replies", task)
     if key not in self._resources:
@@ -121,7 +141,7 @@ class Channels:
             name=f"replies_task_{task}")
     return self._resources[key]
 
-  def contributions(self):
+  def contributions(self) -> Tensor:
     """{training task index: last step it sent} (a hash table on ps 0)."""
     if "contributions" not in self._resources:
       with tf.compat.v1.device(self.cluster.ps_device(0)):

@@ -1,12 +1,18 @@
 """What every training task sends in a synchronous step: its entry in its
 queue on each ps task (`entries`), and the record of the step it sent.
 """
+from typing import Optional, Sequence
+
 import tensorflow as tf
 
 from estimator_spec.cluster.sync import entries
+from estimator_spec.engine import backward
+from estimator_spec.tensor_types import Op, Tensor
 
 
-def push(channels, step, embedding):
+def push(channels: entries.Channels, step: Tensor,
+         embedding: Optional[backward.StepGradients]
+         ) -> tuple[list[Op], list[Tensor]]:
   """Sends this task's gradients of the step: one entry per ps task.
   Returns (the ops, [the step as each ps task received it]): a task
   sends its step once per ps task, in the entry.
@@ -26,6 +32,7 @@ def push(channels, step, embedding):
     entry["floats"] = _floats(channels, ps, step, embedding,
                               "ids" in components)
     if "ids" in components:
+      assert embedding is not None  # the step's tables come with it
       entry["ids"] = embedding.requests.ids(cluster.ps_device(ps))
     queue = channels.queue(cluster.index, ps)
     with tf.compat.v1.device(cluster.ps_device(ps)):
@@ -41,10 +48,11 @@ def push(channels, step, embedding):
   return pushes + [record], steps
 
 
-def _unpacked_values(dense):
+def _unpacked_values(dense: Sequence[entries.DenseEntry]
+                     ) -> dict[str, Tensor]:
   """{component name: tensor} of the dense gradients that travel as
   components of their own (sparse ones as indices and values)."""
-  values = {}
+  values: dict[str, Tensor] = {}
   for c, k, var, grad, _ in dense:
     if isinstance(grad, tf.IndexedSlices):
       values[entries.dense_key(c, k) + "/indices"] = tf.cast(grad.indices,
@@ -55,13 +63,16 @@ def _unpacked_values(dense):
   return values
 
 
-def _floats(channels, ps, step, embedding, has_tables):
+def _floats(channels: entries.Channels, ps: int, step: Tensor,
+            embedding: Optional[backward.StepGradients],
+            has_tables: bool) -> Tensor:
   """The float32 component of this task's entry on `ps`
   (`entries.Channels.components`), built on this task."""
   pieces = [tf.bitcast(step, tf.float32)]
   for _, _, _, grad, _, _ in entries.packed_dense(ps, channels.dense)[0]:
     pieces.append(tf.reshape(grad, [-1]))
   if has_tables:
+    assert embedding is not None  # the step's tables come with it
     with tf.control_dependencies([embedding.gate]):
       pieces.append(embedding.requests.gradients(
           channels.cluster.ps_device(ps), embedding.grads, embedding.rates))

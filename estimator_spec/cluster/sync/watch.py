@@ -7,34 +7,45 @@ not sent their gradients (read from the record `send.push` keeps on ps 0);
 """
 import threading
 import time
+from typing import Optional, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from estimator_spec import errors
+from estimator_spec.cluster import tasks
+from estimator_spec.tensor_types import Tensor
+
+# (the global step a step waited at, as the session read it, [the names of
+# the training tasks it waited for])
+Report = tuple[np.int64, list[str]]
 
 
-class SyncWatchHook(tf.compat.v1.train.SessionRunHook):
+class SyncWatchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]  # TF is untyped
   """Gives every training step a deadline and, while a step waits, logs
   which training tasks have not sent their gradients for it."""
 
-  def __init__(self, cluster, options, contributions, reports):
+  def __init__(self, cluster: tasks.Cluster, options: tasks.ClusterTraining,
+               contributions: Tensor, reports: list[Report]) -> None:
     self._cluster = cluster
     self._options = options
     self._reports = reports
     self._export = tf.raw_ops.LookupTableExportV2(
         table_handle=contributions, Tkeys=tf.int64, Tvalues=tf.int64)
     self._global_step = tf.compat.v1.train.get_global_step()
-    self._session = None
+    self._session: Optional[tf.compat.v1.Session] = None
     # One watcher thread per session, woken by each step: starting a thread
     # per step costs more than 100 us and waits for the new thread to be
     # scheduled, on every task's step.
     self._condition = threading.Condition()
-    self._deadline = None  # when the running step is next reported, or None
-    self._started = None   # when the running step started
+    # when the running step is next reported, or None
+    self._deadline: Optional[float] = None
+    self._started: Optional[float] = None  # when the running step started
     self._closed = True
-    self._watcher = None
+    self._watcher: Optional[threading.Thread] = None
 
-  def after_create_session(self, session, coord):
+  def after_create_session(self, session: tf.compat.v1.Session,
+                           coord: tf.train.Coordinator) -> None:
     del coord
     with self._condition:
       self._session = session
@@ -44,7 +55,8 @@ class SyncWatchHook(tf.compat.v1.train.SessionRunHook):
             target=self._watch, name="synchronous_step_watch", daemon=True)
         self._watcher.start()
 
-  def before_run(self, run_context):
+  def before_run(self, run_context: tf.compat.v1.train.SessionRunContext
+                 ) -> tf.compat.v1.train.SessionRunArgs:
     del run_context
     with self._condition:
       self._started = time.monotonic()
@@ -54,19 +66,20 @@ class SyncWatchHook(tf.compat.v1.train.SessionRunHook):
         timeout_in_ms=int(self._options.step_timeout_secs * 1000))
     return tf.compat.v1.train.SessionRunArgs(None, options=options)
 
-  def after_run(self, run_context, run_values):
+  def after_run(self, run_context: tf.compat.v1.train.SessionRunContext,
+                run_values: tf.compat.v1.train.SessionRunValues) -> None:
     del run_context, run_values
     with self._condition:
       self._deadline = None
 
-  def end(self, session):
+  def end(self, session: tf.compat.v1.Session) -> None:
     del session
     with self._condition:
       self._deadline = None
       self._closed = True
       self._condition.notify()
 
-  def _watch(self):
+  def _watch(self) -> None:
     """The watcher thread: reports a step that runs past its deadline, then
     again every `report_after_secs` while it still runs; ends with the
     session, or when a report cannot be read."""
@@ -81,6 +94,7 @@ class SyncWatchHook(tf.compat.v1.train.SessionRunHook):
           continue
         self._deadline += self._options.report_after_secs
         started, session = self._started, self._session
+        assert started is not None  # set with the deadline
         self._condition.release()
         try:
           reported = self._report(started, session)
@@ -93,7 +107,7 @@ class SyncWatchHook(tf.compat.v1.train.SessionRunHook):
           self._deadline = None
           return
 
-  def _report(self, started, session):
+  def _report(self, started: float, session: tf.compat.v1.Session) -> bool:
     """Logs which tasks the running step waits for; False when that cannot
     be read."""
     # Whatever the read raises means it cannot be read: the step ended or
@@ -111,7 +125,8 @@ class SyncWatchHook(tf.compat.v1.train.SessionRunHook):
         self._options.step_timeout_secs)
     return True
 
-  def waiting_for(self, session):
+  def waiting_for(self, session: tf.compat.v1.Session
+                  ) -> tuple[np.int64, list[str]]:
     """(step, [names of training tasks that have not sent it])."""
     step, (keys, values) = session.run([self._global_step, self._export])
     sent = dict(zip(keys.tolist(), values.tolist()))
@@ -125,7 +140,9 @@ class SyncWatchHook(tf.compat.v1.train.SessionRunHook):
     return step, names
 
 
-def timeout_error(reports, error):
+def timeout_error(reports: Sequence[Report],
+                  error: tf.errors.DeadlineExceededError
+                  ) -> errors.SyncStepTimeoutError:
   """A `errors.SyncStepTimeoutError` for a step's DeadlineExceededError;
   `reports`: what the watch hooks reported, [(step, [task names])]."""
   report = reports[-1] if reports else None
