@@ -126,6 +126,21 @@ def test_a_record_for_other_tables_or_ps_counts_is_replaced(tmp_path):
     assert json.load(f) == got
 
 
+def test_the_chief_refuses_a_decided_assignment_no_task_could_use(tmp_path):
+  """A rule's result is checked as a record is: all partitions of a table
+  on one ps task would make every worker refuse it and time out."""
+  model = _model()
+  one_task = {name: [0] * min(t.vocabulary_size, NUM_PS)
+              for name, t in model.tables.items()}
+  with pytest.raises(ValueError, match="not one the training tasks can use"):
+    assignment_file.resolve(model, _cluster(), str(tmp_path), 1,
+                            lambda: one_task)
+  assert not (tmp_path / assignment_file.ASSIGNMENT_FILE).exists()
+  good = placement.balanced_assignment(model, NUM_PS, {})
+  assert assignment_file.resolve(model, _cluster(), str(tmp_path), 1,
+                                 lambda: good) == good
+
+
 def test_a_worker_without_a_chief_gives_up_naming_the_file(tmp_path):
   with pytest.raises(RuntimeError,
                      match="worker 0: waited 1 s for the chief.*"

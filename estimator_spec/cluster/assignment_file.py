@@ -161,7 +161,9 @@ def resolve(model: model_lib.EmbeddingModel, cluster: tasks.Cluster,
   """The ps assignment every task of `cluster` uses for `model_dir`.
 
   The chief takes the one recorded in the model directory (checkpoint,
-  then file) or else the one `decide()` returns, and writes the file;
+  then file) or else the one `decide()` returns, checked as a record is
+  (one that no task could use is refused before anything is written), and
+  writes the file;
   other training tasks wait up to `wait_secs` for a recorded one. A record
   that is unreadable or does not fit this model and ps count gets a
   warning naming it and the reason: the chief then replaces the file, a
@@ -174,6 +176,12 @@ def resolve(model: model_lib.EmbeddingModel, cluster: tasks.Cluster,
   if cluster.is_chief:
     _warn(problems, said, "The chief writes a new one.")
     assignment = decide()
+    problem = assignment_problem(model, cluster.num_ps, assignment)
+    if problem is not None:
+      raise ValueError(
+          f"The ps assignment decided for {model_dir} is not one the "
+          f"training tasks can use: {problem}. Nothing was recorded; a rule "
+          "places each table's partitions on different ps tasks.")
     _write(model_dir, assignment)
     return assignment
   deadline = time.monotonic() + wait_secs
