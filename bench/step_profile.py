@@ -15,7 +15,7 @@ label), and each op to a group:
   ids and weights of every feature flattened, negative ids dropped),
   `emb lookup` (LookupStep.table: distinct ids and their rows, the
   combiner), `emb backward` (table_gradients: combiner backward,
-  per-id gradient sums), `emb apply` (_update_table: the optimizer on
+  per-id gradient sums), `emb apply` (Updates.update_table: the optimizer on
   touched rows and its writes: the compiled row update, or scatters),
   `emb checks` (the checks' gates, learning-rate and batch checks).
 * tf (TF's TPUEstimator(use_tpu=False)): the feature columns' ops are told

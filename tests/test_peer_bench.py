@@ -489,11 +489,11 @@ def test_the_peer_model_trains_alike_with_the_split_read_in_place(
   compiled per-id sums read the concatenation's gradient in place, and two
   steps give every variable the same bits as when they read the split's
   pieces."""
-  from estimator_spec.engine import engine
+  from estimator_spec.engine import backward
   from estimator_spec.engine import kernels
   monkeypatch.setenv(kernels.ENV, "1")
   in_place, graph = _peer_training(tmp_path, "in_place")
-  monkeypatch.setattr(engine, "_split_window", lambda grad, dimension: None)
+  monkeypatch.setattr(backward, "_split_window", lambda grad, dimension: None)
   pieces, split_graph = _peer_training(tmp_path, "pieces")
   assert sorted(in_place) == sorted(pieces)
   tables = [name for name in in_place if "embedding_weights" in name]
