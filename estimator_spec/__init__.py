@@ -146,7 +146,8 @@ _LAZY = {
 }
 
 _SUBPACKAGES = ("estimator", "interop", "checkpoints", "engine", "tpu",
-                "config", "mid_level", "experimental", "tf_names")
+                "config", "mid_level", "experimental", "tf_names", "cluster",
+                "profiling", "migrate")
 
 
 def _load():
