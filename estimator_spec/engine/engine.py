@@ -53,7 +53,7 @@ LookupStep = lookup_lib.LookupStep
 TableLookup = lookup_lib.TableLookup
 StepGradients = backward.StepGradients
 SlotSupplier = state_lib.SlotSupplier
-device_scope = remote.device_scope
+device_scope = storage.device_scope
 
 
 def _spec_and_mode(config: Any, spec: Any,
@@ -138,7 +138,6 @@ class HostEmbeddingEngine:
             (t, names.get(t, table.embedding_var_name))
             for t, table in self.model.tables.items()),
         self.optimizer_for, num_shards, shard_device_fn)
-    self._pipelines: Dict[str, pipeline_lib.UpdatePipeline] = {}
     self._plans: Dict[str, plan_lib.TablePlan] = {}
     self._step_plan: Optional[plan_lib.StepPlan] = None
     self._updates = updates_lib.Updates(self.model, self._state, self,
@@ -183,24 +182,13 @@ class HostEmbeddingEngine:
 
   def update_pipeline(self, name: str) -> pipeline_lib.UpdatePipeline:
     """The `UpdatePipeline` of table `name` (docs/numerics.md, 'The backward
-    pass, table by table'), built once from the model."""
-    if name not in self._pipelines:
-      self._pipelines[name] = pipeline_lib.UpdatePipeline.of(self.model, name)
-    return self._pipelines[name]
-
-  @property
-  def packs_requests(self) -> bool:
-    """Whether a step's lookups and updates go as one request per task
-    holding partitions (`requests.StepRequests`): training graphs whose
-    partitions live on other tasks."""
-    return self.is_training and self.remote_partitions
-
-  @property
-  def remote_partitions(self) -> bool:
-    """Whether the partitions live on other tasks (a cluster's ps tasks):
-    updates then run per partition on its task, reading rows and slots at
-    update time under the partition's lock."""
-    return self.shard_device_fn is not None
+    pass, table by table'): its plan's, in training."""
+    pipeline = self.table_plan(name).pipeline
+    if pipeline is None:
+      raise RuntimeError(
+          f"HostEmbeddingEngine: table {name!r} is not trained in mode "
+          f"{self.mode!r}; it has no update pipeline.")
+    return pipeline
 
   # --- variables -------------------------------------------------------------
 
@@ -234,8 +222,9 @@ class HostEmbeddingEngine:
       return self._state.table_rows(name)
     # The pipeline first: an optimizer the engine cannot run is refused
     # before any variable exists.
-    pipeline = self.update_pipeline(name) if self.is_training else None
-    rows, _ = self._state.create(name)
+    pipeline = (pipeline_lib.UpdatePipeline.of(self.model, name)
+                if self.is_training else None)
+    rows = self._state.create(name)
     self._plans[name] = plan_lib.TablePlan.of(self.step_plan, name, pipeline,
                                               rows)
     return rows
@@ -419,7 +408,7 @@ class HostEmbeddingEngine:
                        grads: Tensor, lr: Tensor) -> Op:
     """docs/numerics.md, 'The backward pass, table by table' and 'Each
     optimizer on a touched row' on partition `partition` of table `name`,
-    which lives on another task (`remote_partitions`), on that task (see
+    which lives on another task (`shard_device_fn`), on that task (see
     `remote.update_partition`)."""
     return self._updates.update_partition(name, partition, local_ids, grads,
                                           lr)

@@ -20,7 +20,6 @@ from estimator_spec.engine import inputs as inputs_lib
 from estimator_spec.engine import kernels
 from estimator_spec.engine import plan as plan_lib
 from estimator_spec.engine import storage
-from estimator_spec.tensor_types import Tensor
 
 
 class TableLookup:

@@ -69,7 +69,6 @@ class TablePlan:
   ops: Any
   where: str
   when: str
-  locked: bool
   keeps_rows: bool
   one_op_lookup: bool
 
@@ -88,10 +87,16 @@ class TablePlan:
         table=name, pipeline=pipeline, executor=executor, ops=ops,
         where=REMOTE if step.remote else LOCAL,
         when=HELD if step.held else NOW,
-        locked=step.remote,
         # The update reads the looked-up rows only where it is not compiled.
         keeps_rows=executor != "compiled",
         one_op_lookup=ops is not None and len(rows.partitions) == 1)
+
+  @property
+  def locked(self) -> bool:
+    """Whether the update runs under a lock: on a partition's own task,
+    where concurrent updates of the same rows (asynchronous training) must
+    all count."""
+    return self.where == REMOTE
 
   def describe(self) -> str:
     """One line: the table's executor, where and when."""

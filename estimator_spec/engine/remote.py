@@ -10,8 +10,7 @@ lock the variables), so that concurrent updates of the same rows from
 several tasks all count.
 """
 import collections
-import contextlib
-from typing import Any, ContextManager, Dict, List, Mapping, Tuple
+from typing import Dict, List, Mapping, Tuple
 
 import tensorflow as tf
 
@@ -24,17 +23,12 @@ from estimator_spec.engine import lookup as lookup_lib
 from estimator_spec.engine import plan as plan_lib
 from estimator_spec.engine import requests as requests_lib
 from estimator_spec.engine import state as state_lib
+from estimator_spec.engine import storage
 from estimator_spec.tensor_types import Op, Tensor
 
 # (the step's `requests.StepRequests`, {table: (distinct ids, index of each
 # id)}).
 Requests = Tuple[requests_lib.StepRequests, Dict[str, Tuple[Tensor, Tensor]]]
-
-
-def device_scope(device: Any) -> ContextManager[Any]:
-  """A device scope, or none when `device` is None (the caller's scope
-  stays; `tf.device(None)` would clear it)."""
-  return tf.compat.v1.device(device) if device else contextlib.nullcontext()
 
 
 def step_requests(model: model_lib.EmbeddingModel,
@@ -114,7 +108,7 @@ def update_partition(state: state_lib.EngineState,
   task holding it (see the module docstring)."""
   assert plan.pipeline is not None and plan.executor is not None
   target = partition_target(state, plan.table, partition)
-  with device_scope(state.partition_device(plan.table, partition)):
+  with storage.device_scope(state.partition_device(plan.table, partition)):
     return executors.update(plan.executor, plan.pipeline, target, local_ids,
                             grads, lr)
 
@@ -131,7 +125,7 @@ def requested_update(state: state_lib.EngineState,
   for device, reply in requests.replies.items():
     with tf.control_dependencies([step.gate]):
       floats = requests.gradients(device, step.grads, step.rates)
-    with tf.control_dependencies(None), device_scope(device):
+    with tf.control_dependencies(None), storage.device_scope(device):
       with tf.control_dependencies([reply]):
         for name, p, ids, grads, lr in requests.unpack(
             device, requests.ids(device), floats):

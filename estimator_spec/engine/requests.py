@@ -25,8 +25,7 @@ replaced by the reply once the last table's variables exist (`finish`,
 `tf_patches.op_inputs`).
 """
 import collections
-import contextlib
-from typing import (Any, Callable, ContextManager, Dict, List, Mapping,
+from typing import (Any, Callable, Dict, List, Mapping,
                     Optional, Tuple)
 
 import tensorflow as tf
@@ -34,10 +33,6 @@ import tensorflow as tf
 from estimator_spec.config import sharding
 from estimator_spec.engine import storage
 from estimator_spec.tf_patches import op_inputs
-
-
-def _device_scope(device: Any) -> ContextManager[Any]:
-  return tf.compat.v1.device(device) if device else contextlib.nullcontext()
 
 
 def request_dtype(layouts: Mapping[str, sharding.ShardLayout]) -> Any:
@@ -168,7 +163,7 @@ class StepRequests:
     partition's variable (every table's exists now); sets `replies`."""
     replies = {}
     for device, entries in self.entries.items():
-      with tf.control_dependencies(None), _device_scope(device):
+      with tf.control_dependencies(None), storage.device_scope(device):
         local = unpack_ids(self._ids[device], len(entries))
         gathered = [
             tf.reshape(tf.gather(partition_variable(name, p), ids), [-1])

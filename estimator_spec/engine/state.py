@@ -74,10 +74,7 @@ class EngineState:
   def set_variable_name(self, table_name: str, variable_name: str) -> None:
     """Names a table's variable before it exists; later names are ignored
     (a shared table is made once, where it is first used)."""
-    if table_name not in self.variable_names:
-      raise ValueError(
-          f"{OWNER}: unknown table {table_name!r}; tables are "
-          f"{list(self.model.tables)}.")
+    self._check_table(table_name)
     if table_name in self._tables:
       return
     self.variable_names[table_name] = variable_name
@@ -85,10 +82,7 @@ class EngineState:
   def supply_slots(self, table_name: str, supplier: SlotSupplier) -> None:
     """Has the slots of `table_name` made by `supplier` (see
     `HostEmbeddingEngine.supply_slot_variables`)."""
-    if table_name not in self.model.tables:
-      raise ValueError(
-          f"{OWNER}: unknown table {table_name!r}; tables are "
-          f"{list(self.model.tables)}.")
+    self._check_table(table_name)
     if self._optimizer_for(table_name) is None:
       raise ValueError(
           f"{OWNER}: table {table_name!r} has no slots (it is "
@@ -100,15 +94,14 @@ class EngineState:
           "created.")
     self._suppliers[table_name] = supplier
 
-  def create(self, name: str) -> Tuple[storage.PartitionedRows, bool]:
-    """(the rows of table `name`, whether they were made by this call):
-    its variables, made on first use."""
+  def create(self, name: str) -> storage.PartitionedRows:
+    """The rows of table `name`: its variables, made on first use."""
     if name in self._tables:
-      return self._tables[name], False
+      return self._tables[name]
     # Variables are created on first use, possibly inside the step's
     # control dependencies; their initializers must not inherit them.
     with tf.control_dependencies(None):
-      return self._create(name), True
+      return self._create(name)
 
   def _create(self, name: str) -> storage.PartitionedRows:
     table = self.model.tables[name]

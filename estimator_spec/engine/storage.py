@@ -8,13 +8,21 @@ variable (rows in partition order: for `mod` that order is the TPU's, not
 row order). Reads and writes go through one routing function, so gather and
 scatter can never disagree about where a row lives.
 """
+import contextlib
 import re
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import (Any, Callable, ContextManager, List, Optional, Sequence,
+                    Tuple)
 
 import tensorflow as tf
 
 from estimator_spec.config import sharding
 from estimator_spec.engine import kernels
+
+
+def device_scope(device: Any) -> ContextManager[Any]:
+  """A device scope, or none when `device` is None (the caller's scope
+  stays; `tf.device(None)` would clear it)."""
+  return tf.compat.v1.device(device) if device else contextlib.nullcontext()
 
 
 def partition_device_fn(

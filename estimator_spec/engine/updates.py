@@ -20,6 +20,7 @@ from estimator_spec.engine import lookup as lookup_lib
 from estimator_spec.engine import plan as plan_lib
 from estimator_spec.engine import remote
 from estimator_spec.engine import state as state_lib
+from estimator_spec.engine import storage
 from estimator_spec.tensor_types import Op, Tensor
 
 # A held update's key: a table name (global ids, held on this task) or
@@ -110,7 +111,7 @@ class Updates:
       suffix = "" if isinstance(key, str) else f"/part_{key[1]}"
       device = (self._local_device if isinstance(key, str) else
                 self._state.partition_device(*key))
-      with tf.control_dependencies(None), remote.device_scope(device):
+      with tf.control_dependencies(None), storage.device_scope(device):
         self._held[key] = HeldUpdate(
             self._state.variable_names[name] + suffix,
             self._model.tables[name].dimension)
@@ -159,7 +160,7 @@ class Updates:
     held for (table, partition), then holds this one, both on the
     partition's device."""
     applied = self.apply_held((name, partition))
-    with tf.control_dependencies([applied]), remote.device_scope(
+    with tf.control_dependencies([applied]), storage.device_scope(
         self._state.partition_device(name, partition)):
       return self.held((name, partition)).hold(local_ids, grads, lr)
 
