@@ -224,7 +224,10 @@ class HostEmbeddingEngine:
     # before any variable exists.
     pipeline = (pipeline_lib.UpdatePipeline.of(self.model, name)
                 if self.is_training else None)
-    rows = self._state.create(name)
+    # Initialized by the kernels where this task's own step runs them.
+    rows = self._state.create(
+        name, compiled=self.step_plan.compiles_here and
+        not self.step_plan.remote)
     self._plans[name] = plan_lib.TablePlan.of(self.step_plan, name, pipeline,
                                               rows)
     return rows

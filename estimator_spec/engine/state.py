@@ -94,22 +94,24 @@ class EngineState:
           "created.")
     self._suppliers[table_name] = supplier
 
-  def create(self, name: str) -> storage.PartitionedRows:
-    """The rows of table `name`: its variables, made on first use."""
+  def create(self, name: str, compiled: bool) -> storage.PartitionedRows:
+    """The rows of table `name`: its variables, made on first use; with
+    `compiled`, initialized through the engine's kernels (see
+    `storage.create_table`)."""
     if name in self._tables:
       return self._tables[name]
     # Variables are created on first use, possibly inside the step's
     # control dependencies; their initializers must not inherit them.
     with tf.control_dependencies(None):
-      return self._create(name)
+      return self._create(name, compiled)
 
-  def _create(self, name: str) -> storage.PartitionedRows:
+  def _create(self, name: str, compiled: bool) -> storage.PartitionedRows:
     table = self.model.tables[name]
     var_name = self.variable_names[name]
     device_fn = self._partition_device_fn(name)
     rows = storage.create_table(
         var_name, table.vocabulary_size, table.dimension, table.initializer,
-        self.num_shards, self.model.partition_strategy, device_fn)
+        self.num_shards, self.model.partition_strategy, device_fn, compiled)
     optimizer = self._optimizer_for(name)
     supplier = self._suppliers.get(name)
     slots: Dict[str, storage.PartitionedRows] = collections.OrderedDict()
@@ -120,7 +122,8 @@ class EngineState:
       for spec in optimizer.slot_specs():
         slots[spec.name] = storage.create_table(
             spec.variable_name(var_name), table.vocabulary_size,
-            table.dimension, storage.FillInitializer(spec.initial_value),
+            table.dimension,
+            storage.FillInitializer(spec.initial_value, compiled),
             self.num_shards, self.model.partition_strategy, device_fn)
     # Recorded only once complete (a supplier that raises leaves the table
     # to be created again).

@@ -183,17 +183,60 @@ class FillInitializer:
   constants, which graph optimization folds into one) gives a Const op
   holding a full-size tensor that the session keeps alive after the
   assignment: twice the slot's memory for a large table. The value enters
-  through a PlaceholderWithDefault, which is never folded."""
+  through a PlaceholderWithDefault, which is never folded. With `compiled`
+  (the engine's kernels are loaded), the engine's Fill makes the buffer,
+  its pages huge from the start."""
 
-  def __init__(self, value: float) -> None:
+  def __init__(self, value: float, compiled: bool = False) -> None:
     self.value = float(value)
+    self.compiled = compiled
 
   def __call__(self, shape: Any, dtype: Any = tf.float32,
                partition_info: Any = None) -> Any:
     del partition_info  # Every partition holds the same value.
     value = tf.compat.v1.placeholder_with_default(
         tf.constant(self.value, dtype), [])
+    if self.compiled and tf.as_dtype(dtype) == tf.float32:
+      # The same values in a buffer whose pages are huge from the start.
+      return kernels.fill(shape, value)
     return tf.fill(shape, value)
+
+
+class TruncatedNormalRows:
+  """TensorFlow's truncated normal initializer (the columns' default,
+  `tf.compat.v1.truncated_normal_initializer`) drawing through the
+  engine's kernel: the same draws (the op seeds are taken as TF's takes
+  them, at the same point of the graph) scaled and moved by the same two
+  ops, so the same values, in a buffer whose pages are huge from the start
+  (docs/performance.md, 'Table size')."""
+
+  def __init__(self, initializer: Any) -> None:
+    self.initializer = initializer
+
+  def __call__(self, shape: Any, dtype: Any = None,
+               partition_info: Any = None) -> Any:
+    dtype = tf.as_dtype(dtype or self.initializer.dtype)
+    if dtype != tf.float32:
+      return self.initializer(shape, dtype, partition_info)
+    with tf.compat.v1.name_scope(None, "truncated_normal") as name:
+      shape_tensor = tf.convert_to_tensor(shape, name="shape")
+      mean = tf.convert_to_tensor(self.initializer.mean, dtype, name="mean")
+      stddev = tf.convert_to_tensor(self.initializer.stddev, dtype,
+                                    name="stddev")
+      seed, seed2 = tf.compat.v1.get_seed(self.initializer.seed)
+      draws = kernels.truncated_normal(shape_tensor, seed or 0, seed2 or 0)
+      return tf.math.add(draws * stddev, mean, name=name)
+
+
+def table_initializer(initializer: Any, compiled: bool) -> Any:
+  """The initializer a table's partitions are made with: with `compiled`
+  (the engine's kernels are loaded), TF's truncated normal initializer
+  (exactly that class) through the engine's kernel (`TruncatedNormalRows`);
+  otherwise, and any other initializer, as given."""
+  if compiled and (
+      type(initializer) is tf.compat.v1.truncated_normal_initializer):
+    return TruncatedNormalRows(initializer)
+  return initializer
 
 
 def partition_problem(partitions: Sequence[Any], layout: sharding.ShardLayout,
@@ -218,9 +261,15 @@ def partition_problem(partitions: Sequence[Any], layout: sharding.ShardLayout,
 
 def create_table(name: str, vocabulary_size: int, dimension: int,
                  initializer: Any, num_shards: int, strategy: str,
-                 shard_device_fn: Optional[Callable[[int], Any]] = None
-                 ) -> PartitionedRows:
-
+                 shard_device_fn: Optional[Callable[[int], Any]] = None,
+                 compiled: bool = False) -> PartitionedRows:
+  """A new table (or slot) of `vocabulary_size` x `dimension` in
+  `num_shards` partitions laid out by `strategy`; with `compiled`, its
+  initializer goes through the engine's kernels where one does
+  (`table_initializer`): only in a graph that loads them (a training step's
+  own partitions; a graph served without the library must not hold
+  them)."""
   layout = sharding.ShardLayout(vocabulary_size, num_shards, strategy)
-  return PartitionedRows(name, layout, dimension, initializer,
+  return PartitionedRows(name, layout, dimension,
+                         table_initializer(initializer, compiled),
                          shard_device_fn)

@@ -116,6 +116,21 @@ def row_update(rule: str, table: Any, slots: Sequence[Any],
   return getattr(row_updates(), _ROW_UPDATES[rule])(table, *slots, **inputs)
 
 
+def fill(shape, value):
+  """A new [rows, columns] float32 matrix (`shape`, an integer vector),
+  every entry `value` (a float32 scalar tensor), its pages huge from the
+  start (initialize.cc)."""
+  return row_updates().host_embedding_fill(shape, value)
+
+
+def truncated_normal(shape, seed, seed2):
+  """TensorFlow's TruncatedNormal draws of a new [rows, columns] float32
+  matrix for the op seeds `seed` and `seed2` (the same bits), its pages
+  huge from the start (initialize.cc)."""
+  return row_updates().host_embedding_truncated_normal(shape, seed=seed,
+                                                       seed2=seed2)
+
+
 def gather_rows(table, indices):
   """Rows [len(indices), D] of the partition `table` (a resource handle)."""
   return row_updates().host_embedding_gather_rows(table, indices)

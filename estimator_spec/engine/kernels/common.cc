@@ -18,7 +18,9 @@ namespace estimator_spec_kernels {
 // miss. The first time a kernel meets a table or slot buffer of at least
 // kHugeBytes, it asks Linux to back the buffer's whole 2 MiB blocks with
 // huge pages (MADV_HUGEPAGE, then MADV_COLLAPSE, which moves the pages
-// already there, keeping their contents; about 2 s per GB, once). It is
+// already there, keeping their contents; about 2 s per GB, once). A buffer
+// the initializers of initialize.cc made is advised before its first page
+// is written, so its pages are huge from the start and it is not moved. It is
 // advice: where the system refuses it (no transparent huge pages, an older
 // kernel, no free huge page), nothing changes but the speed.
 constexpr size_t kHugePage = size_t{2} << 20;
@@ -27,26 +29,45 @@ constexpr size_t kHugeBytes = 2 * kHugePage;
 #define MADV_COLLAPSE 25
 #endif
 
-void AdviseHugePages(const Tensor* buffer) {
-#ifdef __linux__
-  const size_t bytes = buffer->TotalBytes();
-  if (bytes < kHugeBytes) return;
-  const uintptr_t data = reinterpret_cast<uintptr_t>(buffer->data());
+namespace {
+
+// Records `buffer` as met; false when it was met before.
+bool FirstMeeting(const Tensor* buffer) {
   static std::mutex mu;
   static std::set<std::pair<uintptr_t, size_t>>* seen =
       new std::set<std::pair<uintptr_t, size_t>>();
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!seen->insert({data, bytes}).second) return;
-  }
+  std::lock_guard<std::mutex> lock(mu);
+  return seen->insert({reinterpret_cast<uintptr_t>(buffer->data()),
+                       buffer->TotalBytes()})
+      .second;
+}
+
+// Advises huge pages over the buffer's whole 2 MiB blocks (then moves the
+// pages already there into huge pages, with `collapse`).
+void Advise(const Tensor* buffer, bool collapse) {
+#ifdef __linux__
+  const uintptr_t data = reinterpret_cast<uintptr_t>(buffer->data());
   const uintptr_t begin = (data + kHugePage - 1) & ~(kHugePage - 1);
-  const uintptr_t end = (data + bytes) & ~(kHugePage - 1);
+  const uintptr_t end = (data + buffer->TotalBytes()) & ~(kHugePage - 1);
   if (end <= begin) return;
   void* start = reinterpret_cast<void*>(begin);
-  if (madvise(start, end - begin, MADV_HUGEPAGE) == 0) {
+  if (madvise(start, end - begin, MADV_HUGEPAGE) == 0 && collapse) {
     madvise(start, end - begin, MADV_COLLAPSE);
   }
 #endif
+}
+
+}  // namespace
+
+void AdviseHugePages(const Tensor* buffer) {
+  if (buffer->TotalBytes() < kHugeBytes || !FirstMeeting(buffer)) return;
+  Advise(buffer, /*collapse=*/true);
+}
+
+void AdviseFreshHugePages(const Tensor* buffer) {
+  if (buffer->TotalBytes() < kHugeBytes) return;
+  FirstMeeting(buffer);
+  Advise(buffer, /*collapse=*/false);
 }
 
 absl::Status CheckTable(const Var* variable, const char* what) {

@@ -4,6 +4,11 @@
 // kernels/builder.py builds and loads it, kernels/__init__.py wraps each
 // op). Training uses them where the TensorFlow-op path would compute the
 // same numbers:
+//   initialize.cc
+//     HostEmbeddingFill         a new table or slot partition, every entry
+//                               one value;
+//     HostEmbeddingTruncatedNormal  a new table partition drawn as
+//                               TruncatedNormal draws it, scaled and moved;
 //   inputs.cc
 //     HostEmbeddingExtremes     each feature's largest and smallest index
 //                               and id;
@@ -93,6 +98,9 @@ inline bool HasAvx2() {
 // Asks Linux, the first time a kernel meets a large table or slot buffer,
 // to back it with huge pages (common.cc says when and why).
 void AdviseHugePages(const Tensor* buffer);
+// The same for a buffer not written yet: its pages are made huge as they
+// are first written, and AdviseHugePages then leaves it as it is.
+void AdviseFreshHugePages(const Tensor* buffer);
 
 // Copies the rows ids[0..n) of a table `w` of `dim` columns into `out`, one
 // after another, asking for each row kAhead positions before its copy.

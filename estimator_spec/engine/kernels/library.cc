@@ -6,6 +6,7 @@
 
 #include "common.cc"
 #include "gradients.cc"
+#include "initialize.cc"
 #include "inputs.cc"
 #include "lookup.cc"
 #include "routing.cc"

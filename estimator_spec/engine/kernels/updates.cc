@@ -245,8 +245,14 @@ class RowUpdateOp : public OpKernel {
     return absl::OkStatus();
   }
 
+  // Copy on write: a reader holding the buffer (a ReadVariableOp's result
+  // that a save or an export still uses) keeps the values it read, and the
+  // table gets a copy to write. The variable is not put in copy-on-read
+  // mode (as TensorFlow's sparse ops do), where every whole read copies
+  // the buffer: a checkpoint's save would then hold each table twice
+  // (docs/performance.md, 'Table size'). The kernels' reads of rows take
+  // the variable's lock instead of holding its buffer.
   static absl::Status Writable(OpKernelContext* context, Var* var) {
-    var->copy_on_read_mode.store(true);
     if (var->tensor()->RefCountIsOne()) return absl::OkStatus();
     Tensor copy;
     TF_RETURN_IF_ERROR(context->allocate_temp(
