@@ -15,7 +15,10 @@ on both sides:
   as a graph variable (sparse updates of the rows a batch touches).
 
 Either way the state is the table and its Adagrad accumulators (8 bytes
-per float of the table).
+per float of the table). `--optimizer adam` trains with Adam instead (the
+spec's `AdamParameters(0.01)`, lazy, on ours; `AdamOptimizer(0.01)` on
+TF's, which moves every row of the table each step): the table and two
+slots.
 
 Each (size, side, mode) runs in a fresh child process; sides alternate
 within each size (ours, tf, ours, tf with `--rounds 2`). Modes:
@@ -96,9 +99,22 @@ def rows_label(rows):
   return str(rows)
 
 
-def state_bytes(rows):
-  """The table and its Adagrad accumulators, float32."""
-  return 2 * rows * DIMENSION * 4
+# --optimizer: (slot variables per table, the spec's parameters class and
+# keyword arguments, TF's v1 optimizer class and keyword arguments, which
+# trains the dense layers on both sides and the table on TF's).
+OPTIMIZERS = {
+    "adagrad": (1, "AdagradParameters",
+                {"learning_rate": 0.05, "initial_accumulator": 0.1},
+                "AdagradOptimizer",
+                {"learning_rate": 0.05, "initial_accumulator_value": 0.1}),
+    "adam": (2, "AdamParameters", {"learning_rate": 0.01},
+             "AdamOptimizer", {"learning_rate": 0.01}),
+}
+
+
+def state_bytes(rows, optimizer="adagrad"):
+  """The table and its optimizer's slots, float32."""
+  return (1 + OPTIMIZERS[optimizer][0]) * rows * DIMENSION * 4
 
 
 # --- the child ---------------------------------------------------------------
@@ -198,30 +214,30 @@ def _sparse_ids(tf, dense_ids):
                          tf.shape(dense_ids, out_type=tf.int64))
 
 
-def _build(side, rows, model_dir, save_steps):
+def _build(side, rows, model_dir, save_steps, optimizer):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  _, spec_params, spec_kwargs, tf_optimizer, tf_kwargs = OPTIMIZERS[optimizer]
   if side == "ours":
     import estimator_spec  # pylint: disable=g-import-not-at-top
     import tpu_embedding_columns as columns_api  # pylint: disable=g-import-not-at-top
     estimator_class = estimator_spec.TPUEstimator
     config_class = estimator_spec.RunConfig
     spec_class = estimator_spec.TPUEstimatorSpec
-    adagrad = estimator_spec.AdagradParameters
+    parameters = getattr(estimator_spec, spec_params)
     config_spec = estimator_spec.EmbeddingConfigSpec
   else:
     columns_api = tf.compat.v1.tpu.experimental
     estimator_class = tf.compat.v1.estimator.tpu.TPUEstimator
     config_class = tf.compat.v1.estimator.tpu.RunConfig
     spec_class = tf.compat.v1.estimator.tpu.TPUEstimatorSpec
-    adagrad = tf.compat.v1.tpu.experimental.AdagradParameters
+    parameters = getattr(tf.compat.v1.tpu.experimental, spec_params)
     config_spec = tf.compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec
   column = columns_api.embedding_column(
       tf.feature_column.categorical_column_with_identity("ids", rows),
       dimension=DIMENSION, combiner="sum")
   spec = config_spec(
       feature_columns=[column],
-      optimization_parameters=adagrad(learning_rate=0.05,
-                                      initial_accumulator=0.1))
+      optimization_parameters=parameters(**spec_kwargs))
 
   def model_fn(features, labels, mode, params):
     del params
@@ -234,8 +250,7 @@ def _build(side, rows, model_dir, save_steps):
     loss = tf.compat.v1.losses.sigmoid_cross_entropy(labels, logits)
     if mode == tf.estimator.ModeKeys.EVAL:
       return spec_class(mode=mode, loss=loss)
-    opt = tf.compat.v1.train.AdagradOptimizer(
-        0.05, initial_accumulator_value=0.1)
+    opt = getattr(tf.compat.v1.train, tf_optimizer)(**tf_kwargs)
     train_op = opt.minimize(loss,
                             global_step=tf.compat.v1.train.get_global_step())
     return spec_class(mode=mode, loss=loss, train_op=train_op)
@@ -255,7 +270,7 @@ def _train(args, watch):
   steps = args.steps
   ids, labels = _data(args.rows, steps)
   tf, estimator, _ = _build(args.side, args.rows, args.model_dir,
-                            save_steps=10**9)
+                            save_steps=10**9, optimizer=args.optimizer)
   times = {"steps": [], "saves": []}
 
   class Hook(tf.compat.v1.train.SessionRunHook):
@@ -311,7 +326,8 @@ def _train(args, watch):
 
 def _evaluate(args, watch):
   ids, labels = _data(args.rows, 4)
-  tf, estimator, _ = _build(args.side, args.rows, args.model_dir, None)
+  tf, estimator, _ = _build(args.side, args.rows, args.model_dir, None,
+                               args.optimizer)
   watch.phase = "evaluate"
   start = time.perf_counter()
   estimator.evaluate(_input_fn(tf, ids, labels), steps=4)
@@ -320,7 +336,8 @@ def _evaluate(args, watch):
 
 def _predict(args, watch):
   ids, labels = _data(args.rows, 4)
-  tf, estimator, _ = _build(args.side, args.rows, args.model_dir, None)
+  tf, estimator, _ = _build(args.side, args.rows, args.model_dir, None,
+                               args.optimizer)
   watch.phase = "predict"
   start = time.perf_counter()
   count = 0
@@ -333,7 +350,8 @@ def _predict(args, watch):
 
 
 def _export(args, watch):
-  tf, estimator, column = _build(args.side, args.rows, args.model_dir, None)
+  tf, estimator, column = _build(args.side, args.rows, args.model_dir, None,
+                               args.optimizer)
   watch.phase = "export"
   spec = tf.feature_column.make_parse_example_spec([column])
   serving = tf.estimator.export.build_parsing_serving_input_receiver_fn(spec)
@@ -385,6 +403,7 @@ def run_child(args, side, rows, mode, model_dir, timeout):
   command = [_python(), "-m", "bench.scale_bench", "--child", "--side", side,
              "--mode", mode, "--rows", str(rows), "--model-dir", model_dir,
              "--steps", str(args.steps), "--warmup", str(args.warmup),
+             "--optimizer", args.optimizer,
              "--rss-limit-gb", str(args.rss_limit_gb)]
   try:
     return compare.run_measured(command, timeout)
@@ -567,7 +586,7 @@ def print_table(args, all_results, disk):
   print("| --- | --- | --- | --- | --- | --- | --- |")
   busy = 0.0
   for rows, results in all_results.items():
-    state_gb = state_bytes(rows) / 2**30
+    state_gb = state_bytes(rows, args.optimizer) / 2**30
     summaries = [_train_summary(results[s].get("train", [])) for s in sides]
     cells = []
     for key, fmt in (("first_step_s", lambda v: f"{v:.1f}"),
@@ -614,7 +633,7 @@ def _print_modes(args, all_results):
     return
   print("\nOther modes: seconds, peak RSS GB (peak / state)")
   for rows, results in all_results.items():
-    state_gb = state_bytes(rows) / 2**30
+    state_gb = state_bytes(rows, args.optimizer) / 2**30
     for side in args.sides:
       parts = []
       for name in names:
@@ -638,6 +657,8 @@ def main(argv=None):
                       default=list(SIDES))
   parser.add_argument("--modes", nargs="+", choices=MODES, default=["train"])
   parser.add_argument("--steps", type=int, default=30)
+  parser.add_argument("--optimizer", choices=sorted(OPTIMIZERS),
+                      default="adagrad")
   parser.add_argument("--warmup", type=int, default=5)
   parser.add_argument("--rounds", type=int, default=1)
   parser.add_argument("--timeout", type=float, default=1800.0)
@@ -663,7 +684,8 @@ def main(argv=None):
     all_results = {}
     for rows in sizes:
       print(f"{rows_label(rows)} rows x {DIMENSION} "
-            f"(state {state_bytes(rows) / 2**30:.2f} GB):", flush=True)
+            f"(state {state_bytes(rows, args.optimizer) / 2**30:.2f} GB):",
+            flush=True)
       all_results[rows] = run_size(args, rows, workdir)
     print_table(args, all_results, disk)
   finally:

@@ -247,6 +247,19 @@ class HostEmbeddingEngine:
     self.create_variables()
     return self._state.variables()
 
+  def share_on_read(self) -> Optional[Op]:
+    """An op for a checkpoint's save to run before it reads the variables
+    made so far: whole reads then share their buffers instead of copying
+    them (kernels.share_on_read). None where this task's own step does not
+    run the kernels (they are not loaded here, or the partitions live on
+    other tasks) or no variable exists yet."""
+    plan = self.step_plan
+    variables = self._state.variables()
+    if not plan.compiles_here or plan.remote or not variables:
+      return None
+    with tf.control_dependencies(None), tf.name_scope("share_on_read"):
+      return kernels.share_on_read([v.handle for v in variables])
+
   # --- state: the narrow API of the tables and slots (`state.TableState`) ----
 
   def has_variables(self, table_name: str) -> bool:

@@ -22,6 +22,7 @@ around the user's model_fn on the host embedding engine:
   layout-aware saver.
 """
 import collections
+import contextlib
 
 import tensorflow as tf
 
@@ -369,15 +370,20 @@ def _with_layout_aware_saver(spec, engine, config, training=False,
   scaffold = spec.scaffold
   if scaffold is not None and scaffold.saver is not None:
     return spec
-  saver = checkpoints.LayoutAwareSaver(
-      engine,
-      allow_missing_slots=training,
-      record_layout=training,
-      record=assignment_file.checkpoint_record(ps_assignment),
-      sharded=True,
-      max_to_keep=config.keep_checkpoint_max,
-      keep_checkpoint_every_n_hours=config.keep_checkpoint_every_n_hours,
-      save_relative_paths=True)
+  # A training save reads the tables without copying them (the engine's
+  # `share_on_read`; docs/performance.md, 'Table size').
+  share = engine.share_on_read() if training else None
+  with (tf.control_dependencies([share]) if share is not None else
+        contextlib.nullcontext()):
+    saver = checkpoints.LayoutAwareSaver(
+        engine,
+        allow_missing_slots=training,
+        record_layout=training,
+        record=assignment_file.checkpoint_record(ps_assignment),
+        sharded=True,
+        max_to_keep=config.keep_checkpoint_max,
+        keep_checkpoint_every_n_hours=config.keep_checkpoint_every_n_hours,
+        save_relative_paths=True)
   return spec._replace(scaffold=tf.compat.v1.train.Scaffold(
       saver=saver, copy_from_scaffold=scaffold) if scaffold is not None else
                        tf.compat.v1.train.Scaffold(saver=saver))

@@ -131,6 +131,13 @@ def truncated_normal(shape, seed, seed2):
                                                        seed2=seed2)
 
 
+def share_on_read(handles):
+  """One op taking the variables of `handles` (resource handles) out of
+  copy-on-read mode, so that whole reads share their buffers (updates.cc,
+  HostEmbeddingShareOnRead)."""
+  return row_updates().host_embedding_share_on_read(handles)
+
+
 def gather_rows(table, indices):
   """Rows [len(indices), D] of the partition `table` (a resource handle)."""
   return row_updates().host_embedding_gather_rows(table, indices)

@@ -29,7 +29,9 @@
 //                               (finite);
 //   updates.cc
 //     HostEmbedding*Rows        in-place optimizer updates of the touched
-//                               rows.
+//                               rows;
+//     HostEmbeddingShareOnRead  variables out of copy-on-read mode before a
+//                               checkpoint's save reads them.
 // The helpers below that are not templates are defined in common.cc.
 
 #ifndef ESTIMATOR_SPEC_ENGINE_KERNELS_COMMON_H_

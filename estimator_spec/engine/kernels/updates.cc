@@ -266,6 +266,43 @@ class RowUpdateOp : public OpKernel {
   Pipeline pipe_;
 };
 
+// Ends copy-on-read mode on each variable given (a table or slot partition
+// that TensorFlow's sparse ops updated or read, which puts it in that mode
+// for good). Run before a checkpoint's save reads the variables: each read
+// then shares the buffer instead of copying it, and the next write copies
+// it only if the save still holds it (TensorFlow's sparse ops copy a
+// shared buffer when they put a variable back in copy-on-read mode; the
+// kernels above copy on write). Without it a save holds every such table
+// twice (docs/performance.md, 'Table size'). A variable not made yet is
+// left alone.
+class ShareOnReadOp : public OpKernel {
+ public:
+  explicit ShareOnReadOp(OpKernelConstruction* context) : OpKernel(context) {}
+
+  void Compute(OpKernelContext* context) override {
+    for (int i = 0; i < context->num_inputs(); ++i) {
+      tensorflow::core::RefCountPtr<Var> variable;
+      if (!tensorflow::LookupResource(
+               context, tensorflow::HandleFromInput(context, i), &variable)
+               .ok()) {
+        continue;
+      }
+      tensorflow::mutex_lock lock(*variable->mu());
+      variable->copy_on_read_mode.store(false);
+    }
+  }
+};
+
+REGISTER_OP("HostEmbeddingShareOnRead")
+    .Input("variables: N * resource")
+    .Attr("N: int >= 1")
+    .SetIsStateful()
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext*) {
+      return absl::OkStatus();
+    });
+REGISTER_KERNEL_BUILDER(Name("HostEmbeddingShareOnRead").Device(DEVICE_CPU),
+                        ShareOnReadOp);
+
 #define ESTIMATOR_SPEC_ROW_UPDATE_OP(NAME, SLOT_INPUTS)                      \
   REGISTER_OP(NAME)                                                          \
       .Input("table: resource") SLOT_INPUTS                                  \
