@@ -47,6 +47,9 @@ trains the same examples between them. Reported:
   and back (rows looked up, row gradients sent), plus the dense model's
   variables there and back (dense bytes) — summed over the W task steps of
   a synchronous step.
+* ps peak MB: each ps task's peak RSS (VmHWM) when the training tasks
+  are done: the tables' and slots' partitions it holds, TF's runtime
+  (about 0.4 GB) and what the steps added (`--vocab` scales the tables);
 * cpu us/ex: the CPU time (user + system, /proc) of every process of
   the cluster between the two marks, per example: the work an example
   costs, less sensitive than examples/s to other load on the machine;
@@ -415,6 +418,8 @@ def run_side(args, side, tasks, workdir):
     cluster.start_all(lambda task: argv)
     training = ["chief:0"] + [f"worker:{i}" for i in range(tasks - 1)]
     codes = [cluster.wait(task) for task in training]
+    # The ps tasks' peak RSS, read while they still serve.
+    ps_peak_mb = [cluster.memory_mb(f"ps:{i}", "VmHWM") for i in range(2)]
     if any(codes) or not os.path.exists(out):
       print(cluster.log_tails(first="chief:0"), file=sys.stderr)
       return None
@@ -433,7 +438,8 @@ def run_side(args, side, tasks, workdir):
   return {"examples_per_s": (s1 - s0) * per_step / (t1 - t0),
           "bytes_per_step": (b1 - b0) / max(1, s1 - s0),
           "cpu_us_per_example": (c1 - c0) * 1e6 / ((s1 - s0) * per_step),
-          "task_steps": (min(in_window), max(in_window))}
+          "task_steps": (min(in_window), max(in_window)),
+          "ps_peak_mb": ps_peak_mb}
 
 
 def main():
@@ -466,7 +472,7 @@ def main():
   print(f"{'tasks':>5} {'side':>6} {'examples/s':>11} {'vs tf':>6} "
         f"{'KB/step':>9} {'bound KB':>9} {'(emb+dense)':>14} {'ratio':>6} "
         f"{'requests out/in/ps-ps':>22} {'cpu us/ex':>9} "
-        f"{'task steps':>10}")
+        f"{'task steps':>10} {'ps peak MB':>12}")
   with tempfile.TemporaryDirectory() as workdir:
     for tasks in args.tasks:
       results = {}
@@ -490,7 +496,9 @@ def main():
               f"{result['bytes_per_step'] / bound:>6.2f} "
               f"{'/'.join(map(str, _requests(side, tasks, args))):>22} "
               f"{result['cpu_us_per_example']:>9.1f} "
-              f"{'%d-%d' % result['task_steps']:>10}", flush=True)
+              f"{'%d-%d' % result['task_steps']:>10} "
+              f"{'/'.join('%.0f' % m for m in result['ps_peak_mb']):>12}",
+              flush=True)
 
 
 if __name__ == "__main__":
