@@ -158,6 +158,17 @@ class PartitionedRows:
       return self.partitions[0].read_value()
     return self.gather(tf.range(self.layout.vocabulary_size, dtype=tf.int64))
 
+  def norm(self, compiled: bool = False) -> Any:
+    """The L2 norm of the whole table, float32; by the engine's kernel
+    (read in place: no copy of the table, no full-size temporary) when
+    `compiled`, else by TF's ops."""
+    if compiled:
+      sums = kernels.squared_sums([p.handle for p in self.partitions])
+      return tf.sqrt(tf.reduce_sum(sums))
+    squares = [tf.reduce_sum(tf.square(tf.cast(p.read_value(), tf.float32)))
+               for p in self.partitions]
+    return tf.sqrt(tf.add_n(squares))
+
   def assign_all(self, full: Any) -> Any:
     """Writes a whole [V, D] table given in row order."""
     if len(self.partitions) == 1:

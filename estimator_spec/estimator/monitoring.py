@@ -40,9 +40,12 @@ def add_table_summaries(engine, lookups, global_step):
   update (so with or without it): tied to the train op, a summary evaluated
   in a run of its own would train a step."""
   model = engine.model
-  norms = {name: _norm(engine.table_partitions(name))
+  # In place by the kernels where the table's own step runs them.
+  compiled = {name: engine.table_plan(name).ops is not None
+              for name in model.tables}
+  norms = {name: engine.table_rows(name).norm(compiled[name])
            for name in model.tables}
-  slot_norms = {name: {slot: _norm(rows.partitions) for slot, rows in
+  slot_norms = {name: {slot: rows.norm(compiled[name]) for slot, rows in
                        engine.slot_rows(name).items()}
                 for name in model.tables}
   for name in model.tables:
@@ -56,13 +59,6 @@ def add_table_summaries(engine, lookups, global_step):
     tf.compat.v1.summary.scalar(summary_tag(name, "norm"), norms[name])
     for slot, norm in slot_norms[name].items():
       tf.compat.v1.summary.scalar(summary_tag(name, f"{slot}_norm"), norm)
-
-
-def _norm(partitions):
-  """The L2 norm of a table (or slot) held in `partitions`."""
-  squares = [tf.reduce_sum(tf.square(tf.cast(p.read_value(), tf.float32)))
-             for p in partitions]
-  return tf.sqrt(tf.add_n(squares))
 
 
 class ProgressHook(tf.compat.v1.train.SessionRunHook):

@@ -138,6 +138,13 @@ def share_on_read(handles):
   return row_updates().host_embedding_share_on_read(handles)
 
 
+def squared_sums(handles):
+  """float32 [len(handles)]: the sum of the squares of each variable's
+  entries (resource handles of float32 matrices), read in place (lookup.cc,
+  HostEmbeddingSquaredSums)."""
+  return row_updates().host_embedding_squared_sums(handles)
+
+
 def gather_rows(table, indices):
   """Rows [len(indices), D] of the partition `table` (a resource handle)."""
   return row_updates().host_embedding_gather_rows(table, indices)

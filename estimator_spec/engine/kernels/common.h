@@ -21,6 +21,8 @@
 //                               combiners of its features, in one op;
 //     HostEmbeddingCombine      the combiners of a table gathered by
 //                               partition;
+//     HostEmbeddingSquaredSums  each partition's sum of squares, read in
+//                               place (a summary's norm);
 //   routing.cc
 //     HostEmbeddingRouteIds     a table's distinct ids grouped by partition;
 //   gradients.cc

@@ -430,4 +430,49 @@ REGISTER_OP("HostEmbeddingLookup")
 
 ESTIMATOR_SPEC_REGISTER_BY_INDEX("HostEmbeddingLookup", LookupOp);
 
+// The sum of the squares of every entry of each variable given (table or
+// slot partitions, float32 matrices), read in place under the variable's
+// shared lock and summed in double: a summary's norm of a table without a
+// copy of it or a full-size temporary (docs/performance.md, 'Table size').
+class SquaredSumsOp : public OpKernel {
+ public:
+  explicit SquaredSumsOp(OpKernelConstruction* context) : OpKernel(context) {}
+
+  void Compute(OpKernelContext* context) override {
+    const int n = context->num_inputs();
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(
+                                0, tensorflow::TensorShape({n}), &out));
+    for (int i = 0; i < n; ++i) {
+      tensorflow::core::RefCountPtr<Var> variable;
+      OP_REQUIRES_OK(context, tensorflow::LookupResource(
+                                  context, tensorflow::HandleFromInput(context, i),
+                                  &variable));
+      tensorflow::tf_shared_lock lock(*variable->mu());
+      OP_REQUIRES_OK(context, CheckTable(variable.get(), "a variable"));
+      const Tensor* values = variable->tensor();
+      const float* v = values->flat<float>().data();
+      const int64_t size = values->NumElements();
+      double sum = 0;
+      for (int64_t j = 0; j < size; ++j) {
+        sum += static_cast<double>(v[j]) * v[j];
+      }
+      out->flat<float>()(i) = static_cast<float>(sum);
+    }
+  }
+};
+
+REGISTER_OP("HostEmbeddingSquaredSums")
+    .Input("variables: N * resource")
+    .Output("sums: float")
+    .Attr("N: int >= 1")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      int n = 0;
+      TF_RETURN_IF_ERROR(c->GetAttr("N", &n));
+      c->set_output(0, c->Vector(n));
+      return absl::OkStatus();
+    });
+REGISTER_KERNEL_BUILDER(Name("HostEmbeddingSquaredSums").Device(DEVICE_CPU),
+                        SquaredSumsOp);
+
 }  // namespace estimator_spec_kernels
