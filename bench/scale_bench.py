@@ -214,7 +214,7 @@ def _sparse_ids(tf, dense_ids):
                          tf.shape(dense_ids, out_type=tf.int64))
 
 
-def _build(side, rows, model_dir, save_steps, optimizer):
+def _build(side, rows, model_dir, save_steps, optimizer, summaries=None):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   _, spec_params, spec_kwargs, tf_optimizer, tf_kwargs = OPTIMIZERS[optimizer]
   if side == "ours":
@@ -256,8 +256,9 @@ def _build(side, rows, model_dir, save_steps, optimizer):
     return spec_class(mode=mode, loss=loss, train_op=train_op)
 
   config = config_class(model_dir=model_dir, save_checkpoints_steps=save_steps,
-                        save_checkpoints_secs=None, save_summary_steps=None,
-                        log_step_count_steps=None, keep_checkpoint_max=1)
+                        save_checkpoints_secs=None,
+                        save_summary_steps=summaries,
+                        log_step_count_steps=summaries, keep_checkpoint_max=1)
   estimator = estimator_class(
       model_fn=model_fn, config=config, use_tpu=False,
       train_batch_size=BATCH, eval_batch_size=BATCH,
@@ -270,7 +271,8 @@ def _train(args, watch):
   steps = args.steps
   ids, labels = _data(args.rows, steps)
   tf, estimator, _ = _build(args.side, args.rows, args.model_dir,
-                            save_steps=10**9, optimizer=args.optimizer)
+                            save_steps=10**9, optimizer=args.optimizer,
+                            summaries=args.summaries_every)
   times = {"steps": [], "saves": []}
 
   class Hook(tf.compat.v1.train.SessionRunHook):
@@ -405,6 +407,8 @@ def run_child(args, side, rows, mode, model_dir, timeout):
              "--steps", str(args.steps), "--warmup", str(args.warmup),
              "--optimizer", args.optimizer,
              "--rss-limit-gb", str(args.rss_limit_gb)]
+  if args.summaries_every:
+    command += ["--summaries-every", str(args.summaries_every)]
   try:
     return compare.run_measured(command, timeout)
   except compare.SideFailed as error:
@@ -659,6 +663,9 @@ def main(argv=None):
   parser.add_argument("--steps", type=int, default=30)
   parser.add_argument("--optimizer", choices=sorted(OPTIMIZERS),
                       default="adagrad")
+  parser.add_argument("--summaries-every", type=int, default=None,
+                      help="train with summaries and step logging every N "
+                      "steps (RunConfig's default is 100; default: off)")
   parser.add_argument("--warmup", type=int, default=5)
   parser.add_argument("--rounds", type=int, default=1)
   parser.add_argument("--timeout", type=float, default=1800.0)
