@@ -9,7 +9,7 @@ the same batches as scale_bench's first steps), and a fixed [2,048, 32]
 gradient of the activations (no dense model).
 
 * floor: bench/floor_loop.cc, compiled here at run time (`$CXX`, else
-  g++, -O3 -march=native, into a temporary directory): one thread, per step
+  g++, `FLAGS`, into a temporary directory): one thread, per step
   the distinct ids (a hash set sized for the batch) and each example's sum
   of its 8 rows in one pass, each distinct id's gradient sum, Adagrad on
   each distinct id's row; the table and accumulator on huge pages, written
@@ -17,13 +17,15 @@ gradient of the activations (no dense model).
   (lookup, gradient sums, row update), each on one thread, so one thread is
   the floor of what it does.
 * engine: `HostEmbeddingEngine` as the estimator builds it (an
-  `EmbeddingConfig` of the spec, its compiled kernels required: the
-  `HOST_EMBEDDING_KERNELS=1` of docs/performance.md), in a TF graph run by
+  `EmbeddingConfig` of the spec, its compiled kernels required:
+  `HOST_EMBEDDING_KERNELS=1`, docs/install.md), in a TF graph run by
   a session with the estimator's default session config: the ids come as
   SparseTensors from a prefetching tf.data pipeline, the train op is the
   lookup (its activations computed) and `apply_gradients` of the fixed
-  gradient. `--trace` more steps run with TF's full trace give the time of
-  each op type (not part of the timing).
+  gradient. Besides its time, two figures say what the time is made of
+  (neither is part of it): the median of as many session steps that only
+  take the input's ids (the session's own cost a step), and the time of
+  each op type over `--trace` more steps run with TF's full trace.
 
 Each side runs in its own child process, sides alternating (floor, engine,
 floor, ... with `--rounds`); a side's time is the median ms of its steps
@@ -61,10 +63,13 @@ LEARNING_RATE = 0.05
 INITIAL_ACCUMULATOR = 0.1
 FEATURE = "ids"
 MARK = compare.MARK
+# -fno-math-errno: sqrt need not set errno, so the Adagrad loop vectorizes
+# (the engine's kernels are built with it too).
+FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-std=c++17")
 
 
 class FloorError(RuntimeError):
-  """The floor could not be compiled or run."""
+  """The floor could not be compiled."""
 
 
 def compile_floor(directory):
@@ -76,7 +81,7 @@ def compile_floor(directory):
         "floor is compiled at run time")
   binary = os.path.join(directory, "floor_loop")
   done = subprocess.run(
-      [compiler, "-O3", "-march=native", "-std=c++17", SOURCE, "-o", binary],
+      [compiler] + list(FLAGS) + [SOURCE, "-o", binary],
       capture_output=True, text=True, check=False)
   if done.returncode:
     raise FloorError(f"{compiler} could not compile {SOURCE}:\n"
@@ -122,7 +127,8 @@ class EngineStep:
   """The engine's training step of one table of `rows` rows on the batches
   `ids` ([n, BATCH, 8], cycled) with the fixed gradient `grad`, in its own
   graph: `train_op` runs one step; `table` and `accumulator` are the
-  variables it trains."""
+  variables it trains; `input_op` takes a step's ids and does nothing
+  else."""
 
   def __init__(self, rows, ids, grad):
     import tensorflow as tf
@@ -144,7 +150,10 @@ class EngineStep:
       engine = HostEmbeddingEngine(
           estimator_spec.EmbeddingConfig(spec, batch_size=BATCH))
       step = tf.compat.v1.train.get_or_create_global_step().read_value()
-      result = engine.lookup({FEATURE: _sparse_batches(tf, ids)})
+      features = _sparse_batches(tf, ids)
+      # A step of the session with the input alone: its own cost.
+      self.input_op = tf.group(features.values)
+      result = engine.lookup({FEATURE: features})
       update = engine.apply_gradients(result, {FEATURE: tf.constant(grad)},
                                       step)
       self.train_op = tf.group(update, result.activations[FEATURE])
@@ -221,8 +230,10 @@ def engine_child(args):
   step = EngineStep(args.rows, ids, grad)
   with step.session() as sess:
     step_ms, cpus = _time_steps(sess, step.train_op, args.warmup, args.steps)
+    input_ms, _ = _time_steps(sess, step.input_op, args.warmup, args.steps)
     ops = op_times(sess, step, args.trace)
-  return {"step_ms": step_ms, "cpus": cpus, "op_us": ops,
+  return {"step_ms": step_ms, "cpus": cpus, "input_ms": input_ms,
+          "op_us": ops,
           "peak_rss_mb": resource.getrusage(
               resource.RUSAGE_SELF).ru_maxrss / 1024.0}
 
@@ -280,26 +291,42 @@ def print_table(all_results):
 
 
 def _print_details(all_results):
-  print("\nFloor's phases (ms, first round): forward (distinct ids and "
-        "activations) / backward (gradient sums) / update; distinct ids per "
-        "step; engine's CPUs while timed, and its ops' own time per step "
-        "(us, traced steps, first round):")
+  print("\nWhat the times are made of (first round unless said): the floor's "
+        "phases in ms, forward (distinct ids and activations) / backward "
+        "(gradient sums) / update; the engine's CPUs while timed, a session "
+        "step of its input alone (ms), its time less that (medians over "
+        "rounds), and its ops' own time per step (us, traced steps):")
   busy = 0.0
   for rows, results in all_results.items():
-    label = scale_bench.rows_label(rows)
-    floor, engine = results["floor"][0], results["engine"][0]
-    if "phases_ms" in floor:
-      p = floor["phases_ms"]
-      print(f"  {label:>5} floor: {p['forward']:.3f} / {p['backward']:.3f} / "
-            f"{p['update']:.3f}; {floor['distinct_ids']:.0f} distinct ids")
-    if "op_us" in engine:
-      top = ", ".join(f"{k} {v:.0f}" for k, v in
-                      list(engine["op_us"].items())[:8])
-      print(f"  {label:>5} engine: {engine['cpus']:.2f} CPUs; {top}")
+    for line in _detail_lines(scale_bench.rows_label(rows), results):
+      print("  " + line)
     for run in results["floor"] + results["engine"]:
       busy = max(busy, run.get("others_cpus") or 0.0)
   print(f"\nIdle check: other work kept at most {busy:.2f} CPUs busy during "
         "a run" + (" -- NOT an idle machine." if busy > compare.BUSY else "."))
+
+
+def _detail_lines(label, results):
+  floor, engine = results["floor"][0], results["engine"][0]
+  lines = []
+  if "phases_ms" in floor:
+    p = floor["phases_ms"]
+    lines.append(f"{label:>5} floor: {p['forward']:.3f} / {p['backward']:.3f}"
+                 f" / {p['update']:.3f}; {floor['distinct_ids']:.0f} distinct"
+                 " ids a step")
+  if "op_us" not in engine:
+    return lines
+  floor_ms = _median(results["floor"], "step_ms")
+  less = _median(results["engine"], "step_ms") - _median(results["engine"],
+                                                         "input_ms")
+  against = f", {less / floor_ms:.2f} x the floor" if floor_ms else ""
+  lines.append(f"{label:>5} engine: {engine['cpus']:.2f} CPUs; the input "
+               f"alone {engine['input_ms']:.3f}; less that {less:.3f}"
+               + against)
+  ops = engine["op_us"]
+  lines.append(f"{label:>5} engine's ops, {sum(ops.values()):.0f} us in all: "
+               + ", ".join(f"{k} {v:.0f}" for k, v in list(ops.items())[:8]))
+  return lines
 
 
 def parse(argv=None):

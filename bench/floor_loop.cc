@@ -157,12 +157,12 @@ void Forward(const Shape& s, const int64_t* ids, const float* w,
     Prefetch(w + ids[i] * dim, dim);
   }
   for (int64_t b = 0; b < s.batch; ++b) {
-    float* o = out + b * dim;
+    float* __restrict o = out + b * dim;
     for (int64_t j = 0; j < s.k; ++j) {
       const int64_t k = b * s.k + j;
       if (k + kAhead < n) Prefetch(w + ids[k + kAhead] * dim, dim);
       distinct->where[k] = distinct->Place(ids[k]);
-      const float* row = w + ids[k] * dim;
+      const float* __restrict row = w + ids[k] * dim;
       if (j == 0) {
         std::memcpy(o, row, dim * sizeof(float));
       } else {
@@ -179,8 +179,9 @@ void Backward(const Shape& s, const DistinctIds& distinct, const float* grad,
   sums->assign(distinct.ids.size() * dim, 0.0f);
   float* out = sums->data();
   for (int64_t k = 0; k < s.batch * s.k; ++k) {
-    float* row = out + static_cast<int64_t>(distinct.where[k]) * dim;
-    const float* g = grad + (k / s.k) * dim;
+    float* __restrict row =
+        out + static_cast<int64_t>(distinct.where[k]) * dim;
+    const float* __restrict g = grad + (k / s.k) * dim;
     for (int64_t c = 0; c < dim; ++c) row[c] += g[c];
   }
 }
@@ -197,9 +198,9 @@ void Update(int64_t dim, const std::vector<int64_t>& ids, const float* sums,
       Prefetch(w + ids[u + kAhead] * dim, dim);
       Prefetch(acc + ids[u + kAhead] * dim, dim);
     }
-    float* wr = w + ids[u] * dim;
-    float* ar = acc + ids[u] * dim;
-    const float* g = sums + u * dim;
+    float* __restrict wr = w + ids[u] * dim;
+    float* __restrict ar = acc + ids[u] * dim;
+    const float* __restrict g = sums + u * dim;
     for (int64_t c = 0; c < dim; ++c) {
       const float a = ar[c] + g[c] * g[c];
       ar[c] = a;
