@@ -697,7 +697,7 @@ def test_the_hook_keeps_its_counts_when_the_lock_is_a_link(tmp_path):
   import tensorflow as tf
   from estimator_spec.profiling import sampling
   hook = sampling.StatisticsHook(_Profiler(str(tmp_path)), ["tbl_items"],
-                                 take=None, stand_in=None)
+                                 take=None)
   hook._new_delta()
   # One feature: example 0 looks up 3 twice, example 1 looks up 7. The
   # step's packed vector: 3 ids, batch 2, the ids, the example of each.

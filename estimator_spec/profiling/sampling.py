@@ -118,14 +118,19 @@ class Profiler:
       emptied = tf.raw_ops.StageClear(dtypes=dtypes, shared_name=area)
       with tf.control_dependencies([emptied]):
         keep = tf.raw_ops.Stage(values=_flat(lookups), shared_name=area)
-      taken = tf.raw_ops.Unstage(dtypes=dtypes, shared_name=area)
-      take = _packed([taken[k:k + 3] for k in range(0, len(taken), 3)])
-      stand_in = tf.raw_ops.Stage(values=_flat(
+      # The take run stages empty stand-ins behind what the area holds
+      # (the next step empties it), so that it never waits on an empty
+      # area: it takes the step's lookups, or the stand-ins when no step
+      # has run in this session.
+      stand_ins = _flat(
           (tf.zeros([0], ids.dtype), tf.zeros([0], example.dtype),
-           tf.zeros([], batch.dtype)) for ids, example, batch in lookups),
-                                  shared_name=area)
+           tf.zeros([], batch.dtype)) for ids, example, batch in lookups)
+      with tf.control_dependencies(
+          [tf.raw_ops.Stage(values=stand_ins, shared_name=area)]):
+        taken = tf.raw_ops.Unstage(dtypes=dtypes, shared_name=area)
+      take = _packed([taken[k:k + 3] for k in range(0, len(taken), 3)])
     hook = StatisticsHook(self, [item.table for item in feature_ids], take,
-                          stand_in, run_config.save_checkpoints_steps,
+                          run_config.save_checkpoints_steps,
                           run_config.save_checkpoints_secs)
     return keep, hook
 
@@ -202,16 +207,14 @@ def _count(stats_by_table, pending):
 
 class StatisticsHook(tf.compat.v1.train.SessionRunHook):
   """Takes the sampled steps' lookups and saves their counts (see module
-  docstring). `take`: the packed lookups of the step the staging area
-  holds (`Profiler.sampling`), taken out of it; `stand_in`: an op that
-  stages empty lookups."""
+  docstring). `take`: the packed lookups of the last step, taken out of
+  the staging area they were kept in (`Profiler.sampling`)."""
 
-  def __init__(self, profiler, tables, take, stand_in, every_steps=None,
+  def __init__(self, profiler, tables, take, every_steps=None,
                every_secs=None):
     self._profiler = profiler
     self._tables = list(tables)
     self._take = take
-    self._stand_in = stand_in
     self._every_steps = every_steps
     self._every_secs = every_secs
     self._period = profiler.period
@@ -231,11 +234,10 @@ class StatisticsHook(tf.compat.v1.train.SessionRunHook):
     self._pending, self._pending_bytes = [], 0
 
   def after_create_session(self, session, coord):
-    """Stages stand-in lookups and takes them, so that the session builds
-    the executors of these small runs (the first runs of their fetches)
-    now, before the first step, not after the first sampled one."""
+    """Takes once (stand-ins, before any step), so that the session builds
+    the executor of that small run (its first run of these fetches) now,
+    before the first step, not after the first sampled one."""
     del coord
-    session.run(self._stand_in)
     session.run(self._take)
 
   def _new_delta(self, tables=None):
