@@ -158,8 +158,8 @@ class HostStep:
     if model.pipeline_execution_with_tensor_core:
       hooks.append(hooks_lib.flush_at_end(self._engine.flush()))
     if self._profiler is not None:
-      # Every step runs the sampling op (its counter and kept lookups stay
-      # on this task, by the ids): docs/profile.md, 'Sampling'.
+      # Every step runs the sampling op (it and its staging area stay on
+      # this task, by the ids): docs/profile.md, 'Sampling'.
       with engine_lib.device_scope(self._local_device):
         sample, hook = self._profiler.sampling(self._lookup.feature_ids,
                                                self._run_config)

@@ -20,7 +20,7 @@ them, and reading them back at start-up.
   copied); after a sampled step the hook takes them from there in a small
   run of its own, which the session builds when it is created
   (`after_create_session`), before the first step. They are kept as
-  fetched and counted into per-table `statistics.TableStatistics`
+  taken and counted into per-table `statistics.TableStatistics`
   (distinct ids and their counts, ids per example) in one NumPy pass when
   the statistics are saved, or when `MAX_PENDING_BYTES` of them wait. A
   step the hook does not sample costs it a modulo and a comparison, and
