@@ -37,7 +37,10 @@ the default rate does not sample and of those it samples, for each
 configuration (the medians move less with this shared machine's noise than
 whole-run rates do), and the time the statistics hook itself spends on a
 step it does not sample (its `before_run` and `after_run`, timed in the
-training process).
+training process), and, per configuration, the slowest step after the
+first of a `train()` call (median over calls, warm-up included): a one-time
+cost at start-up, such as a session building an executor for a new
+combination of fetches, shows there and nowhere else.
 
 `--what monitoring` measures, the same way and on the same two models,
 what the estimator's monitoring costs (docs/estimator.md, 'Monitoring'):
@@ -161,6 +164,7 @@ def _paired_round(job, segments, queue):
     timed = {label: [0, 0.0] for label, _ in CONFIGS}  # steps, seconds
     durations = {label: ([], []) for label, _ in CONFIGS}
     in_hook = []
+    slowest = {label: [] for label, _ in CONFIGS}
     for segment in range(segments):
       # Each segment starts with another configuration (order effects).
       order = CONFIGS[segment % 3:] + CONFIGS[:segment % 3]
@@ -173,6 +177,7 @@ def _paired_round(job, segments, queue):
           # The hook's own time on the steps it does not sample.
           in_hook.extend(t for sampled, t in hook_calls[job["warmup"]:]
                          if not sampled)
+        slowest[label].append(float(np.max(np.diff(hook.times))))
         steady = np.diff(hook.times[job["warmup"]:])
         timed[label][0] += len(steady)
         timed[label][1] += float(steady.sum())
@@ -183,7 +188,9 @@ def _paired_round(job, segments, queue):
         durations[label][1].extend(steady[sampled].tolist())
     queue.put(dict(
         _round_result(job, timed, durations),
-        hook_us=1e6 * float(np.mean(in_hook)) if in_hook else 0.0))
+        hook_us=1e6 * float(np.mean(in_hook)) if in_hook else 0.0,
+        slowest_ms={label: 1000 * float(np.median(times))
+                    for label, times in slowest.items()}))
   finally:
     shutil.rmtree(root, ignore_errors=True)
 
@@ -216,13 +223,14 @@ def _run_paired(job, segments, target=None):
 def _measure(job, rounds, segments, reference):
   """Paired rounds of `job`; with `reference`, TF's TPUEstimator on the
   same model after each round. Prints each round and the summary."""
-  paired, steps, hook_us, tf_rates = [], [], [], []
+  paired, steps, hook_us, tf_rates, slowest = [], [], [], [], []
   for r in range(rounds):
     result = _run_paired(job, segments)
     rates = result["rates"]
     paired.append(rates)
     steps.append(result["steps"])
     hook_us.append(result["hook_us"])
+    slowest.append(result["slowest_ms"])
     print(f"  round {r + 1} " + "  ".join(
         f"{label} {rate:8,.0f}" for label, rate in rates.items()) +
           " examples/s", flush=True)
@@ -263,6 +271,9 @@ def _measure(job, rounds, segments, reference):
         f"{stats_lib.median(hook_us):.1f} us, "
         f"{stats_lib.median(hook_us) / 10 / unsampled['ours']:.2f}% of the "
         "median step")
+  print("  slowest step after the first of a train() call, ms: " + ", ".join(
+      f"{label} {stats_lib.median(s[label] for s in slowest):.1f}"
+      for label, _ in CONFIGS))
   if reference:
     tf_rate = stats_lib.median(tf_rates)
     print(f"  {'tf':13s} {tf_rate:8,.0f} examples/s")

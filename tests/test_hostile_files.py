@@ -682,18 +682,30 @@ class _Profiler:
     return _settings(table=table)
 
 
+class _Session:
+  """Gives every run the packed lookups of one sampled step."""
+
+  def __init__(self, packed):
+    self._packed = packed
+
+  def run(self, fetches):
+    del fetches
+    return self._packed
+
+
 def test_the_hook_keeps_its_counts_when_the_lock_is_a_link(tmp_path):
   import tensorflow as tf
   from estimator_spec.profiling import sampling
-  hook = sampling.StatisticsHook(_Profiler(str(tmp_path)), {"tbl_items": []})
+  hook = sampling.StatisticsHook(_Profiler(str(tmp_path)), ["tbl_items"],
+                                 take=None)
   hook._new_delta()
-  # One feature: example 0 looks up 3 twice, example 1 looks up 7.
-  result = {"tbl_items": [(np.array([3, 3, 7], np.int64),
-                           np.array([0, 0, 1], np.int64), np.int64(2))]}
+  # One feature: example 0 looks up 3 twice, example 1 looks up 7. The
+  # step's packed vector: 3 ids, batch 2, the ids, the example of each.
+  step = tf.compat.v1.train.SessionRunContext(
+      None, _Session(np.array([3, 2, 3, 3, 7, 0, 0, 1], np.int64)))
   for _ in range(2):
-    hook.before_run(None)
-    hook.after_run(None, tf.compat.v1.train.SessionRunValues(
-        results=result, options=None, run_metadata=None))
+    hook.before_run(step)
+    hook.after_run(step, None)
   (tmp_path / ".lock").symlink_to(tmp_path / "outside")
   hook.save()  # a warning in the log; the counts stay
   assert not (tmp_path / "outside").exists()

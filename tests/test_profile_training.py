@@ -157,6 +157,63 @@ def test_rate_samples_one_step_in_round_inverse_rate(tmp_path):
   assert stats.sampling_rate == 0.4
 
 
+def _names(fetches):
+  """The names of the tensors and ops in a `Session.run` fetch structure."""
+  if isinstance(fetches, dict):
+    fetches = list(fetches.values())
+  if isinstance(fetches, (list, tuple)):
+    return frozenset().union(*map(_names, fetches))
+  return frozenset([fetches.name]) if hasattr(fetches, "name") else (
+      frozenset())
+
+
+def _new_after_start(monkeypatch, estimator, **train):
+  """The (fetches, feeds) combinations that the `Session.run` calls of
+  `estimator.train(_input_fn, **train)` first use after its first step: a
+  TF session builds an executor for each combination the first time it
+  runs it, at a cost of up to a step's graph optimization."""
+  runs, first = [], []
+
+  class FirstStep(v1.train.SessionRunHook):
+
+    def before_run(self, run_context):
+      if not first:
+        first.append(len(runs))  # the next run is the first step's
+
+  real = v1.Session.run
+
+  def recording(self, fetches, feed_dict=None, *args, **kwargs):
+    runs.append((_names(fetches), _names(list(feed_dict or ()))))
+    return real(self, fetches, feed_dict, *args, **kwargs)
+
+  with monkeypatch.context() as patch:
+    patch.setattr(v1.Session, "run", recording)
+    estimator.train(_input_fn, hooks=[FirstStep()], **train)
+  start = first[0] + 1
+  return set(runs[start:]) - set(runs[:start])
+
+
+def test_sampling_adds_no_run_combination_after_start_up(tmp_path,
+                                                         monkeypatch):
+  """A sampled step runs what the other steps run, and the statistics'
+  own run (taking a sampled step's lookups) is first made when the session
+  is created: after the first step, training with statistics meets no
+  more new combinations of fetches than training without (no executor is
+  built in the middle of training). The sampling restarts with each
+  train() call."""
+  profile = tmp_path / "profile"
+  new = []
+  for name, directory in (("with", str(profile)), ("without", None)):
+    estimator = _estimator(tmp_path / name, _spec(directory),
+                           rate=0.4 if directory else None)
+    new.append([len(_new_after_start(monkeypatch, estimator, max_steps=m))
+                for m in (5, 7)])
+  assert new[0] == new[1]
+  # Steps 1, 3, 5 of the first call, then step 1 of 2 of the second.
+  stats, _ = _saved(profile, "users")
+  _assert_matches(stats, _expected(4)["users"], runs=2)
+
+
 def test_saved_with_each_checkpoint_and_accumulated_across_runs(tmp_path):
   profile = tmp_path / "profile"
   seen = {}

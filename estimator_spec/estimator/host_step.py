@@ -74,6 +74,7 @@ class HostStep:
     self._training = mode == ModeKeys.TRAIN
     self.source = None  # the ActivationSource for model_fn's columns
     self._engine = None
+    self._local_device = None  # this task's device on a cluster
     self._lookup = None
     self._tap = None
     self._global_step = None
@@ -98,11 +99,11 @@ class HostStep:
       return batch_checks.check_train_batch(features, labels, expected)
     config = self._placement.embedding_config(self._mode, self._batch_sizes)
     cluster = self._placement.cluster
-    local_device = cluster.device if cluster else None
+    self._local_device = cluster.device if cluster else None
     self._engine = engine_lib.HostEmbeddingEngine(
         config, num_shards=config.num_hosts,
         shard_device_fn=self._placement.shard_device_fn(self._mode),
-        local_device=local_device)
+        local_device=self._local_device)
     self._lookup = self._engine.begin_lookup(features)
     features, labels = batch_checks.check_lookup_batch(
         self._lookup, features, labels, expected)
@@ -110,7 +111,7 @@ class HostStep:
     if self._training:
       # Lookups (and so every update of the step) follow the read of the
       # global step, which the user's train op increments.
-      with engine_lib.device_scope(local_device):
+      with engine_lib.device_scope(self._local_device):
         self._tap = _GradientTap(after=self._step_value)
       if self._sync is not None:
         self._sync.add_local_variables([self._tap.anchor])
@@ -158,8 +159,13 @@ class HostStep:
     if model.pipeline_execution_with_tensor_core:
       hooks.append(hooks_lib.flush_at_end(self._engine.flush()))
     if self._profiler is not None:
-      hooks.append(self._profiler.hook(self._lookup.feature_ids,
-                                       self._run_config))
+      # Every step runs the sampling op (it and its staging area stay on
+      # this task, by the ids): docs/profile.md, 'Sampling'.
+      with engine_lib.device_scope(self._local_device):
+        sample, hook = self._profiler.sampling(self._lookup.feature_ids,
+                                               self._run_config)
+      train_op = tf.group(train_op, sample, name="train_with_statistics")
+      hooks.append(hook)
     spec = spec._replace(train_op=train_op, training_hooks=hooks)
     return _with_layout_aware_saver(
         spec, self._engine, self._run_config, training=True,

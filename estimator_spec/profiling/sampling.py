@@ -9,22 +9,30 @@ them, and reading them back at start-up.
   table's rows are spread over). `load()` reads the statistics that match
   this model's tables; `startup_report` says what they show (`shards`).
 * `StatisticsHook`: a training hook that samples one step in every
-  `round(1 / rate)` (the first step of each `train()` call included). A
-  sampled step also fetches each feature's ids and their examples (the
-  step's own tensors: no op is added); they are kept as fetched and
-  counted into per-table `statistics.TableStatistics` (distinct ids and
-  their counts, ids per example) in one NumPy pass when the statistics
-  are saved, or when `MAX_PENDING_BYTES` of them wait. A step the hook
-  does not sample costs a modulo and a comparison, and the counting never
-  competes with a running step for the CPU or Python's GIL
-  (bench/profile_bench.py measures both on a model of short steps). The
-  other steps run exactly as without a profile directory, and the step's
-  own ops (and so the numbers) are the same with and without one. The counts
-  gathered since the last save are added to the directory's files
-  (`store.add_to_file`) at each checkpoint interval of the RunConfig
-  (`save_checkpoints_steps` / `save_checkpoints_secs`) and when training
-  ends. Every training task of a cluster samples its own batches; the files
-  sum them.
+  `round(1 / rate)` (the first step of each `train()` call included). No
+  step fetches anything for it: a TF session builds (and keeps) an
+  executor of the whole step graph for each combination of fetches the
+  first time it runs it, so a sampled step that fetched more than the
+  others would wait for a second one (tens of milliseconds, at every
+  `train()` call). Instead every step runs one more op, which keeps
+  references to the step's own ids, examples and batch sizes in a staging
+  area, in place of the previous step's (`Profiler.sampling`: nothing is
+  copied); after a sampled step the hook takes them from there in a small
+  run of its own, which the session builds when it is created
+  (`after_create_session`), before the first step. They are kept as
+  taken and counted into per-table `statistics.TableStatistics`
+  (distinct ids and their counts, ids per example) in one NumPy pass when
+  the statistics are saved, or when `MAX_PENDING_BYTES` of them wait. A
+  step the hook does not sample costs it a modulo and a comparison, and
+  the counting never competes with a running step for the CPU or Python's
+  GIL (bench/profile_bench.py measures both on a model of short steps).
+  The step's ops (and so the numbers) are those of a step without a
+  profile directory, and two more: one empties the staging area, the
+  other stages the tensors. The counts gathered since the last save
+  are added to the directory's files (`store.add_to_file`) at each
+  checkpoint interval of the RunConfig (`save_checkpoints_steps` /
+  `save_checkpoints_secs`) and when training ends. Every training task of
+  a cluster samples its own batches; the files sum them.
 
 The estimator adds what needs its placement (`estimator/profiling.py`).
 """
@@ -96,15 +104,80 @@ class Profiler:
           "No lookup statistics in %s for these tables yet; this run samples "
           "one step in %d.", self.directory, self.period)
 
-  def hook(self, feature_ids, run_config):
-    """The `StatisticsHook` of a training graph whose lookups read
-    `feature_ids` ([engine.inputs.FeatureIds])."""
-    inputs = {}
-    for item in feature_ids:
-      inputs.setdefault(item.table, []).append(
-          (item.flat.ids, item.flat.example, item.flat.batch_size))
-    return StatisticsHook(self, inputs, run_config.save_checkpoints_steps,
+  def sampling(self, feature_ids, run_config):
+    """(op, hook) of a training graph whose lookups read `feature_ids`
+    ([engine.inputs.FeatureIds]). The op, for the train op to run on every
+    step, keeps the step's own lookup tensors in a staging area in place of
+    the previous step's (references: nothing is copied); after a sampled
+    step, the `StatisticsHook` takes them from there in a run of its own
+    (see module docstring). Made in the caller's device scope."""
+    lookups = _lookups(feature_ids)
+    with tf.compat.v1.name_scope("lookup_statistics") as scope:
+      area = scope + "lookups"  # the staging area's name
+      dtypes = [t.dtype for t in _flat(lookups)]
+      emptied = tf.raw_ops.StageClear(dtypes=dtypes, shared_name=area)
+      with tf.control_dependencies([emptied]):
+        keep = tf.raw_ops.Stage(values=_flat(lookups), shared_name=area)
+      # The take run stages empty stand-ins behind what the area holds
+      # (the next step empties it), so that it never waits on an empty
+      # area: it takes the step's lookups, or the stand-ins when no step
+      # has run in this session.
+      stand_ins = _flat(
+          (tf.zeros([0], ids.dtype), tf.zeros([0], example.dtype),
+           tf.zeros([], batch.dtype)) for ids, example, batch in lookups)
+      with tf.control_dependencies(
+          [tf.raw_ops.Stage(values=stand_ins, shared_name=area)]):
+        taken = tf.raw_ops.Unstage(dtypes=dtypes, shared_name=area)
+      take = _packed([taken[k:k + 3] for k in range(0, len(taken), 3)])
+    hook = StatisticsHook(self, [item.table for item in feature_ids], take,
+                          run_config.save_checkpoints_steps,
                           run_config.save_checkpoints_secs)
+    return keep, hook
+
+
+def _lookups(feature_ids):
+  """[(ids, example of each id, batch size)] of each feature: the step's
+  own tensors, in the int32 forms the lookup reads where it made them (an
+  int64 form made for the statistics alone would be one more op on every
+  step)."""
+  lookups = []
+  for item in feature_ids:
+    flat = item.flat
+    lookups.append((
+        flat.ids,
+        flat.example if flat.example_int32 is None else flat.example_int32,
+        flat.batch_size if flat.batch_size_int32 is None else
+        flat.batch_size_int32))
+  return lookups
+
+
+def _flat(lookups):
+  return [tensor for lookup in lookups for tensor in lookup]
+
+
+def _packed(lookups):
+  """One int64 vector of features' `_lookups`: their id counts, their
+  batch sizes, then each feature's ids and examples in turn (`_unpacked`
+  reads it)."""
+  sizes = [tf.size(ids, out_type=tf.int64) for ids, _, _ in lookups]
+  batches = [tf.cast(batch, tf.int64) for _, _, batch in lookups]
+  pieces = [tf.cast(piece, tf.int64) for ids, example, _ in lookups
+            for piece in (ids, example)]
+  return tf.concat([tf.stack(sizes + batches)] + pieces, axis=0)
+
+
+def _unpacked(packed, tables):
+  """{table: [(ids, example of each id, batch size) of each feature]} of
+  a sampled step's `_packed` vector (views of it), for features of
+  `tables` (the table of each, in order)."""
+  n = len(tables)
+  counts, batches = packed[:n], packed[n:2 * n]
+  pieces = np.split(packed[2 * n:], np.cumsum(np.repeat(counts, 2))[:-1])
+  results = {}
+  for k, table in enumerate(tables):
+    results.setdefault(table, []).append(
+        (pieces[2 * k], pieces[2 * k + 1], batches[k]))
+  return results
 
 
 # Sampled steps' results wait, as fetched, until this many bytes of them
@@ -132,21 +205,16 @@ def _count(stats_by_table, pending):
     stats.observe_counts(unique, counts, np.concatenate(lengths))
 
 
-def _summaries(inputs):
-  """{table: [(ids, example of each id, batch size) of each feature]}: the
-  step's own tensors, fetched only with a sampled step (no op is added to
-  the step; the counting is done in NumPy when the statistics are
-  saved)."""
-  return {table: [tuple(f) for f in features]
-          for table, features in inputs.items()}
-
-
 class StatisticsHook(tf.compat.v1.train.SessionRunHook):
-  """Samples a step's lookups and saves them (see module docstring)."""
+  """Takes the sampled steps' lookups and saves their counts (see module
+  docstring). `take`: the packed lookups of the last step, taken out of
+  the staging area they were kept in (`Profiler.sampling`)."""
 
-  def __init__(self, profiler, inputs, every_steps=None, every_secs=None):
+  def __init__(self, profiler, tables, take, every_steps=None,
+               every_secs=None):
     self._profiler = profiler
-    self._inputs = inputs
+    self._tables = list(tables)
+    self._take = take
     self._every_steps = every_steps
     self._every_secs = every_secs
     self._period = profiler.period
@@ -158,20 +226,25 @@ class StatisticsHook(tf.compat.v1.train.SessionRunHook):
     self._pending_bytes = 0
     self._since_save = 0
     self._saved_at = time.monotonic()
-    self._fetches = None
 
   def begin(self):
     self._runs = 0
     self._first_save = True
     self._new_delta()
     self._pending, self._pending_bytes = [], 0
-    self._fetches = _summaries(self._inputs)
+
+  def after_create_session(self, session, coord):
+    """Takes once (stand-ins, before any step), so that the session builds
+    the executor of that small run (its first run of these fetches) now,
+    before the first step, not after the first sampled one."""
+    del coord
+    session.run(self._take)
 
   def _new_delta(self, tables=None):
     """Fresh counts for `tables` (default: every table)."""
     if tables is None:
       self._delta = {}
-      tables = list(self._inputs)
+      tables = list(dict.fromkeys(self._tables))
     for table in tables:
       stats = statistics.TableStatistics(self._profiler.settings(table),
                                          self._profiler.sampling_rate)
@@ -182,18 +255,13 @@ class StatisticsHook(tf.compat.v1.train.SessionRunHook):
     del run_context
     self._sampled = self._runs % self._period == 0
     self._runs += 1
-    if not self._sampled:
-      return None
-    return tf.compat.v1.train.SessionRunArgs(self._fetches)
 
   def after_run(self, run_context, run_values):
-    del run_context
+    del run_values
     if self._sampled:
-      results = run_values.results
-      self._pending.append(results)
-      self._pending_bytes += sum(
-          ids.nbytes + example.nbytes for features in results.values()
-          for ids, example, _ in features)
+      packed = run_context.session.run(self._take)
+      self._pending.append(_unpacked(packed, self._tables))
+      self._pending_bytes += packed.nbytes
       if self._pending_bytes >= MAX_PENDING_BYTES:
         self._count_pending()
     self._since_save += 1
