@@ -14,15 +14,16 @@ config model, `tables.locate_tables`) and every tensor named `<table
 tensor>/...` with the same [vocabulary_size, dimension] shape (its slots,
 whatever optimizer wrote them).
 
-Memory: each stored partition of a table is read once and its rows are
-scattered into the target partitions (`tables.Checkpoint.relaid`), which
-TensorFlow then saves without copying them again; a conversion holds one
-table (or slot) plus one stored partition of it (the whole tensor if it was
-saved unpartitioned). Other tensors are copied in groups no larger than the
-largest table. Nothing is written to `output_prefix` until every tensor is
-converted: the checkpoint is staged in a temporary directory next to it and
-moved into place at the end (and the staging directory is removed on
-error).
+Memory: each target partition of a table (or slot) is filled from the
+rows it needs, read one block at a time (`tables.Checkpoint.partition`),
+saved by TensorFlow without another copy and dropped before the next: a
+conversion holds one target partition plus about two blocks (the whole
+table when the target has one partition, which TF's writer takes whole).
+Other tensors are copied a stored slice at a time, in groups of at most
+64 MB (a bigger tensor saved whole is held whole). Nothing is written to
+`output_prefix` until every tensor is converted: the checkpoint is staged
+in a temporary directory next to it and moved into place at the end (and
+the staging directory is removed on error).
 """
 from typing import Optional, TextIO, Union
 
@@ -35,7 +36,7 @@ from estimator_spec.config import spec as spec_lib
 from estimator_spec.config import sharding
 from tpu_embedding_columns import checks
 
-_MIN_GROUP_BYTES = 64 << 20  # other tensors saved together up to this size
+_GROUP_BYTES = 64 << 20  # other tensors saved together up to this size
 
 
 def convert_checkpoint(spec: spec_lib.EmbeddingConfigSpec,
@@ -117,18 +118,18 @@ def _convert(model: model_lib.EmbeddingModel, checkpoint: tables.Checkpoint,
   engine_names = {t for tensors in row_tensors.values() for t in tensors}
   others = sorted(set(checkpoint.shapes) - engine_names -
                   {tables.LAYOUT_TENSOR})
-  largest = max((4 * t.vocabulary_size * t.dimension
-                 for t in model.tables.values()), default=0)
 
   with tables.StagedCheckpoint(output_prefix, owner, overwrite) as staged:
-    tables.copy_tensors(checkpoint, others, staged,
-                        max(largest, _MIN_GROUP_BYTES))
+    tables.copy_tensors(checkpoint, others, staged, _GROUP_BYTES)
     staged.save([tables.LAYOUT_TENSOR], [""], [tf.constant(to_strategy)])
     for table_name, table, target, sources in plans:
       label = f"{table_name} ({len(sources)} tensor{'s' * (len(sources) > 1)})"
       with bar(label, table.vocabulary_size * len(sources)) as shown:
         for tensor, source in sources:
-          parts = checkpoint.relaid(tensor, source, target, shown.advance)
-          staged.save_partitions(tensor, checkpoint.shapes[tensor], target,
-                                 parts)
+          for index in range(target.num_partitions):
+            rows = checkpoint.partition(tensor, source, target, index,
+                                        shown.advance)
+            staged.save_partition(tensor, checkpoint.shapes[tensor], target,
+                                  index, rows)
+            del rows
     return staged.commit()
