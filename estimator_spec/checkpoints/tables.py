@@ -437,7 +437,7 @@ class Checkpoint:
     `advance(n)` is called as rows are placed."""
     size = target.sizes[index]
     result = self._empty(name, size)
-    block = self._chunk_rows(name)
+    block = self._block_rows(name)
     for lo in range(0, size, block):
       hi = min(size, lo + block)
       self._fill(name, source, target.row_ids(index, lo, hi), result[lo:hi])
@@ -452,7 +452,7 @@ class Checkpoint:
     ...], filled one block of rows at a time (module doc)."""
     ids = np.asarray(ids, np.int64).reshape([-1])
     result = self._empty(name, len(ids))
-    block = self._chunk_rows(name)
+    block = self._block_rows(name)
     for lo in range(0, len(ids), block):
       self._fill(name, source, ids[lo:lo + block], result[lo:lo + block])
     return result
@@ -470,7 +470,7 @@ class Checkpoint:
       order = np.argsort(positions, kind="stable")
       positions = positions[order]
     ends = np.cumsum([size for _, size in self._reads(name)])
-    block = self._chunk_rows(name)
+    block = self._block_rows(name)
     i = 0
     while i < len(positions):
       first = int(positions[i])
@@ -488,7 +488,8 @@ class Checkpoint:
     return aligned_empty([rows] + self.shapes[name][1:],
                          self.dtypes[name].as_numpy_dtype)
 
-  def _chunk_rows(self, name: str) -> int:
+  def _block_rows(self, name: str) -> int:
+    """The rows of tensor `name` read, or moved, at a time (one block)."""
     row_bytes: int = int(np.prod(self.shapes[name][1:], dtype=np.int64)) * (
         self.dtypes[name].size)
     return max(1, _BLOCK_BYTES // max(1, row_bytes))
