@@ -349,3 +349,188 @@ def test_restore_missing_slot_and_missing_table(tmp_path, monkeypatch):
                      match=r"no tensor .*embedding_weights.*\(embedding "
                      r"table\)"):
     restored(other, 8, 2, 3, "mod")
+
+
+# ---------------------------------------------------------------------------
+# Reading in blocks: a stored slice bigger than one block is read only where
+# asked, from its data file, and every result is what TF's reader gives.
+
+
+def test_slice_keys_decode_and_locate_the_saved_bytes(tmp_path):
+  # Slices of a tensor declared 2^45 rows long, starting where the signed
+  # numbers of their keys take 1 to 7 bytes, a slice of a 2-D split, and
+  # tensors saved whole: each location holds the bytes saved.
+  prefix = str(tmp_path / "c")
+  big = 2**45
+  starts = [0, 1, 63, 64, 100, 8191, 8192, 2**20 + 3, 2**34, big - 3]
+  names = ["a/t"] * len(starts) + ["two", "whole", "step"]
+  specs = [f"{big} 2 {s},3:-" for s in starts] + ["5 7 1,2:3,4", "", ""]
+  values = [np.full((3, 2), i, np.float32) for i in range(len(starts))] + [
+      np.arange(8, dtype=np.float32).reshape(2, 4),
+      np.arange(6, dtype=np.int64).reshape(3, 2), np.int64(7)]
+  tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names,
+                    shape_and_slices=specs, tensors=values)
+  bundle = bundle_index.read_bundle(prefix)
+  assert bundle.slices == {
+      "a/t": tuple(((s, 3), (0, 2)) for s in starts),
+      "two": (((1, 2), (3, 4)),)}
+  expected = {("a/t", ((s, 3), (0, 2))): v for s, v in zip(starts, values)}
+  expected.update({("two", ((1, 2), (3, 4))): values[-3],
+                   ("whole", ((0, 3), (0, 2))): values[-2],
+                   ("step", ()): values[-1]})
+  assert set(bundle.locations) == set(expected)
+  for key, location in bundle.locations.items():
+    assert location.path == prefix + ".data-00000-of-00001"
+    with open(location.path, "rb") as data:
+      data.seek(location.offset)
+      assert data.read(location.size) == np.asarray(expected[key]).tobytes()
+  assert bundle.little_endian
+
+
+def block_of(monkeypatch, rows, dim):
+  """Makes one block `rows` rows of a float32 table of `dim` columns."""
+  monkeypatch.setattr(tables, "_BLOCK_BYTES", rows * dim * 4)
+
+
+def spy_reads(monkeypatch):
+  """Records (name, start, stop) of every `read_rows` call and the size of
+  every read straight from a data file."""
+  reads, file_reads = [], []
+  read_rows, read_bytes = tables.Checkpoint.read_rows, (
+      tables.Checkpoint._read_bytes)
+
+  def spied_rows(self, name, start, stop):
+    reads.append((name, start, stop))
+    return read_rows(self, name, start, stop)
+
+  def spied_bytes(self, location, start, size):
+    file_reads.append(size)
+    return read_bytes(self, location, start, size)
+
+  monkeypatch.setattr(tables.Checkpoint, "read_rows", spied_rows)
+  monkeypatch.setattr(tables.Checkpoint, "_read_bytes", spied_bytes)
+  return reads, file_reads
+
+
+@hypothesis.settings(max_examples=30, deadline=None,
+                     suppress_health_check=[
+                         hypothesis.HealthCheck.function_scoped_fixture])
+@hypothesis.given(vocab=st.integers(1, 40), dim=st.integers(1, 3),
+                  shards=st.integers(1, 5), strategy=cli_tests.STRATEGY,
+                  block=st.integers(1, 7), to_shards=st.integers(1, 5),
+                  to_strategy=cli_tests.STRATEGY, data=st.data())
+def test_blocks_read_what_tf_reads(tmp_path_factory, monkeypatch, vocab, dim,
+                                   shards, strategy, block, to_shards,
+                                   to_strategy, data):
+  directory = str(tmp_path_factory.mktemp("blocks"))
+  prefix, rows, _, _ = cli_tests.source_checkpoint(directory, vocab, dim,
+                                                   shards, strategy)
+  stored = tf.compat.v1.train.NewCheckpointReader(prefix).get_tensor(TABLE)
+  source = sharding.ShardLayout(vocab, shards, strategy)
+  target = sharding.ShardLayout(vocab, to_shards, to_strategy)
+  ids = data.draw(st.lists(st.integers(0, vocab - 1), max_size=30))
+  start = data.draw(st.integers(0, vocab - 1))
+  stop = data.draw(st.integers(start + 1, vocab))
+  block_of(monkeypatch, block, dim)
+  reads, file_reads = spy_reads(monkeypatch)
+  with tables.Checkpoint(prefix) as checkpoint:
+    np.testing.assert_array_equal(checkpoint.read_rows(TABLE, start, stop),
+                                  stored[start:stop])
+    del reads[:], file_reads[:]
+    np.testing.assert_array_equal(
+        checkpoint.rows_by_id(TABLE, source, ids),
+        rows[ids].reshape([-1, dim]))
+    for index in range(target.num_partitions):
+      np.testing.assert_array_equal(
+          checkpoint.partition(TABLE, source, target, index),
+          rows[target.row_ids(index)])
+    slices = checkpoint.row_slices(TABLE)
+  # Every read is at most one block, inside one stored slice; a slice
+  # bigger than a block is read from its file, never whole through TF.
+  assert all(hi - lo <= block for _, lo, hi in reads), reads
+  assert all(size <= block * dim * 4 for size in file_reads)
+  assert all(any(s <= lo and hi <= s + n for s, n in slices)
+             for _, lo, hi in reads)
+  if max(n for _, n in slices) > block:
+    assert file_reads
+
+
+def test_commands_give_the_same_checkpoints_read_in_blocks(tmp_path,
+                                                           monkeypatch):
+  # convert (to several layouts), the mid-level export and read_rows, with
+  # blocks of 4 rows and with the default (every slice read through TF):
+  # the same tensors, slices and rows, and no read of more than 4 rows.
+  from estimator_spec import interop
+  from estimator_spec.checkpoints import convert
+  from estimator_spec.checkpoints import rows as rows_lib
+  prefix, rows, slot, _ = cli_tests.source_checkpoint(
+      str(tmp_path / "in"), 50, 2, 3, "mod", record=True)
+  spec = cli_tests.one_table_spec(50, 2)
+  table_name, = spec.model.tables
+  ids = [49, 0, 7, 7, 31]
+
+  def commands(out):
+    written = [convert.convert_checkpoint(
+        spec, prefix, os.path.join(out, f"{s}{n}", "ckpt"), to_strategy=s,
+        to_shards=n) for s, n in (("div", 2), ("mod", 4), ("div", 1))]
+    written.append(interop.export_mid_level_checkpoint(
+        prefix, spec, os.path.join(out, "tf2", "emb")))
+    return written, rows_lib.read_rows(prefix, spec, table_name, ids,
+                                       slot="Adagrad")
+
+  expected, expected_rows = commands(str(tmp_path / "tf"))
+  block_of(monkeypatch, 4, 2)
+  reads, file_reads = spy_reads(monkeypatch)
+  got, got_rows = commands(str(tmp_path / "blocks"))
+  np.testing.assert_array_equal(got_rows, slot[ids])
+  np.testing.assert_array_equal(got_rows, expected_rows)
+  for ours, theirs in zip(got, expected):
+    assert restore.stored_partitions(ours) == restore.stored_partitions(
+        theirs)
+    a = tf.compat.v1.train.NewCheckpointReader(ours)
+    b = tf.compat.v1.train.NewCheckpointReader(theirs)
+    assert a.get_variable_to_shape_map() == b.get_variable_to_shape_map()
+    for name in a.get_variable_to_shape_map():
+      np.testing.assert_array_equal(a.get_tensor(name), b.get_tensor(name))
+  table_reads = [(lo, hi) for name, lo, hi in reads
+                 if name in (TABLE, SLOT)]
+  assert table_reads and all(hi - lo <= 4 for lo, hi in table_reads)
+  assert file_reads and max(file_reads) <= 4 * 2 * 4
+
+
+def test_a_truncated_data_file_is_refused(tmp_path, monkeypatch):
+  prefix, _, _, _ = cli_tests.source_checkpoint(str(tmp_path), 40, 2, 1,
+                                                "div")
+  location = bundle_index.read_bundle(prefix).locations[
+      (TABLE, ((0, 40), (0, 2)))]
+  with open(location.path, "r+b") as f:  # the table's last row is cut
+    f.truncate(location.offset + location.size - 4)
+  block_of(monkeypatch, 4, 2)
+  layout = sharding.ShardLayout(40, 1, "div")
+  with tables.Checkpoint(prefix) as checkpoint:
+    with pytest.raises(ValueError, match="ends before.*truncated"):
+      checkpoint.partition(TABLE, layout, layout, 0)
+
+
+@pytest.mark.parametrize("first,second", [
+    ((3, "mod"), (2, "mod")), ((2, "div"), (5, "mod")),
+    ((4, "mod"), (1, "div")), ((1, "div"), (3, "div")),
+    ((5, "mod"), (3, "div"))])
+def test_a_run_restores_what_a_run_of_other_partitions_saved(
+    tmp_path, monkeypatch, first, second):
+  # An engine of N partitions restores a checkpoint and saves it (as a run
+  # with N ps tasks, or N TPU hosts, writes it); an engine of M restores
+  # that, tables and slots row for row, reading blocks of 2 rows.
+  prefix, rows, slot, _ = cli_tests.source_checkpoint(
+      str(tmp_path / "in"), 11, 2, 2, "mod", record=True)
+  block_of(monkeypatch, 2, 2)
+  saved = str(tmp_path / "first" / "model.ckpt")
+  restored(prefix, 11, 2, *first, save_to=saved)
+  with tables.open_checkpoint(saved) as checkpoint:
+    assert checkpoint.strategy == first[1]
+    assert checkpoint.partition_count(TABLE) == first[0]
+  reads, _ = spy_reads(monkeypatch)
+  got_rows, got_slot = restored(saved, 11, 2, *second)
+  np.testing.assert_array_equal(got_rows, rows)
+  np.testing.assert_array_equal(got_slot, slot)
+  assert all(hi - lo <= 2 for _, lo, hi in reads)
