@@ -19,15 +19,14 @@ rows it needs, read one block at a time (`tables.Checkpoint.partition`),
 saved by TensorFlow without another copy and dropped before the next: a
 conversion holds one target partition plus about two blocks (the whole
 table when the target has one partition, which TF's writer takes whole).
-Other tensors are copied a stored slice at a time, in groups of at most
-64 MB (a bigger tensor saved whole is held whole). Nothing is written to
+Other tensors are copied a stored slice at a time. Pieces are saved
+together up to 64 MB (`tables.GROUP_BYTES`), a bigger one on its own (and a
+bigger tensor saved whole is held whole). Nothing is written to
 `output_prefix` until every tensor is converted: the checkpoint is staged
 in a temporary directory next to it and moved into place at the end (and
 the staging directory is removed on error).
 """
 from typing import Optional, TextIO, Union
-
-import tensorflow as tf
 
 from estimator_spec.checkpoints import progress as _progress
 from estimator_spec.checkpoints import tables
@@ -35,8 +34,6 @@ from estimator_spec.config import model as model_lib
 from estimator_spec.config import spec as spec_lib
 from estimator_spec.config import sharding
 from tpu_embedding_columns import checks
-
-_GROUP_BYTES = 64 << 20  # other tensors saved together up to this size
 
 
 def convert_checkpoint(spec: spec_lib.EmbeddingConfigSpec,
@@ -120,8 +117,8 @@ def _convert(model: model_lib.EmbeddingModel, checkpoint: tables.Checkpoint,
                   {tables.LAYOUT_TENSOR})
 
   with tables.StagedCheckpoint(output_prefix, owner, overwrite) as staged:
-    tables.copy_tensors(checkpoint, others, staged, _GROUP_BYTES)
-    staged.save([tables.LAYOUT_TENSOR], [""], [tf.constant(to_strategy)])
+    tables.copy_tensors(checkpoint, others, staged)
+    staged.add(tables.LAYOUT_TENSOR, "", to_strategy.encode())
     for table_name, table, target, sources in plans:
       label = f"{table_name} ({len(sources)} tensor{'s' * (len(sources) > 1)})"
       with bar(label, table.vocabulary_size * len(sources)) as shown:
@@ -129,7 +126,7 @@ def _convert(model: model_lib.EmbeddingModel, checkpoint: tables.Checkpoint,
           for index in range(target.num_partitions):
             rows = checkpoint.partition(tensor, source, target, index,
                                         shown.advance)
-            staged.save_partition(tensor, checkpoint.shapes[tensor], target,
-                                  index, rows)
+            staged.add_partition(tensor, checkpoint.shapes[tensor], target,
+                                 index, rows)
             del rows
     return staged.commit()

@@ -77,6 +77,8 @@ RowSlices = tuple[tuple[int, int], ...]
 # Rows read, and moved per NumPy step, at a time (bounds temporaries); a
 # stored slice no bigger is read whole through TF.
 _BLOCK_BYTES = 16 << 20
+# Tensors saved together (`StagedCheckpoint.add`) up to this size.
+GROUP_BYTES = 64 << 20
 _ALIGNMENT = 64  # TensorFlow's CPU tensors need 64-byte aligned buffers
 
 
@@ -776,6 +778,9 @@ class StagedCheckpoint:
         shutil.rmtree(self._created_dir, ignore_errors=True)
       raise
     self._prefixes: list[str] = []
+    # Tensors `add`ed and not saved yet: (names, slices, tensors), bytes.
+    self._group: tuple[list[str], list[str], list[Tensor]] = ([], [], [])
+    self._group_bytes = 0
     self.committed = False
 
   def save(self, names: Sequence[str], slices: Sequence[str],
@@ -786,19 +791,43 @@ class StagedCheckpoint:
                       shape_and_slices=list(slices), tensors=list(tensors))
     self._prefixes.append(prefix)
 
-  def save_partition(self, name: str, full_shape: Sequence[int],
-                     target: sharding.ShardLayout, index: int,
-                     rows: Rows) -> None:
-    """Saves partition `index` of layout `target` of tensor `name` (`rows`,
-    handed to TensorFlow without a copy where it can) as the slice a run
-    with that layout saves (the whole tensor when it has one partition)."""
+  def add(self, name: str, spec: str, value: Union[Value, Rows]) -> None:
+    """Saves `value` as tensor `name` (slice spec `spec`, '' = whole)
+    together with the tensors added next to it, in pieces of at most
+    `GROUP_BYTES`: a bigger value is saved at once, on its own. Arrays are
+    handed to TensorFlow without a copy where they can be."""
+    nbytes = getattr(value, "nbytes", 0)
+    if self._group_bytes + nbytes > GROUP_BYTES:
+      self.flush()
+    self._group[0].append(name)
+    self._group[1].append(spec)
+    self._group[2].append(
+        as_tensor(value) if isinstance(value, np.ndarray) and
+        value.dtype.kind in "fiub" else tf.constant(value))
+    self._group_bytes += nbytes
+    if self._group_bytes >= GROUP_BYTES:
+      self.flush()
+
+  def flush(self) -> None:
+    """Saves the tensors `add`ed so far."""
+    if self._group[0]:
+      self.save(*self._group)
+    self._group, self._group_bytes = ([], [], []), 0
+
+  def add_partition(self, name: str, full_shape: Sequence[int],
+                    target: sharding.ShardLayout, index: int,
+                    rows: Rows) -> None:
+    """`add`s partition `index` of layout `target` of tensor `name`
+    (`rows`) as the slice a run with that layout saves (the whole tensor
+    when it has one partition)."""
     spec = "" if target.num_partitions == 1 else slice_spec(
         full_shape, target.offsets[index], target.sizes[index])
-    self.save([name], [spec], [as_tensor(rows)])
+    self.add(name, spec, rows)
 
   def commit(self) -> str:
     """Merges the pieces and moves the checkpoint to `output_prefix`; writes
     a `checkpoint` state file naming it when the directory has none."""
+    self.flush()
     merged = os.path.join(self._staging, "merged")
     tf.raw_ops.MergeV2Checkpoints(checkpoint_prefixes=self._prefixes,
                                   destination_prefix=merged,
@@ -832,27 +861,15 @@ class StagedCheckpoint:
 
 
 def copy_tensors(checkpoint: Checkpoint, names: Iterable[str],
-                 staged: StagedCheckpoint, group_bytes: int) -> None:
+                 staged: StagedCheckpoint) -> None:
   """Copies tensors of a `Checkpoint` unchanged (partitioned ones keep their
-  row slices, each read on its own) into `staged`, in groups of at most
-  `group_bytes` (one piece may exceed it)."""
-  group: tuple[list[str], list[str], list[Tensor]] = ([], [], [])
-  size = 0
+  row slices, each read on its own) into `staged` (`StagedCheckpoint.add`).
+  """
   for name in names:
     for spec, value in _stored_pieces(checkpoint, name):
-      nbytes = getattr(value, "nbytes", 0)
-      if group[0] and size + nbytes > group_bytes:
-        staged.save(*group)
-        group, size = ([], [], []), 0
-      group[0].append(name)
-      group[1].append(spec)
-      group[2].append(
-          as_tensor(value) if isinstance(value, np.ndarray) and
-          value.dtype.kind in "fiub" else
-          tf.constant(value, dtype=checkpoint.dtypes[name]))
-      size += nbytes
-  if group[0]:
-    staged.save(*group)
+      if not isinstance(value, np.ndarray):  # a scalar keeps its dtype
+        value = np.asarray(value, checkpoint.dtypes[name].as_numpy_dtype)
+      staged.add(name, spec, value)
 
 
 def _stored_pieces(checkpoint: Checkpoint,
