@@ -14,15 +14,17 @@ not guess that graph: it builds it, from the very estimator that will train
 (its `model_fn`, `config` and `params`) and the training `input_fn`, in a
 graph of its own (nothing runs the input pipeline). In that graph:
 
-1. every variable gets its initial value (TF's initializers: zeros for
-   Adam's and Momentum's slots, `initial_accumulator_value` for Adagrad's,
-   the optimizer's own values for its other variables such as Adam's
-   `beta1_power` if the checkpoint lacks them);
-2. every variable whose name our checkpoint holds is restored from it by
+1. every variable whose name our checkpoint holds is restored from it by
    TF's own `Saver` (so variables the model partitions get their slices,
    and tables come in row order: checkpoints whose tables are stored in
    several `mod` partitions are first put in row order with
-   `convert.convert_checkpoint`, which needs the spec);
+   `convert.convert_checkpoint`, which needs the spec). These variables
+   are never initialized: each takes the buffer its value is read into,
+   so the graph holds the tables once (memory: the checkpoint's state);
+2. every other variable gets its initial value (TF's initializers: zeros
+   for Adam's and Momentum's slots, `initial_accumulator_value` for
+   Adagrad's, the optimizer's own values for its other variables such as
+   Adam's `beta1_power` if the checkpoint lacks them);
 3. TF's `Saver` (as Estimator configures it) saves the result as
    `<model_dir>/model.ckpt-<global step>` with a `checkpoint` state file.
 
@@ -232,8 +234,7 @@ def _write(estimator: _Estimator, input_fn: Callable[..., Any],
     saver = tf.compat.v1.train.Saver(sharded=True, allow_empty=True,
                                      save_relative_paths=True)
     restore = tf.compat.v1.train.Saver(var_list=wanted)
-    # The restored variables are never initialized: each takes the buffer
-    # its value was read into, so the variables are in memory once.
+    # Restored, never initialized (module doc, 1).
     restored = {id(v) for v in tf.nest.flatten(list(wanted.values()))}
     initialize = tf.group(
         tf.compat.v1.variables_initializer(
