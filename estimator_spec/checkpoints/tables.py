@@ -801,9 +801,8 @@ class StagedCheckpoint:
       self.flush()
     self._group[0].append(name)
     self._group[1].append(spec)
-    self._group[2].append(
-        as_tensor(value) if isinstance(value, np.ndarray) and
-        value.dtype.kind in "fiub" else tf.constant(value))
+    self._group[2].append(as_tensor(value) if isinstance(
+        value, np.ndarray) else tf.constant(value))
     self._group_bytes += nbytes
     if self._group_bytes >= GROUP_BYTES:
       self.flush()
