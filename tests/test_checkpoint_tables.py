@@ -7,8 +7,13 @@
   count, min/max and axis-size partitioners with uneven sizes, axis 1) and
   the engine's own `div` and `mod` tables; reading each listed slice back
   through TF's RestoreV2 gives that partition's values. Indexes spread over
-  several blocks are read whole; a V1 checkpoint, a compressed block and a
-  file that is no index are refused by name.
+  several blocks are read whole; a V1 checkpoint, a compressed block, a
+  block whose checksum differs and a file that is no index are refused by
+  name.
+* Reading in blocks: a stored slice bigger than one block is read only
+  where asked, from its data file, and gives what TF's reader gives; its
+  CRC32C is checked first, once per slice, against what TF's Saver wrote,
+  and a flipped byte is refused as TF's reader refuses it.
 * `LayoutAwareSaver` restores tables and slots written in any (strategy,
   partitions) into any other, row for row (an independent NumPy oracle of
   the stored order), one target partition at a time, reading from each
@@ -19,10 +24,12 @@
 """
 import os
 import shutil
+import struct
 import types
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import google_crc32c
 import hypothesis
 from hypothesis import strategies as st
 import numpy as np
@@ -174,17 +181,31 @@ def test_index_refusals(tmp_path):
                              5)
   data = bytearray(open(prefix + ".index", "rb").read())
   # The first data block starts the file; the first byte of its trailer
-  # names its compression. Mark it as Snappy-compressed.
+  # names its compression, the next four its checksum. Mark it as
+  # Snappy-compressed, with the checksum that goes with that.
   first_block_size = _first_block_size(data)
   assert data[first_block_size] == 0  # TF wrote it uncompressed
   compressed = str(tmp_path / "compressed")
   shutil.copy(prefix + ".data-00000-of-00001",
               compressed + ".data-00000-of-00001")
   data[first_block_size] = 1
+  struct.pack_into("<I", data, first_block_size + 1, bundle_index.mask(
+      google_crc32c.value(bytes(data[:first_block_size + 1]))))
   with open(compressed + ".index", "wb") as f:
     f.write(bytes(data))
   with pytest.raises(bundle_index.IndexFormatError, match="compressed"):
     bundle_index.tensor_slices(compressed)
+
+  # A flipped byte inside a block: its checksum differs; TF refuses it too.
+  data = bytearray(open(prefix + ".index", "rb").read())
+  data[first_block_size // 2] ^= 0x10
+  with open(prefix + ".index", "wb") as f:
+    f.write(bytes(data))
+  with pytest.raises(bundle_index.IndexFormatError,
+                     match="block at byte 0 does not have the CRC32C"):
+    bundle_index.tensor_slices(prefix)
+  with pytest.raises(tf.errors.OpError, match="checksum mismatch"):
+    v1.train.NewCheckpointReader(prefix)
 
   garbage = str(tmp_path / "garbage")
   with open(garbage + ".index", "wb") as f:
@@ -534,3 +555,82 @@ def test_a_run_restores_what_a_run_of_other_partitions_saved(
   np.testing.assert_array_equal(got_rows, rows)
   np.testing.assert_array_equal(got_slot, slot)
   assert all(hi - lo <= 2 for _, lo, hi in reads)
+
+
+def big_slices(directory):
+  """A Saver's checkpoint of [3000, 3] float32 `t` in 3 partitions of 1000
+  rows (and `plain`), with (its prefix, TF's reader's `t`, the locations of
+  `t`'s slices in row order)."""
+  prefix, _ = saved_by_saver(directory, PARTITIONERS["fixed_3"], 3000)
+  locations = bundle_index.read_bundle(prefix).locations
+  return prefix, v1.train.NewCheckpointReader(prefix).get_tensor("t"), [
+      locations[("t", ((start, 1000), (0, 3)))] for start in (0, 1000, 2000)]
+
+
+def spy_checksums(monkeypatch):
+  """Records the size of every chunk given to google_crc32c.extend."""
+  sizes = []
+  extend = google_crc32c.extend
+
+  def spied(crc, chunk):
+    sizes.append(len(chunk))
+    return extend(crc, chunk)
+
+  monkeypatch.setattr(google_crc32c, "extend", spied)
+  return sizes
+
+
+def test_checksums_of_slices_read_from_their_files(tmp_path, monkeypatch):
+  # Every piece's recorded checksum is the one computed here from its
+  # bytes. Read with blocks of 64 rows, each slice of `t` is checked once
+  # (in chunks of at most one block) though a 'mod' target of its 'div'
+  # layout reads each slice in every partition, and the rows are TF's.
+  prefix, stored, _ = big_slices(str(tmp_path))
+  for location in bundle_index.read_bundle(prefix).locations.values():
+    with open(location.path, "rb") as f:
+      f.seek(location.offset)
+      computed = google_crc32c.value(f.read(location.size))
+    assert bundle_index.mask(computed) == location.crc32c
+  block_of(monkeypatch, 64, 3)
+  sizes = spy_checksums(monkeypatch)
+  _, file_reads = spy_reads(monkeypatch)
+  source = sharding.ShardLayout(3000, 3, "div")
+  target = sharding.ShardLayout(3000, 4, "mod")
+  with tables.Checkpoint(prefix) as checkpoint:
+    for index in range(4):
+      np.testing.assert_array_equal(
+          checkpoint.partition("t", source, target, index),
+          stored[target.row_ids(index)])
+  assert file_reads  # the rows were read from the data file
+  assert sum(sizes) == 3 * 1000 * 3 * 4 and max(sizes) <= 64 * 3 * 4
+
+
+@pytest.mark.parametrize("where", [0, 6000, 11999])
+def test_a_flipped_byte_in_a_slice_read_from_its_file_is_refused(
+    tmp_path, monkeypatch, where):
+  # One byte of `t`'s second slice flipped (its first, a middle or its last
+  # byte): reading any row of that slice is refused, naming the checkpoint,
+  # the tensor and the slice, every time; the other slices still read.
+  # TF's own reader refuses the tensor too.
+  prefix, stored, locations = big_slices(str(tmp_path))
+  with open(locations[1].path, "r+b") as f:
+    f.seek(locations[1].offset + where)
+    byte = f.read(1)[0]
+    f.seek(locations[1].offset + where)
+    f.write(bytes([byte ^ 0x04]))
+  with pytest.raises(tf.errors.OpError, match="Checksum does not match"):
+    v1.train.NewCheckpointReader(prefix).get_tensor("t")
+  block_of(monkeypatch, 64, 3)
+  with tables.Checkpoint(prefix) as checkpoint:
+    np.testing.assert_array_equal(checkpoint.read_rows("t", 2990, 3000),
+                                  stored[2990:])
+    for _ in range(2):
+      with pytest.raises(ValueError) as error:
+        checkpoint.read_rows("t", 1000, 1001)
+      message = str(error.value)
+      assert message.startswith(f"checkpoint {prefix}: tensor 't', its stored "
+                                "slice of rows [1000, 2000): ")
+      assert "do not have the CRC32C the index records" in message
+      assert "the checkpoint is corrupt" in message
+    np.testing.assert_array_equal(checkpoint.read_rows("t", 0, 10),
+                                  stored[:10])

@@ -13,10 +13,11 @@ key/value file in LevelDB's table layout:
   base-128 varint) of the meta-index block and of the index block, zero
   padding, then the 8-byte magic number 0xdb4775248b80fb57 (little-endian).
 * Every block is followed by a 5-byte trailer: one byte naming its
-  compression (0: none) and a CRC32C of the block. TF 2.15 writes index
-  blocks uncompressed (checked on its own checkpoints: tests/
-  test_checkpoint_tables.py); anything else is refused with a message.
-  The CRC is not checked here: TensorFlow's reader has opened the same file.
+  compression (0: none) and the masked CRC32C (below) of the block and
+  that byte, a little-endian uint32. TF 2.15 writes index blocks
+  uncompressed (checked on its own checkpoints: tests/
+  test_checkpoint_tables.py); anything else is refused with a message, and
+  so is a block whose checksum differs.
 * A block holds entries, then a list of uint32 restart offsets and their
   count (uint32). An entry is three varints (bytes of key shared with the
   previous key, bytes not shared, value size), the unshared key bytes and
@@ -33,7 +34,11 @@ key/value file in LevelDB's table layout:
   its bytes are: data file `shard_id` (`<prefix>.data-<shard_id>-of-
   <num_shards>`, five digits each, `num_shards` from the header), `offset`
   and `size` there. A numeric tensor's bytes are its values in C order, in
-  the byte order the header's `endianness` names.
+  the byte order the header's `endianness` names. Its `crc32c` is the
+  masked CRC32C of those bytes.
+
+A checksum is stored masked: the CRC32C (Castagnoli) rotated right by 15
+bits, plus 0xa282ead8, in uint32 arithmetic (`mask`).
 
 A slice's key: a zero byte (the number 0), the tensor's name (each 0x00
 byte written 0x00 0xff, each 0xff byte 0xff 0x00, then 0x00 0x01), the
@@ -47,6 +52,7 @@ with n zero bits then a one.
 import struct
 from typing import Iterator, NamedTuple, Union
 
+import google_crc32c
 import tensorflow as tf
 from tensorflow.core.protobuf import tensor_bundle_pb2
 
@@ -54,6 +60,7 @@ _FOOTER_BYTES = 48
 _MAGIC = 0xdb4775248b80fb57
 _TRAILER_BYTES = 5
 _UNCOMPRESSED = 0
+_MASK_DELTA = 0xa282ead8
 
 # One saved slice: a (start, length) pair per dimension of the tensor.
 Slice = tuple[tuple[int, int], ...]
@@ -68,10 +75,12 @@ class IndexFormatError(ValueError):
 
 
 class Location(NamedTuple):
-  """Where the bytes of a tensor saved whole, or of one saved slice, are."""
+  """Where the bytes of a tensor saved whole, or of one saved slice, are,
+  and the masked CRC32C the index records of them (`mask`)."""
   path: str  # the data file
   offset: int
   size: int
+  crc32c: int
 
 
 class Bundle(NamedTuple):
@@ -156,8 +165,14 @@ def _locations(
                  for (start, length), size in zip(extents, shapes[name]))
     locations[(name, full)] = Location(
         f"{prefix}.data-{entry.shard_id:05d}-of-{num_shards:05d}",
-        entry.offset, entry.size)
+        entry.offset, entry.size, entry.crc32c)
   return locations
+
+
+def mask(crc: int) -> int:
+  """The masked form (module doc) in which TF records CRC32C `crc`."""
+  rotated = (crc >> 15) | ((crc << 17) & 0xffffffff)
+  return (rotated + _MASK_DELTA) & 0xffffffff
 
 
 def _slices_of(entry: tensor_bundle_pb2.BundleEntryProto, dims: list[int],
@@ -268,6 +283,11 @@ def _block(data: bytes, handle: _Handle, path: str) -> memoryview:
   offset, size = handle
   if offset + size + _TRAILER_BYTES > len(data):
     raise IndexFormatError(f"{path}: a block lies beyond the end of the file.")
+  recorded = struct.unpack_from("<I", data, offset + size + 1)[0]
+  if mask(google_crc32c.value(data[offset:offset + size + 1])) != recorded:
+    raise IndexFormatError(
+        f"{path}: the block at byte {offset} does not have the CRC32C its "
+        "trailer records; the index is corrupt.")
   compression = data[offset + size]
   if compression != _UNCOMPRESSED:
     raise IndexFormatError(

@@ -19,16 +19,21 @@ with and without eager execution) loads a whole stored slice to give any
 part of it, and checks the slice's CRC32C as it does. So a stored slice of
 at most one block (`_BLOCK_BYTES`) is read through TF; from a bigger one of
 a numeric dtype only the rows asked for are read, straight from the data
-file where the checkpoint's index (`bundle_index`) says its bytes are
-(TF's checksum of that slice is then not checked: TF 2.15 gives Python no
-CRC32C, and checking it needs the whole slice).
+file where the checkpoint's index (`bundle_index`) says its bytes are.
+Before the first such read, the slice's bytes are checked against the
+CRC32C its index entry records, as TF's reader checks them: read one block
+at a time (google_crc32c), never the whole slice at once, once per slice
+and `Checkpoint` (the verdict is kept); a mismatch is a ValueError naming
+the checkpoint, the tensor and the slice's rows. So every byte a table is
+read from has been checked, whichever path read it.
 
 `Checkpoint.partition` fills one partition of a target `ShardLayout`, and
 `Checkpoint.rows_by_id` the rows of given ids, one block of rows at a time:
 each block's rows are read in windows of at most one block, each from a row
 asked for to a row asked for in one stored slice. Memory is the result plus
 about two blocks. A stored slice is read once per target partition that
-needs rows from it: once in all when the target keeps the stored order
+needs rows from it, plus once for its checksum when read from its data
+file: once in all when the target keeps the stored order
 (same strategy and partitions, or `div` to `div`) or is `div` and the
 source `mod`, up to the target's partition count of times for a `mod`
 target of a `div` source.
@@ -51,6 +56,7 @@ from types import TracebackType
 from typing import (Any, Callable, Collection, Iterable, Iterator, Literal,
                     Mapping, Optional, Protocol, Sequence, Union)
 
+import google_crc32c
 import numpy as np
 import numpy.typing as npt
 import tensorflow as tf
@@ -271,6 +277,8 @@ class Checkpoint:
     # What the index says of the tensors, read when needed.
     self._bundle: Optional[bundle_index.Bundle] = None
     self._files: dict[str, Any] = {}  # {data file: open GFile}
+    # The stored slices whose bytes had the CRC32C the index records.
+    self._checked: set[bundle_index.Location] = set()
     # A private session running RestoreV2.
     self._session: Optional[tf.compat.v1.Session] = None
     # Its feeds (prefix, tensor names, slice specs), made with it by the
@@ -377,20 +385,62 @@ class Checkpoint:
       spec = ("" if (lo, hi) == (0, shape[0]) else
               slice_spec(shape, lo, hi - lo))
       return self._restore(name, spec)
+    self._check_crc32c(name, first, size, location)
     data = self._read_bytes(location, (lo - first) * row_bytes,
                             (hi - lo) * row_bytes)
     return data.view(dtype).reshape([hi - lo] + shape[1:])
+
+  def _check_crc32c(self, name: str, first: int, size: int,
+                    location: bundle_index.Location) -> None:
+    """Checks, the first time, that the stored slice of tensor `name` of
+    `size` rows from `first`, at `location`, has the CRC32C its index entry
+    records, reading it one block at a time; ValueError if not."""
+    if location in self._checked:
+      return
+    data_file = self._data_file(location.path)
+    data_file.seek(location.offset)
+    crc = 0
+    for start in range(0, location.size, _BLOCK_BYTES):
+      count = min(_BLOCK_BYTES, location.size - start)
+      chunk = data_file.read(count)
+      if len(chunk) != count:
+        raise self._truncated(location, start, count)
+      crc = google_crc32c.extend(crc, chunk)
+    masked = bundle_index.mask(crc)
+    if masked != location.crc32c:
+      raise ValueError(
+          f"checkpoint {self.prefix}: tensor {name!r}, its stored slice of "
+          f"rows [{first}, {first + size}): the {location.size} bytes from "
+          f"{location.offset} in the data file {location.path} do not have "
+          "the CRC32C the index records for them (masked: "
+          f"{masked:#010x}, recorded {location.crc32c:#010x}"
+          "); the checkpoint is corrupt: restore it from a good copy.")
+    self._checked.add(location)
+
+  def _data_file(self, path: str) -> Any:
+    """Data file `path`, opened once: a local file unbuffered, another
+    file system's through TF."""
+    data_file = self._files.get(path)
+    if data_file is None:
+      data_file = (tf.io.gfile.GFile(path, "rb") if "://" in path else
+                   open(path, "rb", buffering=0))
+      self._files[path] = data_file
+    return data_file
+
+  def _truncated(self, location: bundle_index.Location, start: int,
+                 size: int) -> ValueError:
+    """The error for a data file ending before `size` bytes from `start`
+    of the piece at `location`."""
+    return ValueError(
+        f"checkpoint {self.prefix}: the data file {location.path} ends "
+        f"before the bytes the index puts there ({size} from "
+        f"{location.offset + start}); the checkpoint is truncated.")
 
   def _read_bytes(self, location: bundle_index.Location, start: int,
                   size: int) -> npt.NDArray[np.uint8]:
     """`size` bytes from `start` of the piece at `location`: a local file's
     read into the array itself, another file system's through TF."""
-    data_file = self._files.get(location.path)
-    if data_file is None:
-      data_file = (tf.io.gfile.GFile(location.path, "rb")
-                   if "://" in location.path else
-                   open(location.path, "rb", buffering=0))
-      self._files[location.path] = data_file
+    data_file = self._data_file(location.path)
     data_file.seek(location.offset + start)
     if isinstance(data_file, io.RawIOBase):
       data = np.empty(size, np.uint8)
@@ -402,10 +452,7 @@ class Checkpoint:
       data = np.frombuffer(data_file.read(size), np.uint8)
       filled = len(data)
     if filled != size:
-      raise ValueError(
-          f"checkpoint {self.prefix}: the data file {location.path} ends "
-          f"before the bytes the index puts there ({size} from "
-          f"{location.offset + start}); the checkpoint is truncated.")
+      raise self._truncated(location, start, size)
     return data
 
   def _restore(self, name: str, spec: str) -> Rows:
