@@ -365,9 +365,10 @@ def test_convert_and_export_refuse_an_existing_output_unless_forced(
           "--to-strategy", "mod", "--to-shards", "3"]
   assert run(capsys, *argv)[0] == 0
   first = ml.listing(tmp_path)
-  # An old data file the new checkpoint does not have must go too.
+  # Old data files the new checkpoint does not have must go too.
   stale = tmp_path / "out" / "model.ckpt-1.data-00001-of-00002"
   stale.write_text("old")
+  (tmp_path / "out" / "model.ckpt-1.data-00002-of-00003").write_text("old")
   assert_user_error(
       capsys, argv, r"a checkpoint already exists at .*model.ckpt-1' "
       r"\(model.ckpt-1.data-00000-of-000\d\d, .* more .*, "

@@ -827,6 +827,43 @@ def test_each_broken_checkpoint_is_one_clean_line(tmp_path, capsys, how,
     assert stack_text not in err
 
 
+@pytest.mark.parametrize("command, argv", [
+    ("rows", ["--table", "tbl_a", "--ids", "0"]),
+    ("export-mid-level", ["--output", "out/emb"]),
+    ("convert", ["--to-strategy", "mod", "--to-shards", "2", "--output",
+                 "out/ckpt"])])
+def test_a_flipped_byte_in_a_table_read_from_its_file_is_one_clean_line(
+    tmp_path, capsys, monkeypatch, command, argv):
+  # A table bigger than one block (here 4 rows) is read from its data file
+  # by the library itself, which checks its checksum as TF's reader does
+  # (the flipped byte above): one error line naming the tensor (after the
+  # progress line of a command that shows one), nothing written.
+  from estimator_spec.checkpoints import bundle_index
+  from estimator_spec.checkpoints import tables
+  from tests import test_mid_level as ml
+  prefix = ml.small_checkpoint(tmp_path / "model")
+  name = "dense_features/a_embedding/embedding_weights"
+  location = bundle_index.read_bundle(prefix).locations[
+      (name, ((0, ml.V), (0, ml.D)))]
+  content = bytearray((tmp_path / "model" / os.path.basename(
+      location.path)).read_bytes())
+  content[location.offset + 7] ^= 0x01
+  (tmp_path / "model" / os.path.basename(location.path)).write_bytes(
+      bytes(content))
+  monkeypatch.setattr(tables, "_BLOCK_BYTES", 4 * ml.D * 4)
+  argv = [a.replace("out/", f"{tmp_path}/out/") for a in argv]
+  code, out, err = _cli(capsys, command, "tests.test_mid_level:small_spec",
+                        "--model-dir", tmp_path / "model", *argv)
+  error = [line for line in err.splitlines() if "error:" in line]
+  assert code == 2 and out == "" and len(error) == 1, err
+  assert (f"checkpoint {prefix}: tensor '{name}', its stored slice of rows "
+          f"[0, {ml.V}): ") in error[0]
+  assert "do not have the CRC32C the index records" in error[0]
+  for stack_text in ("Detected at node", "File \"", "Traceback"):
+    assert stack_text not in err
+  assert not (tmp_path / "out").exists()
+
+
 def test_the_ps_assignment_is_written_with_the_umask(tmp_path):
   old = os.umask(0o077)
   try:

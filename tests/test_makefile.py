@@ -648,9 +648,9 @@ def test_the_requirements_environments_and_their_targets_are_gone():
 # --- pyproject.toml: the stack by Python version ---------------------------
 
 STACK_311 = {"tensorflow-cpu==2.15.*", "tensorflow-estimator==2.15.*",
-             "protobuf>=3.20.3,<5", "numpy<2"}
+             "protobuf>=3.20.3,<5", "numpy<2", "google-crc32c>=1.5,<2"}
 STACK_312 = {"tensorflow==2.21.*", "tf_keras==2.21.*", "tensorboard==2.21.*",
-             "protobuf>=6.31.1,<8", "numpy>=2,<3"}
+             "protobuf>=6.31.1,<8", "numpy>=2,<3", "google-crc32c>=1.5,<2"}
 
 
 @pytest.mark.parametrize("python,stack", [

@@ -191,17 +191,29 @@ def test_tf_cpu_path_cannot_restore_our_checkpoint_as_is(tmp_path):
                                        max_steps=4)
 
 
-def test_converted_checkpoint_trains_on_in_tf_cpu_path(tmp_path):
+def test_converted_checkpoint_trains_on_in_tf_cpu_path(tmp_path,
+                                                      monkeypatch):
   features, labels = data()
   ours_dir, tf_dir = tmp_path / "ours", tmp_path / "tf"
   ours = our_estimator(ours_dir, adam)
   ours.train(input_fn_for(features, labels), max_steps=3)
   expected = predict_all(ours, features)
 
-  # The recipe.
+  # The recipe (recording which variables of TF's graph are initialized).
   estimator = tf_estimator(tf_dir, adam)
-  written = tf_cpu.convert_for_tf_cpu(
-      estimator, input_fn_for(features, labels), str(ours_dir), batch_size=B)
+  initialized = []
+  with monkeypatch.context() as patch:
+    initializer = tf.compat.v1.variables_initializer
+    patch.setattr(tf.compat.v1, "variables_initializer", lambda variables: (
+        initialized.extend(v.op.name for v in variables),
+        initializer(variables))[1])
+    written = tf_cpu.convert_for_tf_cpu(
+        estimator, input_fn_for(features, labels), str(ours_dir),
+        batch_size=B)
+  # What the checkpoint holds is restored, never initialized first: the
+  # graph holds the tables once.
+  assert set(written.copied) & set(initialized) == set()
+  assert set(written.initialized) <= set(initialized)
 
   theirs, mine = values(tf_dir), values(ours_dir)
   assert written.prefix == str(tf_dir / "model.ckpt-3")

@@ -35,6 +35,22 @@ def test_layout_matches_numpy_twin_and_round_trips(vocab, shards, strategy):
   np.testing.assert_array_equal(layout.join(layout.split(table)), table)
 
 
+@hypothesis.given(
+    vocab=st.integers(1, 300), shards=st.integers(1, 12),
+    strategy=st.sampled_from(["div", "mod"]), data=st.data())
+@hypothesis.settings(max_examples=100)
+def test_a_range_of_a_partition_is_that_range_of_its_row_ids(
+    vocab, shards, strategy, data):
+  layout = sharding.ShardLayout(vocab, shards, strategy)
+  partition = data.draw(st.integers(0, layout.num_partitions - 1))
+  size = layout.sizes[partition]
+  start = data.draw(st.integers(0, size))
+  stop = data.draw(st.integers(start, size))
+  twin = numpy_twin.shard_layout(vocab, layout.num_partitions, strategy)
+  assert list(layout.row_ids(partition, start, stop)) == list(
+      twin[partition][start:stop])
+
+
 @pytest.mark.parametrize("vocab,shards", [(10, 3), (7, 7), (100, 8), (5, 1)])
 def test_div_layout_equals_tf_partitioned_variable(vocab, shards):
   with tf.Graph().as_default():

@@ -205,10 +205,11 @@ def test_sdist_and_wheel_carry_version_licence_and_kernel_source(dist):
   assert requires == sorted(
       [f'Requires-Dist: {r}; python_version < "3.12"' for r in (
           "tensorflow-cpu==2.15.*", "tensorflow-estimator==2.15.*",
-          "protobuf<5,>=3.20.3", "numpy<2")] +
+          "protobuf<5,>=3.20.3", "numpy<2", "google-crc32c<2,>=1.5")] +
       [f'Requires-Dist: {r}; python_version >= "3.12"' for r in (
           "tensorflow==2.21.*", "tf_keras==2.21.*", "tensorboard==2.21.*",
-          "protobuf<8,>=6.31.1", "numpy<3,>=2")]), requires
+          "protobuf<8,>=6.31.1", "numpy<3,>=2", "google-crc32c<2,>=1.5")]
+  ), requires
   for minor in ("3.11", "3.12", "3.13"):
     assert f"Classifier: Programming Language :: Python :: {minor}\n" in (
         metadata)

@@ -14,19 +14,19 @@ config model, `tables.locate_tables`) and every tensor named `<table
 tensor>/...` with the same [vocabulary_size, dimension] shape (its slots,
 whatever optimizer wrote them).
 
-Memory: each stored partition of a table is read once and its rows are
-scattered into the target partitions (`tables.Checkpoint.relaid`), which
-TensorFlow then saves without copying them again; a conversion holds one
-table (or slot) plus one stored partition of it (the whole tensor if it was
-saved unpartitioned). Other tensors are copied in groups no larger than the
-largest table. Nothing is written to `output_prefix` until every tensor is
-converted: the checkpoint is staged in a temporary directory next to it and
-moved into place at the end (and the staging directory is removed on
-error).
+Memory: each target partition of a table (or slot) is filled from the
+rows it needs, read one block at a time (`tables.Checkpoint.partition`),
+saved by TensorFlow without another copy and dropped before the next: a
+conversion holds one target partition plus about two blocks (the whole
+table when the target has one partition, which TF's writer takes whole).
+Other tensors are copied a stored slice at a time. Pieces are saved
+together up to 64 MB (`tables.GROUP_BYTES`), a bigger one on its own (and a
+bigger tensor saved whole is held whole). Nothing is written to
+`output_prefix` until every tensor is converted: the checkpoint is staged
+in a temporary directory next to it and moved into place at the end (and
+the staging directory is removed on error).
 """
 from typing import Optional, TextIO, Union
-
-import tensorflow as tf
 
 from estimator_spec.checkpoints import progress as _progress
 from estimator_spec.checkpoints import tables
@@ -34,8 +34,6 @@ from estimator_spec.config import model as model_lib
 from estimator_spec.config import spec as spec_lib
 from estimator_spec.config import sharding
 from tpu_embedding_columns import checks
-
-_MIN_GROUP_BYTES = 64 << 20  # other tensors saved together up to this size
 
 
 def convert_checkpoint(spec: spec_lib.EmbeddingConfigSpec,
@@ -117,18 +115,18 @@ def _convert(model: model_lib.EmbeddingModel, checkpoint: tables.Checkpoint,
   engine_names = {t for tensors in row_tensors.values() for t in tensors}
   others = sorted(set(checkpoint.shapes) - engine_names -
                   {tables.LAYOUT_TENSOR})
-  largest = max((4 * t.vocabulary_size * t.dimension
-                 for t in model.tables.values()), default=0)
 
   with tables.StagedCheckpoint(output_prefix, owner, overwrite) as staged:
-    tables.copy_tensors(checkpoint, others, staged,
-                        max(largest, _MIN_GROUP_BYTES))
-    staged.save([tables.LAYOUT_TENSOR], [""], [tf.constant(to_strategy)])
+    tables.copy_tensors(checkpoint, others, staged)
+    staged.add(tables.LAYOUT_TENSOR, "", to_strategy.encode())
     for table_name, table, target, sources in plans:
       label = f"{table_name} ({len(sources)} tensor{'s' * (len(sources) > 1)})"
       with bar(label, table.vocabulary_size * len(sources)) as shown:
         for tensor, source in sources:
-          parts = checkpoint.relaid(tensor, source, target, shown.advance)
-          staged.save_partitions(tensor, checkpoint.shapes[tensor], target,
-                                 parts)
+          for index in range(target.num_partitions):
+            rows = checkpoint.partition(tensor, source, target, index,
+                                        shown.advance)
+            staged.add_partition(tensor, checkpoint.shapes[tensor], target,
+                                 index, rows)
+            del rows
     return staged.commit()

@@ -154,8 +154,8 @@ def _write_table(staged: tables.StagedCheckpoint, checkpoint: tables.Checkpoint,
       else:
         layout = checkpoint.written_layout(source, table,
                                            written_strategy, owner)
-        rows, = checkpoint.relaid(source, layout, row_order,
-                                  shown.advance)
+        rows = checkpoint.partition(source, layout, row_order, 0,
+                                    shown.advance)
         value = tables.as_tensor(rows)
         del rows
       staged.save([key], [""], [value])

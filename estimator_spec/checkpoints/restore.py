@@ -12,7 +12,8 @@ checkpoint and, when the checkpoint was written with another partition
 count (another TPU topology, TF's CPU path, or a plain evaluation job),
 assigns this run's partitions one at a time, each from the rows it needs
 (`tables.Checkpoint.partition`: memory is one partition plus about two
-stored slices, not the whole table). Slot
+blocks of rows, not the whole table; the variable takes the fed
+partition's buffer). Slot
 variables missing from a checkpoint (one written by TF's CPU path, where
 the tables were dense variables of the user's optimizer) start from their
 initial values, and the restore says so.

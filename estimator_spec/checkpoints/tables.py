@@ -13,33 +13,50 @@ checkpoint reader (its maps); the slices from the checkpoint's `.index`
 (`bundle_index`); the strategy that wrote the tables from the string tensor
 `LAYOUT_TENSOR`, which this library's checkpoints hold.
 
-Reading: `Checkpoint` reads stored rows [start, stop) of a tensor with TF's
-`RestoreV2` and a slice spec, in a private graph and session of its own, so
-it works with and without eager execution. To give any part of a stored
-slice TF loads that whole slice, so:
+Reading: `Checkpoint.read_rows` reads stored rows [start, stop) of a
+tensor. TF's `RestoreV2` (run in a private graph and session, so it works
+with and without eager execution) loads a whole stored slice to give any
+part of it, and checks the slice's CRC32C as it does. So a stored slice of
+at most one block (`_BLOCK_BYTES`) is read through TF; from a bigger one of
+a numeric dtype only the rows asked for are read, straight from the data
+file where the checkpoint's index (`bundle_index`) says its bytes are.
+Before the first such read, the slice's bytes are checked against the
+CRC32C its index entry records, as TF's reader checks them: read one block
+at a time (google_crc32c), never the whole slice at once, once per slice
+and `Checkpoint` (the verdict is kept); a mismatch is a ValueError naming
+the checkpoint, the tensor and the slice's rows. So every byte a table is
+read from has been checked, whichever path read it.
 
-* `Checkpoint.relaid` fills every partition of a target `ShardLayout` and
-  reads each stored slice once: memory is the target partitions (one table)
-  plus one stored slice.
-* `Checkpoint.partition` fills one target partition, reading from each
-  stored slice that has some of its rows the range covering them: memory is
-  that partition plus about two stored slices; a stored slice is loaded
-  once per target partition that needs rows from it.
+`Checkpoint.partition` fills one partition of a target `ShardLayout`, and
+`Checkpoint.rows_by_id` the rows of given ids, one block of rows at a time:
+each block's rows are read in windows of at most one block, each from a row
+asked for to a row asked for in one stored slice. Memory is the result plus
+about two blocks. A stored slice is read once per target partition that
+needs rows from it, plus once for its checksum when read from its data
+file: once in all when the target keeps the stored order
+(same strategy and partitions, or `div` to `div`) or is `div` and the
+source `mod`, up to the target's partition count of times for a `mod`
+target of a `div` source.
 
 Writing: `StagedCheckpoint` writes a checkpoint piece by piece in a staging
-directory and moves it into place once complete; `save_partitions` saves a
-tensor as the slices a run of a given layout saves; `copy_tensors` copies
-tensors unchanged, slices included.
+directory and moves it into place once complete; `save_partition` saves one
+partition of a tensor as the slice a run of a given layout saves;
+`copy_tensors` copies tensors unchanged, slices included. TF's `SaveV2`
+writes each tensor (or slice) it is given as one piece with one checksum,
+from one buffer: each saved piece is in memory whole while it is written.
 """
 import glob
+import io
 import os
 import shutil
 import stat
+import sys
 import tempfile
 from types import TracebackType
-from typing import (Any, Callable, Collection, Iterable, Literal, Mapping,
-                    Optional, Protocol, Sequence, Union)
+from typing import (Any, Callable, Collection, Iterable, Iterator, Literal,
+                    Mapping, Optional, Protocol, Sequence, Union)
 
+import google_crc32c
 import numpy as np
 import numpy.typing as npt
 import tensorflow as tf
@@ -63,7 +80,11 @@ Value = Union[npt.NDArray[Any], np.generic, bytes]
 # (start row, rows) of each slice a tensor was saved in, in row order.
 RowSlices = tuple[tuple[int, int], ...]
 
-_BLOCK_BYTES = 16 << 20  # rows moved per NumPy step (bounds temporaries)
+# Rows read, and moved per NumPy step, at a time (bounds temporaries); a
+# stored slice no bigger is read whole through TF.
+_BLOCK_BYTES = 16 << 20
+# Tensors saved together (`StagedCheckpoint.add`) up to this size.
+GROUP_BYTES = 64 << 20
 _ALIGNMENT = 64  # TensorFlow's CPU tensors need 64-byte aligned buffers
 
 
@@ -253,8 +274,11 @@ class Checkpoint:
         self.reader.get_variable_to_shape_map().items()}
     self.dtypes: dict[str, tf.DType] = (
         self.reader.get_variable_to_dtype_map())
-    # {name: slices}, read from the index when needed.
-    self._slices: Optional[dict[str, tuple[bundle_index.Slice, ...]]] = None
+    # What the index says of the tensors, read when needed.
+    self._bundle: Optional[bundle_index.Bundle] = None
+    self._files: dict[str, Any] = {}  # {data file: open GFile}
+    # The stored slices whose bytes had the CRC32C the index records.
+    self._checked: set[bundle_index.Location] = set()
     # A private session running RestoreV2.
     self._session: Optional[tf.compat.v1.Session] = None
     # Its feeds (prefix, tensor names, slice specs), made with it by the
@@ -276,10 +300,13 @@ class Checkpoint:
     """The strategy this checkpoint records for its tables, or None."""
     return recorded_strategy(self)
 
+  def _index(self) -> bundle_index.Bundle:
+    if self._bundle is None:
+      self._bundle = bundle_index.read_bundle(self.prefix)
+    return self._bundle
+
   def _saved_slices(self) -> dict[str, tuple[bundle_index.Slice, ...]]:
-    if self._slices is None:
-      self._slices = bundle_index.tensor_slices(self.prefix)
-    return self._slices
+    return self._index().slices
 
   def partition_count(self, name: str) -> int:
     """How many slices tensor `name` was saved in (1: saved whole)."""
@@ -333,11 +360,100 @@ class Checkpoint:
     return layout
 
   def read_rows(self, name: str, start: int, stop: int) -> Rows:
-    """Rows [start, stop) of tensor `name` in stored order (NumPy)."""
+    """Rows [start, stop) of tensor `name` in stored order (NumPy): from
+    each stored slice through TF when it is at most one block, else only
+    those rows, from its data file (module doc)."""
+    pieces = []
+    for first, size in self._reads(name):
+      lo, hi = max(start, first), min(stop, first + size)
+      if lo < hi:
+        pieces.append(self._read_slice_rows(name, first, size, lo, hi))
+    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+  def _read_slice_rows(self, name: str, first: int, size: int, lo: int,
+                       hi: int) -> Rows:
+    """Rows [lo, hi) of tensor `name`, all in its stored slice of `size`
+    rows from `first`."""
     shape = self.shapes[name]
-    spec = ("" if (start, stop) == (0, shape[0]) else
-            slice_spec(shape, start, stop - start))
-    return self._restore(name, spec)
+    dtype = np.dtype(self.dtypes[name].as_numpy_dtype)
+    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+    location = self._index().locations.get(
+        (name, ((first, size),) + tuple((0, d) for d in shape[1:])))
+    if (location is None or size * row_bytes <= _BLOCK_BYTES or
+        dtype.kind not in "fiub" or location.size != size * row_bytes or
+        self._index().little_endian != (sys.byteorder == "little")):
+      spec = ("" if (lo, hi) == (0, shape[0]) else
+              slice_spec(shape, lo, hi - lo))
+      return self._restore(name, spec)
+    self._check_crc32c(name, first, size, location)
+    data = self._read_bytes(location, (lo - first) * row_bytes,
+                            (hi - lo) * row_bytes)
+    return data.view(dtype).reshape([hi - lo] + shape[1:])
+
+  def _check_crc32c(self, name: str, first: int, size: int,
+                    location: bundle_index.Location) -> None:
+    """Checks, the first time, that the stored slice of tensor `name` of
+    `size` rows from `first`, at `location`, has the CRC32C its index entry
+    records, reading it one block at a time; ValueError if not."""
+    if location in self._checked:
+      return
+    data_file = self._data_file(location.path)
+    data_file.seek(location.offset)
+    crc = 0
+    for start in range(0, location.size, _BLOCK_BYTES):
+      count = min(_BLOCK_BYTES, location.size - start)
+      chunk = data_file.read(count)
+      if len(chunk) != count:
+        raise self._truncated(location, start, count)
+      crc = google_crc32c.extend(crc, chunk)
+    masked = bundle_index.mask(crc)
+    if masked != location.crc32c:
+      raise ValueError(
+          f"checkpoint {self.prefix}: tensor {name!r}, its stored slice of "
+          f"rows [{first}, {first + size}): the {location.size} bytes from "
+          f"{location.offset} in the data file {location.path} do not have "
+          "the CRC32C the index records for them (masked: "
+          f"{masked:#010x}, recorded {location.crc32c:#010x}"
+          "); the checkpoint is corrupt: restore it from a good copy.")
+    self._checked.add(location)
+
+  def _data_file(self, path: str) -> Any:
+    """Data file `path`, opened once: a local file unbuffered, another
+    file system's through TF."""
+    data_file = self._files.get(path)
+    if data_file is None:
+      data_file = (tf.io.gfile.GFile(path, "rb") if "://" in path else
+                   open(path, "rb", buffering=0))
+      self._files[path] = data_file
+    return data_file
+
+  def _truncated(self, location: bundle_index.Location, start: int,
+                 size: int) -> ValueError:
+    """The error for a data file ending before `size` bytes from `start`
+    of the piece at `location`."""
+    return ValueError(
+        f"checkpoint {self.prefix}: the data file {location.path} ends "
+        f"before the bytes the index puts there ({size} from "
+        f"{location.offset + start}); the checkpoint is truncated.")
+
+  def _read_bytes(self, location: bundle_index.Location, start: int,
+                  size: int) -> npt.NDArray[np.uint8]:
+    """`size` bytes from `start` of the piece at `location`: a local file's
+    read into the array itself, another file system's through TF."""
+    data_file = self._data_file(location.path)
+    data_file.seek(location.offset + start)
+    if isinstance(data_file, io.RawIOBase):
+      data = np.empty(size, np.uint8)
+      view, filled, count = data.data, 0, 1
+      while filled < size and count:
+        count = data_file.readinto(view[filled:]) or 0
+        filled += count
+    else:
+      data = np.frombuffer(data_file.read(size), np.uint8)
+      filled = len(data)
+    if filled != size:
+      raise self._truncated(location, start, size)
+    return data
 
   def _restore(self, name: str, spec: str) -> Rows:
     dtype = self.dtypes[name]
@@ -362,74 +478,74 @@ class Checkpoint:
     """(start, rows) of the pieces to read `name` in: its stored slices."""
     return self.row_slices(name) or ((0, self.shapes[name][0]),)
 
-  def relaid(self, name: str, source: sharding.ShardLayout,
-             target: sharding.ShardLayout,
-             advance: Optional[Callable[[int], None]] = None) -> list[Rows]:
-    """The rows of tensor `name`, stored in `source`'s partition order, as
-    the partitions of `target` (a list of arrays). Each stored slice is
-    read once; `advance(n)` is called as rows are placed."""
-    parts = [self._empty(name, size) for size in target.sizes]
-    chunk = self._chunk_rows(name)
-    for start, size in self._reads(name):
-      rows = self.read_rows(name, start, start + size)
-      ids = _stored_row_ids(source, start, size)
-      for lo in range(0, size, chunk):
-        hi = min(size, lo + chunk)
-        partition, local = target.locate(ids[lo:hi])
-        if target.num_partitions == 1:
-          parts[0][local] = rows[lo:hi]
-        else:
-          block = rows[lo:hi]
-          for p in np.unique(partition):
-            chosen = partition == p
-            parts[p][local[chosen]] = block[chosen]
-        if advance is not None:
-          advance(hi - lo)
-      del rows
-    return parts
-
   def partition(self, name: str, source: sharding.ShardLayout,
-                target: sharding.ShardLayout, index: int) -> Rows:
+                target: sharding.ShardLayout, index: int,
+                advance: Optional[Callable[[int], None]] = None) -> Rows:
     """Partition `index` of `target` of tensor `name`, stored in `source`'s
-    partition order. Reads, from each stored slice holding some of its
-    rows, only the range that covers them."""
-    return self.rows_by_id(name, source, target.row_ids(index))
+    partition order, filled one block of rows at a time (module doc);
+    `advance(n)` is called as rows are placed."""
+    size = target.sizes[index]
+    result = self._empty(name, size)
+    block = self._block_rows(name)
+    for lo in range(0, size, block):
+      hi = min(size, lo + block)
+      self._fill(name, source, target.row_ids(index, lo, hi), result[lo:hi])
+      if advance is not None:
+        advance(hi - lo)
+    return result
 
   def rows_by_id(self, name: str, source: sharding.ShardLayout,
                  ids: npt.ArrayLike) -> Rows:
     """The rows with global ids `ids` (any order, repeats allowed) of tensor
     `name`, stored in `source`'s partition order, as an array [len(ids),
-    ...]. Reads, from each stored slice holding some of them, only the
-    range that covers them."""
+    ...], filled one block of rows at a time (module doc)."""
     ids = np.asarray(ids, np.int64).reshape([-1])
+    result = self._empty(name, len(ids))
+    block = self._block_rows(name)
+    for lo in range(0, len(ids), block):
+      self._fill(name, source, ids[lo:lo + block], result[lo:lo + block])
+    return result
+
+  def _fill(self, name: str, source: sharding.ShardLayout,
+            ids: npt.NDArray[np.int64], out: Rows) -> None:
+    """Puts the rows with global ids `ids` into `out`, reading windows of
+    at most one block of rows, each from an asked row to an asked row of
+    one stored slice."""
     where, local = source.locate(ids)
     positions = np.asarray(source.offsets, np.int64)[where] + local
-    order = np.argsort(positions, kind="stable")
-    positions = positions[order]
-    result = self._empty(name, len(ids))
-    chunk = self._chunk_rows(name)
-    for start, size in self._reads(name):
-      lo, hi = np.searchsorted(positions, [start, start + size])
-      if lo == hi:
-        continue
-      first = int(positions[lo])
-      rows = self.read_rows(name, first, int(positions[hi - 1]) + 1)
-      for c in range(lo, hi, chunk):
-        d = min(hi, c + chunk)
-        result[order[c:d]] = rows[positions[c:d] - first]
+    stride = _stride(positions)  # rows in stored order: no sorting
+    order = None
+    if stride is None:
+      order = np.argsort(positions, kind="stable")
+      positions = positions[order]
+    ends = np.cumsum([size for _, size in self._reads(name)])
+    block = self._block_rows(name)
+    i = 0
+    while i < len(positions):
+      first = int(positions[i])
+      slice_end = int(ends[np.searchsorted(ends, first, side="right")])
+      j = int(np.searchsorted(positions, min(first + block, slice_end)))
+      rows = self.read_rows(name, first, int(positions[j - 1]) + 1)
+      if order is None:
+        out[i:j] = rows[::stride]
+      else:
+        out[order[i:j]] = rows[positions[i:j] - first]
       del rows
-    return result
+      i = j
 
   def _empty(self, name: str, rows: int) -> Rows:
     return aligned_empty([rows] + self.shapes[name][1:],
                          self.dtypes[name].as_numpy_dtype)
 
-  def _chunk_rows(self, name: str) -> int:
+  def _block_rows(self, name: str) -> int:
+    """The rows of tensor `name` read, or moved, at a time (one block)."""
     row_bytes: int = int(np.prod(self.shapes[name][1:], dtype=np.int64)) * (
         self.dtypes[name].size)
     return max(1, _BLOCK_BYTES // max(1, row_bytes))
 
   def close(self) -> None:
+    while self._files:
+      self._files.popitem()[1].close()
     if self._session is not None:
       self._session.close()
       self._session = None
@@ -445,18 +561,14 @@ class Checkpoint:
     return False
 
 
-def _stored_row_ids(layout: sharding.ShardLayout, start: int,
-                    size: int) -> npt.NDArray[np.int64]:
-  """The row ids at stored positions [start, start + size) of a tensor
-  stored in `layout`'s partition order."""
-  ids = []
-  for j in range(layout.num_partitions):
-    lo = max(start, layout.offsets[j])
-    hi = min(start + size, layout.offsets[j] + layout.sizes[j])
-    if lo < hi:
-      ids.append(layout.row_ids(j)[lo - layout.offsets[j]:
-                                   hi - layout.offsets[j]])
-  return np.concatenate(ids)
+def _stride(positions: npt.NDArray[np.int64]) -> Optional[int]:
+  """k when `positions` go up by the same k >= 1 at every step (1 for
+  fewer than two), else None."""
+  if len(positions) < 2:
+    return 1
+  step = int(positions[1] - positions[0])
+  return step if step >= 1 and bool(np.all(np.diff(positions) == step)) else (
+      None)
 
 
 # --- finding tables and slots ----------------------------------------------------
@@ -625,7 +737,7 @@ def aligned_empty(shape: Sequence[int], dtype: npt.DTypeLike) -> Rows:
 def as_tensor(array: Rows) -> Tensor:
   """An eager tensor of `array`, sharing its buffer when it is aligned (no
   second copy of a table), else copied."""
-  if (array.size and array.flags.c_contiguous and
+  if (array.size and array.flags.c_contiguous and array.flags.writeable and
       array.ctypes.data % _ALIGNMENT == 0 and
       array.dtype.kind in "fiub"):
     return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
@@ -713,6 +825,9 @@ class StagedCheckpoint:
         shutil.rmtree(self._created_dir, ignore_errors=True)
       raise
     self._prefixes: list[str] = []
+    # Tensors `add`ed and not saved yet: (names, slices, tensors), bytes.
+    self._group: tuple[list[str], list[str], list[Tensor]] = ([], [], [])
+    self._group_bytes = 0
     self.committed = False
 
   def save(self, names: Sequence[str], slices: Sequence[str],
@@ -723,24 +838,42 @@ class StagedCheckpoint:
                       shape_and_slices=list(slices), tensors=list(tensors))
     self._prefixes.append(prefix)
 
-  def save_partitions(self, name: str, full_shape: Sequence[int],
-                      target: sharding.ShardLayout, parts: list[Rows]) -> None:
-    """Saves tensor `name` from the partitions of layout `target` (arrays,
-    taken out of the list `parts` as they are handed to TensorFlow) as the
-    slices a run with that layout saves (whole when it has one)."""
-    if target.num_partitions == 1:
-      slices = [""]
-    else:
-      slices = [slice_spec(full_shape, o, s)
-                for o, s in zip(target.offsets, target.sizes)]
-    values = []
-    while parts:  # hand each part to TF and drop the NumPy reference
-      values.append(as_tensor(parts.pop(0)))
-    self.save([name] * len(values), slices, values)
+  def add(self, name: str, spec: str, value: Union[Value, Rows]) -> None:
+    """Saves `value` as tensor `name` (slice spec `spec`, '' = whole)
+    together with the tensors added next to it, in pieces of at most
+    `GROUP_BYTES`: a bigger value is saved at once, on its own. Arrays are
+    handed to TensorFlow without a copy where they can be."""
+    nbytes = getattr(value, "nbytes", 0)
+    if self._group_bytes + nbytes > GROUP_BYTES:
+      self.flush()
+    self._group[0].append(name)
+    self._group[1].append(spec)
+    self._group[2].append(as_tensor(value) if isinstance(
+        value, np.ndarray) else tf.constant(value))
+    self._group_bytes += nbytes
+    if self._group_bytes >= GROUP_BYTES:
+      self.flush()
+
+  def flush(self) -> None:
+    """Saves the tensors `add`ed so far."""
+    if self._group[0]:
+      self.save(*self._group)
+    self._group, self._group_bytes = ([], [], []), 0
+
+  def add_partition(self, name: str, full_shape: Sequence[int],
+                    target: sharding.ShardLayout, index: int,
+                    rows: Rows) -> None:
+    """`add`s partition `index` of layout `target` of tensor `name`
+    (`rows`) as the slice a run with that layout saves (the whole tensor
+    when it has one partition)."""
+    spec = "" if target.num_partitions == 1 else slice_spec(
+        full_shape, target.offsets[index], target.sizes[index])
+    self.add(name, spec, rows)
 
   def commit(self) -> str:
     """Merges the pieces and moves the checkpoint to `output_prefix`; writes
     a `checkpoint` state file naming it when the directory has none."""
+    self.flush()
     merged = os.path.join(self._staging, "merged")
     tf.raw_ops.MergeV2Checkpoints(checkpoint_prefixes=self._prefixes,
                                   destination_prefix=merged,
@@ -774,29 +907,26 @@ class StagedCheckpoint:
 
 
 def copy_tensors(checkpoint: Checkpoint, names: Iterable[str],
-                 staged: StagedCheckpoint, group_bytes: int) -> None:
+                 staged: StagedCheckpoint) -> None:
   """Copies tensors of a `Checkpoint` unchanged (partitioned ones keep their
-  row slices) into `staged`, in groups of at most `group_bytes` (one
-  tensor may exceed it)."""
-  group: tuple[list[str], list[str], list[Tensor]] = ([], [], [])
-  size = 0
+  row slices, each read on its own) into `staged` (`StagedCheckpoint.add`).
+  """
   for name in names:
-    value = checkpoint.get_tensor(name)
-    nbytes = getattr(value, "nbytes", 0)
-    if group[0] and size + nbytes > group_bytes:
-      staged.save(*group)
-      group, size = ([], [], []), 0
-    slices = checkpoint.row_slices(name)
-    # A tensor saved in row slices is an array (never a scalar).
-    if slices is None or len(slices) < 2 or not isinstance(value, np.ndarray):
-      pieces = [("", value)]
-    else:
-      pieces = [(slice_spec(checkpoint.shapes[name], start, rows),
-                 value[start:start + rows]) for start, rows in slices]
-    for spec, piece in pieces:
-      group[0].append(name)
-      group[1].append(spec)
-      group[2].append(tf.constant(piece, dtype=checkpoint.dtypes[name]))
-    size += nbytes
-  if group[0]:
-    staged.save(*group)
+    for spec, value in _stored_pieces(checkpoint, name):
+      if not isinstance(value, np.ndarray):  # a scalar keeps its dtype
+        value = np.asarray(value, checkpoint.dtypes[name].as_numpy_dtype)
+      staged.add(name, spec, value)
+
+
+def _stored_pieces(checkpoint: Checkpoint,
+                   name: str) -> Iterator[tuple[str, Value]]:
+  """(slice spec, value) of each row slice tensor `name` was saved in, read
+  one at a time; ('', the whole tensor) when it was saved whole or not in
+  row slices."""
+  slices = checkpoint.row_slices(name)
+  if slices is None or len(slices) < 2:
+    yield "", checkpoint.get_tensor(name)
+    return
+  for start, rows in slices:
+    yield (slice_spec(checkpoint.shapes[name], start, rows),
+           checkpoint.read_rows(name, start, start + rows))

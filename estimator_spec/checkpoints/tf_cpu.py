@@ -14,15 +14,17 @@ not guess that graph: it builds it, from the very estimator that will train
 (its `model_fn`, `config` and `params`) and the training `input_fn`, in a
 graph of its own (nothing runs the input pipeline). In that graph:
 
-1. every variable gets its initial value (TF's initializers: zeros for
-   Adam's and Momentum's slots, `initial_accumulator_value` for Adagrad's,
-   the optimizer's own values for its other variables such as Adam's
-   `beta1_power` if the checkpoint lacks them);
-2. every variable whose name our checkpoint holds is restored from it by
+1. every variable whose name our checkpoint holds is restored from it by
    TF's own `Saver` (so variables the model partitions get their slices,
    and tables come in row order: checkpoints whose tables are stored in
    several `mod` partitions are first put in row order with
-   `convert.convert_checkpoint`, which needs the spec);
+   `convert.convert_checkpoint`, which needs the spec). These variables
+   are never initialized: each takes the buffer its value is read into,
+   so the graph holds the tables once (memory: the checkpoint's state);
+2. every other variable gets its initial value (TF's initializers: zeros
+   for Adam's and Momentum's slots, `initial_accumulator_value` for
+   Adagrad's, the optimizer's own values for its other variables such as
+   Adam's `beta1_power` if the checkpoint lacks them);
 3. TF's `Saver` (as Estimator configures it) saves the result as
    `<model_dir>/model.ckpt-<global step>` with a `checkpoint` state file.
 
@@ -60,6 +62,8 @@ RESTORES_HOST_CHECKPOINTS = "restores_host_embedding_checkpoints"
 
 # What an input_fn gives as features or labels: a tensor or a dict of them.
 _Batch = Union[Tensor, dict[str, Tensor]]
+# A variable of TF's graph to restore: itself, or its partitions.
+_Restored = Union[Variable, list[Variable]]
 # TF's estimator class, named in a string: reading the attribute would load
 # TF's estimator package when this module loads.
 _Estimator: TypeAlias = "tf.compat.v1.estimator.Estimator"
@@ -226,41 +230,21 @@ def _write(estimator: _Estimator, input_fn: Callable[..., Any],
     features, labels = _input(input_fn, estimator, batch_size)
     estimator.model_fn(features, labels, tf.estimator.ModeKeys.TRAIN,
                        estimator.config)
-    variables = tf.compat.v1.global_variables()
-    trainable = {_PART.sub("", v.op.name)
-                 for v in tf.compat.v1.trainable_variables()}
-    groups: dict[str, list[Variable]] = collections.OrderedDict()
-    for variable in variables:
-      groups.setdefault(_PART.sub("", variable.op.name), []).append(variable)
+    wanted = _wanted(ours, ours_dtypes)
     saver = tf.compat.v1.train.Saver(sharded=True, allow_empty=True,
                                      save_relative_paths=True)
-    initialize = tf.group(tf.compat.v1.global_variables_initializer(),
-                          tf.compat.v1.local_variables_initializer(),
-                          tf.compat.v1.tables_initializer())
-    step_name = tf.compat.v1.train.get_global_step().op.name
-
-    wanted = {}
-    for name, parts in groups.items():
-      shape = _full_shape(parts)
-      dtype = parts[0].dtype.base_dtype
-      if name in ours:
-        if list(ours[name]) != shape or ours_dtypes[name] != dtype:
-          raise ValueError(
-              f"{_OWNER}: TF's graph has {name!r} as {dtype.name} "
-              f"{shape}, the checkpoint as {ours_dtypes[name].name} "
-              f"{list(ours[name])}; is it the same model (vocabulary sizes, "
-              "dimensions, table names)?")
-        wanted[name] = parts[0] if len(parts) == 1 else parts
-      elif name in trainable or name == step_name:
-        similar = sorted(n for n, s in ours.items() if list(s) == shape)
-        raise ValueError(
-            f"{_OWNER}: the checkpoint has no tensor {name!r} ({dtype.name} "
-            f"{shape}), which TF's graph trains; is it this model's "
-            f"checkpoint? Tensors of that shape in it: {similar[:8]}.")
     restore = tf.compat.v1.train.Saver(var_list=wanted)
+    # Restored, never initialized (module doc, 1).
+    restored = {id(v) for v in tf.nest.flatten(list(wanted.values()))}
+    initialize = tf.group(
+        tf.compat.v1.variables_initializer(
+            [v for v in tf.compat.v1.global_variables()
+             if id(v) not in restored]),
+        tf.compat.v1.local_variables_initializer(),
+        tf.compat.v1.tables_initializer())
     with tf.compat.v1.Session(graph=graph) as session:
-      session.run(initialize)
       restore.restore(session, rows_prefix)
+      session.run(initialize)
       step = int(session.run(tf.compat.v1.train.get_global_step()))
       out = os.path.join(staging, "out")
       os.makedirs(out)
@@ -273,6 +257,39 @@ def _write(estimator: _Estimator, input_fn: Callable[..., Any],
   initialized = sorted(names - set(wanted))
   left_out = sorted(set(ours) - set(wanted))
   return prefix, copied, initialized, left_out
+
+
+def _wanted(ours: dict[str, list[int]],
+            ours_dtypes: dict[str, tf.DType]) -> dict[str, _Restored]:
+  """{name: variable, or its partitions} of the current graph's variables
+  that our checkpoint (`ours`: its shapes, `ours_dtypes`) holds. Raises
+  ValueError for one of another shape or dtype, and for a trainable
+  variable or the global step it lacks."""
+  trainable = {_PART.sub("", v.op.name)
+               for v in tf.compat.v1.trainable_variables()}
+  groups: dict[str, list[Variable]] = collections.OrderedDict()
+  for variable in tf.compat.v1.global_variables():
+    groups.setdefault(_PART.sub("", variable.op.name), []).append(variable)
+  step_name = tf.compat.v1.train.get_global_step().op.name
+  wanted: dict[str, _Restored] = {}
+  for name, parts in groups.items():
+    shape = _full_shape(parts)
+    dtype = parts[0].dtype.base_dtype
+    if name in ours:
+      if list(ours[name]) != shape or ours_dtypes[name] != dtype:
+        raise ValueError(
+            f"{_OWNER}: TF's graph has {name!r} as {dtype.name} "
+            f"{shape}, the checkpoint as {ours_dtypes[name].name} "
+            f"{list(ours[name])}; is it the same model (vocabulary sizes, "
+            "dimensions, table names)?")
+      wanted[name] = parts[0] if len(parts) == 1 else parts
+    elif name in trainable or name == step_name:
+      similar = sorted(n for n, s in ours.items() if list(s) == shape)
+      raise ValueError(
+          f"{_OWNER}: the checkpoint has no tensor {name!r} ({dtype.name} "
+          f"{shape}), which TF's graph trains; is it this model's "
+          f"checkpoint? Tensors of that shape in it: {similar[:8]}.")
+  return wanted
 
 
 def _full_shape(parts: list[Variable]) -> list[int]:

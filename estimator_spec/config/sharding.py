@@ -8,7 +8,7 @@ has one partition per row.
   hold ceil(V/n) rows, the others floor(V/n) (TF's partitioned variables).
 * `mod`: row r lives in partition r % n at local index r // n.
 """
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -57,13 +57,17 @@ class ShardLayout:
                       extra + (ids - threshold) // base)
     return partition, ids - gather(constant(self.offsets), partition)
 
-  def row_ids(self, partition: int) -> npt.NDArray[np.int64]:
-    """The global row ids stored in `partition`, in local order."""
+  def row_ids(self, partition: int, start: int = 0,
+              stop: Optional[int] = None) -> npt.NDArray[np.int64]:
+    """The global row ids stored in `partition` at local indices [start,
+    stop) (default: all of them), in local order."""
+    stop = self.sizes[partition] if stop is None else stop
     if self.strategy == "mod":
-      return np.arange(partition, self.vocabulary_size, self.num_partitions,
+      n = self.num_partitions
+      return np.arange(partition + start * n, partition + stop * n, n,
                        dtype=np.int64)
-    start = self.offsets[partition]
-    return np.arange(start, start + self.sizes[partition], dtype=np.int64)
+    first = self.offsets[partition]
+    return np.arange(first + start, first + stop, dtype=np.int64)
 
   def split(self, full: npt.ArrayLike) -> list[npt.NDArray[Any]]:
     """Splits a full [V, ...] array into its partitions."""
