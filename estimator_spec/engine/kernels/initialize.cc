@@ -106,6 +106,14 @@ class TruncatedNormalOp : public OpKernel {
   tensorflow::GuardedPhiloxRandom generator_;
 };
 
+// The output's shape: the `shape` input's value, where it is known.
+absl::Status ShapeFromInput(tensorflow::shape_inference::InferenceContext* c) {
+  tensorflow::shape_inference::ShapeHandle out;
+  TF_RETURN_IF_ERROR(c->MakeShapeFromShapeTensor(0, &out));
+  c->set_output(0, out);
+  return absl::OkStatus();
+}
+
 REGISTER_OP("HostEmbeddingFill")
     .Input("shape: Tshape")
     .Input("value: float")
@@ -114,12 +122,7 @@ REGISTER_OP("HostEmbeddingFill")
     // Stateful: graph optimization must not fold it into a constant (which
     // the session would keep beside the variable).
     .SetIsStateful()
-    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      tensorflow::shape_inference::ShapeHandle out;
-      TF_RETURN_IF_ERROR(c->MakeShapeFromShapeTensor(0, &out));
-      c->set_output(0, out);
-      return absl::OkStatus();
-    });
+    .SetShapeFn(ShapeFromInput);
 
 REGISTER_OP("HostEmbeddingTruncatedNormal")
     .Input("shape: Tshape")
@@ -128,12 +131,7 @@ REGISTER_OP("HostEmbeddingTruncatedNormal")
     .Attr("seed2: int = 0")
     .Attr("Tshape: {int32, int64}")
     .SetIsStateful()
-    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      tensorflow::shape_inference::ShapeHandle out;
-      TF_RETURN_IF_ERROR(c->MakeShapeFromShapeTensor(0, &out));
-      c->set_output(0, out);
-      return absl::OkStatus();
-    });
+    .SetShapeFn(ShapeFromInput);
 
 #define ESTIMATOR_SPEC_REGISTER_INIT(NAME, OP, INT)                          \
   REGISTER_KERNEL_BUILDER(                                                  \
