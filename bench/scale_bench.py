@@ -64,11 +64,11 @@ import tempfile
 import threading
 import time
 
+import numpy as np
+
+from bench.peers import compare
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import numpy as np  # pylint: disable=g-import-not-at-top
-
-from bench.peers import compare  # pylint: disable=g-import-not-at-top
 
 SIDES = ("ours", "tf")
 MODES = ("train", "evaluate", "predict", "export", "commands")
@@ -145,7 +145,7 @@ class RssWatch:
                   "seconds": time.perf_counter() - self.started,
                   "peak_rss_mb": _status_mb("VmHWM")}
         print(MARK + json.dumps(result), flush=True)
-        os._exit(0)  # pylint: disable=protected-access
+        os._exit(0)
       time.sleep(0.05)
 
 
@@ -215,11 +215,11 @@ def _sparse_ids(tf, dense_ids):
 
 
 def _build(side, rows, model_dir, save_steps, optimizer, summaries=None):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
   _, spec_params, spec_kwargs, tf_optimizer, tf_kwargs = OPTIMIZERS[optimizer]
   if side == "ours":
-    import estimator_spec  # pylint: disable=g-import-not-at-top
-    import tpu_embedding_columns as columns_api  # pylint: disable=g-import-not-at-top
+    import estimator_spec
+    import tpu_embedding_columns as columns_api
     estimator_class = estimator_spec.TPUEstimator
     config_class = estimator_spec.RunConfig
     spec_class = estimator_spec.TPUEstimatorSpec
@@ -365,7 +365,7 @@ def _export(args, watch):
 
 
 def _load_saved_model(args, watch):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
   watch.phase = "tf.saved_model.load"
   start = time.perf_counter()
   loaded = tf.saved_model.load(args.model_dir)
@@ -386,7 +386,7 @@ def child_main(args):
   started = time.perf_counter()
   watch = RssWatch(args.rss_limit_mb, args.mode, started)
   if args.mode != "load":
-    from estimator_spec import quiet  # pylint: disable=g-import-not-at-top
+    from estimator_spec import quiet
     quiet.silence_deprecation_notices()
   result = CHILD_MODES[args.mode](args, watch)
   result["peak_rss_mb"] = _status_mb("VmHWM")

@@ -11,6 +11,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import estimator_spec as es
+import tpu_embedding_columns as tec
+from estimator_spec.engine import engine as engine_lib
 from estimator_spec.engine import kernels
 from estimator_spec.engine import storage
 
@@ -107,9 +110,6 @@ def test_only_a_training_graph_initializes_through_the_kernels(mode,
   """Evaluation and serving graphs (a SavedModel runs in TensorFlow alone)
   hold none of the kernels' ops; a training graph's tables and slots are
   made by them."""
-  import estimator_spec as es  # pylint: disable=g-import-not-at-top
-  import tpu_embedding_columns as tec  # pylint: disable=g-import-not-at-top
-  from estimator_spec.engine import engine as engine_lib  # pylint: disable=g-import-not-at-top
   column = tec.embedding_column(
       tf.feature_column.categorical_column_with_identity("f", 50), 4)
   spec = es.EmbeddingConfigSpec(
