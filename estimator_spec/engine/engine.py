@@ -225,9 +225,8 @@ class HostEmbeddingEngine:
     pipeline = (pipeline_lib.UpdatePipeline.of(self.model, name)
                 if self.is_training else None)
     # Initialized by the kernels where this task's own step runs them.
-    rows = self._state.create(
-        name, compiled=self.step_plan.compiles_here and
-        not self.step_plan.remote)
+    rows = self._state.create(name,
+                              compiled=self.step_plan.compiles_partitions)
     self._plans[name] = plan_lib.TablePlan.of(self.step_plan, name, pipeline,
                                               rows)
     return rows
@@ -253,9 +252,8 @@ class HostEmbeddingEngine:
     them (kernels.share_on_read). None where this task's own step does not
     run the kernels (they are not loaded here, or the partitions live on
     other tasks) or no variable exists yet."""
-    plan = self.step_plan
     variables = self._state.variables()
-    if not plan.compiles_here or plan.remote or not variables:
+    if not self.step_plan.compiles_partitions or not variables:
       return None
     with tf.control_dependencies(None), tf.name_scope("share_on_read"):
       return kernels.share_on_read([v.handle for v in variables])

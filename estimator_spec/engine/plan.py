@@ -50,6 +50,13 @@ class StepPlan:
     return self.kernels is not None
 
   @property
+  def compiles_partitions(self) -> bool:
+    """Whether the kernels run on this task's own table partitions: a
+    training step's kernels are loaded and the partitions live here (their
+    making, lookups, updates, a save's reads)."""
+    return self.compiles_here and not self.remote
+
+  @property
   def packs_requests(self) -> bool:
     """Whether a step's lookups and updates go as one request per task
     holding partitions (training with the partitions on other tasks)."""
@@ -78,8 +85,8 @@ class TablePlan:
          rows: storage.PartitionedRows) -> "TablePlan":
     """The plan of table `name` whose variables are `rows`, updated by
     `pipeline` (None outside training)."""
-    local = step.training and not step.remote
-    ops = kernels.ops_for(rows.partitions) if local else None
+    ops = (kernels.ops_for(rows.partitions) if step.compiles_partitions
+           else None)
     executor = (executors.choose(pipeline, compiled=ops is not None,
                                  locked=step.remote)
                 if pipeline is not None else None)
